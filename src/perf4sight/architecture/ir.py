@@ -1,0 +1,75 @@
+"""The architecture description: a network as an ordered list of layers with shapes.
+
+Features and predictors consume only this description, never an `nn.Module`, so a
+network can come from a traced module, a spec file or a layer table alike. Shapes are
+per sample (the batch dimension is dropped): features scale them by the batch size.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+__all__ = ["Layer", "Architecture"]
+
+Shape = tuple[int, ...]
+
+
+@dataclass(frozen=True)
+class Layer:
+    """One layer (a leaf module) or one functional op (an addition, a concatenation...).
+
+    `kind` is a normalised name (`conv2d`, `linear`, `batch_norm`, `relu`, `add`, `cat`,
+    `max_pool2d`, ...). `saved_bytes` counts what autograd keeps for the backward pass,
+    per sample; `saved_fixed_bytes` what it keeps regardless of the batch size (statistics,
+    not parameters, which `params` counts).
+    """
+
+    name: str
+    kind: str
+    inputs: tuple[Shape, ...]
+    output: Shape
+    params: int = 0
+    kernel: tuple[int, ...] = ()
+    stride: tuple[int, ...] = ()
+    padding: tuple[int, ...] = ()
+    dilation: tuple[int, ...] = ()
+    groups: int = 1
+    bias: bool = False
+    inplace: bool = False
+    saved_bytes: int = 0
+    saved_fixed_bytes: int = 0
+    attrs: Mapping[str, Any] = field(default_factory=dict)
+
+    @property
+    def in_shape(self) -> Shape:
+        """Shape of the first input, the one most layers have."""
+        return self.inputs[0] if self.inputs else ()
+
+
+@dataclass(frozen=True)
+class Architecture:
+    """A network: its layers in forward order plus what does not belong to one layer.
+
+    `complete` is False when the layers list only Conv2d and Linear layers (as in an
+    architecture spec's `layers`); whole-network features then need a rebuilt module.
+    """
+
+    name: str
+    input_size: Shape
+    num_classes: int
+    layers: tuple[Layer, ...]
+    params: int
+    trainable_params: int
+    buffer_bytes: int = 0
+    dtype_bytes: int = 4
+    complete: bool = True
+
+    def of_kind(self, *kinds: str) -> list[Layer]:
+        """The layers whose kind is one of `kinds`, in forward order."""
+        return [layer for layer in self.layers if layer.kind in kinds]
+
+    @property
+    def convs(self) -> list[Layer]:
+        return self.of_kind("conv2d")

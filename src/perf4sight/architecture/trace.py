@@ -1,0 +1,264 @@
+"""Trace an `nn.Module` into an `Architecture` on the meta device: shapes without compute.
+
+One forward pass in training mode runs on meta tensors (no memory, no arithmetic) under a
+dispatch mode. Leaf modules become layers with their own input and output shapes; aten
+ops run by a container itself (a residual addition, a concatenation, a functional ReLU)
+become layers of their own; pure views are skipped. Autograd's saved tensors are
+attributed to the layer that saved them, each tensor counted once.
+"""
+
+from __future__ import annotations
+
+import copy
+import re
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+from torch import nn
+from torch.utils._python_dispatch import TorchDispatchMode
+
+from perf4sight.architecture.ir import Architecture, Layer
+
+__all__ = ["trace_architecture"]
+
+_TRACE_BATCH = 2
+
+# Module classes whose normalised kind is not their snake_case class name.
+_MODULE_KINDS = {
+    "ReLU": "relu",
+    "PReLU": "prelu",
+    "GELU": "gelu",
+    "ELU": "elu",
+    "BatchNorm1d": "batch_norm",
+    "BatchNorm2d": "batch_norm",
+    "BatchNorm3d": "batch_norm",
+    "ReLU6": "relu6",
+    "Hardtanh": "relu6",
+    "SiLU": "silu",
+    "Conv2d": "conv2d",
+    "Conv1d": "conv1d",
+    "ConvTranspose2d": "conv_transpose2d",
+    "MaxPool2d": "max_pool2d",
+    "AvgPool2d": "avg_pool2d",
+    "AdaptiveAvgPool2d": "adaptive_avg_pool2d",
+    "AdaptiveMaxPool2d": "adaptive_max_pool2d",
+    "LocalResponseNorm": "local_response_norm",
+}
+# aten op names (overload packet, trailing underscore dropped) -> kind, for functional ops.
+_ATEN_KINDS = {
+    "hardtanh": "relu6",
+    "max_pool2d_with_indices": "max_pool2d",
+    "_adaptive_avg_pool2d": "adaptive_avg_pool2d",
+    "native_dropout": "dropout",
+    "addmm": "linear",
+    "convolution": "conv2d",
+    "native_batch_norm": "batch_norm",
+    "_native_batch_norm_legit": "batch_norm",
+    "_native_batch_norm_legit_functional": "batch_norm",
+}
+# Ops that neither compute nor allocate anything worth a layer.
+_SKIP_OPS = {"detach", "empty", "zeros", "ones", "empty_like", "zeros_like", "ones_like",
+             "copy", "clone", "_to_copy", "lift_fresh", "new_empty", "new_zeros", "fill"}
+
+
+def _snake(name: str) -> str:
+    return re.sub(r"(?<=[a-z0-9])(?=[A-Z])", "_", name).lower()
+
+
+def module_kind(module: nn.Module) -> str:
+    """The normalised kind of a leaf module."""
+    cls = type(module).__name__
+    return _MODULE_KINDS.get(cls, _snake(cls))
+
+
+def _is_view(func: Any) -> bool:
+    returns = func._schema.returns
+    return bool(returns) and returns[0].alias_info is not None and not returns[0].alias_info.is_write
+
+
+def _per_sample(shape: Sequence[int], batch: int) -> tuple[int, ...]:
+    shape = tuple(int(s) for s in shape)
+    return shape[1:] if shape and shape[0] == batch else shape
+
+
+def _tensors(obj: Any) -> list[torch.Tensor]:
+    if isinstance(obj, torch.Tensor):
+        return [obj]
+    if isinstance(obj, (list, tuple)):
+        return [t for item in obj for t in _tensors(item)]
+    if isinstance(obj, dict):
+        return [t for item in obj.values() for t in _tensors(item)]
+    return []
+
+
+@dataclass
+class _Pending:
+    """A layer being recorded: its module (or op) and what autograd saved inside it."""
+
+    name: str
+    kind: str
+    module: nn.Module | None
+    inputs: tuple[tuple[int, ...], ...] = ()
+    output: tuple[int, ...] = ()
+    inplace: bool = False
+    saved_bytes: int = 0
+    saved_fixed_bytes: int = 0
+    ops: list[str] = field(default_factory=list)
+
+
+class _Recorder(TorchDispatchMode):
+    def __init__(self, model: nn.Module, batch: int) -> None:
+        super().__init__()
+        self.batch = batch
+        self.names = {id(m): n for n, m in model.named_modules()}
+        self.params = {id(p) for p in model.parameters()}
+        self.stack: list[nn.Module] = []
+        self.layers: list[_Pending] = []
+        self.seen_saved: dict[int, torch.Tensor] = {}
+        self.functional_counts: dict[str, int] = {}
+
+    # module hooks -------------------------------------------------------------
+    def pre_hook(self, module: nn.Module, args: Any) -> None:
+        self.stack.append(module)
+        if not any(True for _ in module.children()):
+            name = self.names.get(id(module), type(module).__name__)
+            ins = tuple(_per_sample(t.shape, self.batch) for t in _tensors(args))
+            inplace = bool(getattr(module, "inplace", False))
+            self.layers.append(_Pending(name, module_kind(module), module, ins, inplace=inplace))
+
+    def post_hook(self, module: nn.Module, args: Any, output: Any) -> None:
+        if self.stack and self.stack[-1] is module:
+            self.stack.pop()
+        if self.layers and self.layers[-1].module is module:
+            outs = _tensors(output)
+            if outs:
+                self.layers[-1].output = _per_sample(outs[0].shape, self.batch)
+
+    def _in_leaf(self) -> bool:
+        return bool(self.stack) and not any(True for _ in self.stack[-1].children())
+
+    # saved tensors --------------------------------------------------------------
+    def pack(self, tensor: torch.Tensor) -> torch.Tensor:
+        base = tensor._base if tensor._base is not None else tensor
+        if id(base) in self.params or id(tensor) in self.params or id(base) in self.seen_saved:
+            return tensor
+        self.seen_saved[id(base)] = base
+        if self.layers:
+            nbytes = base.numel() * base.element_size()
+            if base.dim() and base.shape[0] == self.batch:
+                self.layers[-1].saved_bytes += nbytes // self.batch
+            else:
+                self.layers[-1].saved_fixed_bytes += nbytes
+        return tensor
+
+    # aten ops ------------------------------------------------------------------
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):  # noqa: ANN001
+        kwargs = kwargs or {}
+        out = func(*args, **kwargs)
+        op = func.overloadpacket.__name__
+        if self._in_leaf():
+            self.layers[-1].ops.append(op)
+            return out
+        base = op.rstrip("_")
+        if base in _SKIP_OPS or _is_view(func):
+            return out
+        inplace = op.endswith("_")
+        kind = _ATEN_KINDS.get(base, base.lstrip("_"))
+        parent = self.names.get(id(self.stack[-1]), "") if self.stack else ""
+        count = self.functional_counts.get(parent + kind, 0)
+        self.functional_counts[parent + kind] = count + 1
+        name = f"{parent}.{kind}{count}" if parent else f"{kind}{count}"
+        ins = tuple(_per_sample(t.shape, self.batch) for t in _tensors(args))
+        outs = _tensors(out)
+        pending = _Pending(name, kind, None, ins, inplace=inplace, ops=[op])
+        pending.output = _per_sample(outs[0].shape, self.batch) if outs else ()
+        self.layers.append(pending)
+        return out
+
+
+def _conv_fields(module: nn.Module) -> dict[str, Any]:
+    if isinstance(module, nn.modules.conv._ConvNd):
+        return {
+            "kernel": tuple(module.kernel_size),
+            "stride": tuple(module.stride),
+            "padding": tuple(module.padding) if not isinstance(module.padding, str) else (),
+            "dilation": tuple(module.dilation),
+            "groups": module.groups,
+            "bias": module.bias is not None,
+        }
+    if isinstance(module, nn.Linear):
+        return {"bias": module.bias is not None}
+    if isinstance(module, (nn.MaxPool2d, nn.AvgPool2d)):
+        pair = nn.modules.utils._pair
+        return {"kernel": pair(module.kernel_size), "stride": pair(module.stride or module.kernel_size),
+                "padding": pair(module.padding)}
+    return {}
+
+
+def trace_architecture(
+    model: nn.Module,
+    input_size: Sequence[int],
+    *,
+    name: str = "",
+    num_classes: int | None = None,
+) -> Architecture:
+    """Describe `model` for inputs of shape `input_size` (C, H, W), without computing.
+
+    The model itself is left untouched: a copy moves to the meta device (or the model is
+    used as it is when already there) and runs one training-mode forward pass.
+    """
+    meta = model if _on_meta(model) else copy.deepcopy(model).to("meta")
+    meta.train()
+    recorder = _Recorder(meta, _TRACE_BATCH)
+    x = torch.empty((_TRACE_BATCH, *input_size), device="meta")
+    handles = [
+        nn.modules.module.register_module_forward_pre_hook(recorder.pre_hook),
+        nn.modules.module.register_module_forward_hook(recorder.post_hook),
+    ]
+    try:
+        with torch.autograd.graph.saved_tensors_hooks(recorder.pack, lambda t: t), recorder:
+            out = meta(x)
+    finally:
+        for handle in handles:
+            handle.remove()
+    outs = _tensors(out)
+    layers = []
+    for p in recorder.layers:
+        if p.kind == "identity":
+            continue
+        module = p.module
+        owned = sum(t.numel() for t in module.parameters(recurse=False)) if module is not None else 0
+        layers.append(
+            Layer(
+                name=p.name,
+                kind=p.kind,
+                inputs=p.inputs,
+                output=p.output,
+                params=owned,
+                inplace=p.inplace,
+                saved_bytes=p.saved_bytes,
+                saved_fixed_bytes=p.saved_fixed_bytes,
+                attrs={"ops": tuple(p.ops)},
+                **(_conv_fields(module) if module is not None else {}),
+            )
+        )
+    params = sum(p.numel() for p in meta.parameters())
+    trainable = sum(p.numel() for p in meta.parameters() if p.requires_grad)
+    buffers = sum(b.numel() * b.element_size() for b in meta.buffers())
+    classes = num_classes if num_classes is not None else (int(outs[0].shape[-1]) if outs else 0)
+    return Architecture(
+        name=name or type(model).__name__.lower(),
+        input_size=tuple(int(s) for s in input_size),
+        num_classes=classes,
+        layers=tuple(layers),
+        params=params,
+        trainable_params=trainable,
+        buffer_bytes=buffers,
+    )
+
+
+def _on_meta(model: nn.Module) -> bool:
+    tensors = list(model.parameters()) + list(model.buffers())
+    return bool(tensors) and all(t.device.type == "meta" for t in tensors)

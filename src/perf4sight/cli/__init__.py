@@ -1,0 +1,67 @@
+"""The `perf4sight` command: a thin layer over the stage functions.
+
+Each stage registers its own subcommand from a module of this package. Any
+`Perf4sightError` (bad config, missing file, bad CSV...) becomes one line on stderr
+and exit code 2, never a traceback.
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import typer
+
+from perf4sight import console
+from perf4sight.cli import fingerprint, predict, profile, prune, run
+from perf4sight.errors import Perf4sightError
+
+__all__ = ["app", "main"]
+
+app = typer.Typer(
+    name="perf4sight",
+    help="Predict CNN training memory and latency on a device before training.",
+    no_args_is_help=True,
+    add_completion=False,
+    pretty_exceptions_enable=False,
+    rich_markup_mode=None,
+)
+
+
+@app.callback()
+def _options(
+    quiet: bool = typer.Option(False, "--quiet", "-q", help="No progress bars or info lines."),
+) -> None:
+    console.set_quiet(quiet)
+
+
+for _module in (prune, profile, fingerprint, predict, run):
+    _module.register(app)
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Run the CLI; returns the exit code (2 for a user error)."""
+    try:
+        code = app(args=argv, prog_name="perf4sight", standalone_mode=False)
+    except Perf4sightError as exc:
+        console.err.print(f"[red]error:[/red] {exc}", soft_wrap=True)
+        return 2
+    except (typer.Abort, KeyboardInterrupt):
+        console.err.print("aborted")
+        return 130
+    except Exception as exc:  # click's usage errors
+        from click.exceptions import ClickException
+
+        if isinstance(exc, ClickException):
+            exc.show()
+            return 2
+        raise
+    return code if isinstance(code, int) else 0
+
+
+def entry() -> None:
+    sys.exit(main())
+
+
+if __name__ == "__main__":
+    entry()

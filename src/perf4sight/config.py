@@ -1,0 +1,216 @@
+"""config.ini sections -> typed settings, in one place.
+
+Each section of the original tool's config file is a frozen dataclass below; its fields
+are the keys, their annotations say how a value is read, and their defaults make a key
+optional. List values are Python literals read with `ast.literal_eval` (never `eval`);
+a bare word is taken as a one-element list. Relative paths are kept relative to the
+working directory, as in the original tool. Anything unknown or malformed raises
+`ConfigError` naming the file, section, key and value.
+"""
+
+from __future__ import annotations
+
+import ast
+import configparser
+import dataclasses
+import types
+import typing
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Union
+
+from perf4sight.errors import ConfigError
+
+__all__ = [
+    "NetworkDatasetSettings",
+    "ProfileSettings",
+    "FingerprintSettings",
+    "Config",
+    "SECTIONS",
+    "load_config",
+    "parse_section",
+]
+
+
+@dataclass(frozen=True)
+class NetworkDatasetSettings:
+    """[create_network_dataset]: which networks to prune, how, and where the specs go."""
+
+    networks: list[str]
+    pruning_perc: list[int] = field(default_factory=lambda: [0])
+    mode: str = "random"
+    model_desc_dir: Path | None = None
+    model_path: Path = Path("out/models")
+    seed: int = 0
+    input_size: list[int] = field(default_factory=lambda: [3, 224, 224])
+    num_classes: int = 1000
+    write_model_files: bool = False
+
+
+@dataclass(frozen=True)
+class ProfileSettings:
+    """[profile]: making a test config (any machine) and running it (on the device)."""
+
+    # create-config keys (the original's)
+    network: list[str] = field(default_factory=list)
+    dataset: str = "spec"
+    bs: list[int] = field(default_factory=lambda: [2, 4, 8, 16, 32, 64, 128, 256])
+    stage: list[str] = field(default_factory=lambda: ["training"])
+    profile_variables: list[str] = field(default_factory=lambda: ["memory", "latency"])
+    local_model_loc: Path | None = None
+    device_model_loc: Path | None = None
+    # run keys
+    device: str = "cpu"
+    gpu_id: int = 0
+    till_first_fail: bool = False
+    log_dir: Path = Path("out/logs")
+    test_config: Path = Path("out/test_config.ini")
+    save: bool = True
+    iterations: int = 3
+    warmup: int = 1
+    memory_limit_mib: int | None = None
+
+
+@dataclass(frozen=True)
+class FingerprintSettings:
+    """[fingerprint]: which logs train and evaluate the models, and where they are stored."""
+
+    train_nets: list[str]
+    train_logs: list[int]
+    pruned_models_storedir: Path
+    model_storedir: Path
+    memory_logs: list[Path] = field(default_factory=list)
+    latency_logs: list[Path] = field(default_factory=list)
+    eval_nets: list[str] = field(default_factory=list)
+    eval_logs: list[int] = field(default_factory=list)
+    eval_memory_logs: list[Path] = field(default_factory=list)
+    eval_latency_logs: list[Path] = field(default_factory=list)
+    evaluate: bool = False
+    overwrite: bool = False
+    stage: str = "training"
+    memory_model: bool = True
+    latency_model: bool = True
+    method: str = "default"
+    report: Path | None = None
+
+
+SECTIONS: dict[str, type] = {
+    "create_network_dataset": NetworkDatasetSettings,
+    "profile": ProfileSettings,
+    "fingerprint": FingerprintSettings,
+}
+
+
+@dataclass(frozen=True)
+class Config:
+    """The sections present in one config file, in the order the toolflow runs them."""
+
+    path: Path
+    create_network_dataset: NetworkDatasetSettings | None = None
+    profile: ProfileSettings | None = None
+    fingerprint: FingerprintSettings | None = None
+
+    def sections(self) -> list[str]:
+        """Names of the sections present, in toolflow order."""
+        return [name for name in SECTIONS if getattr(self, name) is not None]
+
+
+def load_config(path: str | Path) -> Config:
+    """Read a config.ini; raise ConfigError for a missing file, unknown section or bad key."""
+    path = Path(path)
+    if not path.is_file():
+        raise ConfigError(f"config file not found: {path}")
+    parser = configparser.ConfigParser(interpolation=None)
+    try:
+        parser.read(path)
+    except configparser.Error as exc:
+        raise ConfigError(f"{path}: cannot parse: {exc}".replace("\n", " ")) from None
+    unknown = [s for s in parser.sections() if s not in SECTIONS]
+    if unknown:
+        raise ConfigError(
+            f"{path}: unknown section [{unknown[0]}]; known sections: "
+            + ", ".join(f"[{s}]" for s in SECTIONS)
+        )
+    if not parser.sections():
+        raise ConfigError(f"{path}: no sections; expected one of " + ", ".join(SECTIONS))
+    values = {
+        name: parse_section(cls, dict(parser[name]), where=f"{path} [{name}]")
+        for name, cls in SECTIONS.items()
+        if parser.has_section(name)
+    }
+    return Config(path=path, **values)
+
+
+def parse_section(cls: type, raw: dict[str, str], *, where: str) -> Any:
+    """Build the settings dataclass `cls` from raw strings; `where` prefixes every error."""
+    hints = typing.get_type_hints(cls)
+    fields = {f.name: f for f in dataclasses.fields(cls)}
+    for key in raw:
+        if key not in fields:
+            raise ConfigError(f"{where}: unknown key '{key}'; known keys: {', '.join(fields)}")
+    missing = [
+        name
+        for name, f in fields.items()
+        if name not in raw
+        and f.default is dataclasses.MISSING
+        and f.default_factory is dataclasses.MISSING
+    ]
+    if missing:
+        raise ConfigError(f"{where}: missing required key '{missing[0]}'")
+    kwargs = {key: _convert(text, hints[key], where=f"{where} {key}") for key, text in raw.items()}
+    return cls(**kwargs)
+
+
+def _convert(text: str, hint: Any, *, where: str) -> Any:
+    text = text.strip()
+    origin = typing.get_origin(hint)
+    if origin in (Union, types.UnionType):
+        inner = [a for a in typing.get_args(hint) if a is not type(None)]
+        if text.lower() in ("", "none", "null"):
+            return None
+        return _convert(text, inner[0], where=where)
+    if origin is list:
+        (item,) = typing.get_args(hint)
+        value = _literal(text)
+        if isinstance(value, (list, tuple)):
+            return [_scalar(v, item, where=where) for v in value]
+        return [_scalar(value, item, where=where)]
+    return _scalar(_literal(text), hint, where=where)
+
+
+def _literal(text: str) -> Any:
+    """A Python literal if the text is one, else the text itself (a bare word or path)."""
+    try:
+        return ast.literal_eval(text)
+    except (ValueError, SyntaxError, TypeError, MemoryError, RecursionError):
+        return text
+
+
+_TRUE = {"true", "yes", "on", "1"}
+_FALSE = {"false", "no", "off", "0"}
+
+
+def _scalar(value: Any, hint: Any, *, where: str) -> Any:
+    expected = getattr(hint, "__name__", str(hint))
+    if hint is bool:
+        if isinstance(value, bool):
+            return value
+        word = str(value).strip().lower()
+        if word in _TRUE | _FALSE:
+            return word in _TRUE
+    elif hint is int:
+        if isinstance(value, int) and not isinstance(value, bool):
+            return value
+        if isinstance(value, float) and value.is_integer():
+            return int(value)
+    elif hint is float:
+        if isinstance(value, (int, float)) and not isinstance(value, bool):
+            return float(value)
+    elif hint is str:
+        if isinstance(value, (str, int, float)) and not isinstance(value, bool):
+            return str(value)
+    elif hint is Path:
+        if isinstance(value, str) and value:
+            return Path(value).expanduser()
+        expected = "path"
+    raise ConfigError(f"{where}: expected {expected}, got {value!r}")

@@ -1,0 +1,96 @@
+"""The one place that writes to the console: messages, tables and progress bars.
+
+Stage functions report through here so that `--quiet` and non-terminal output are
+handled once. Progress bars are hidden when quiet or when stderr is not a terminal.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Iterator, Sequence
+from typing import Any
+
+from rich.console import Console
+from rich.progress import (
+    BarColumn,
+    MofNCompleteColumn,
+    Progress,
+    TextColumn,
+    TimeElapsedColumn,
+    TimeRemainingColumn,
+)
+from rich.table import Table
+
+__all__ = ["out", "err", "set_quiet", "is_quiet", "info", "warn", "print_table", "progress"]
+
+out = Console(highlight=False)
+err = Console(stderr=True, highlight=False)
+_state = {"quiet": False}
+
+
+def set_quiet(quiet: bool) -> None:
+    """Silence informational messages and progress bars (tables and errors still show)."""
+    _state["quiet"] = quiet
+
+
+def is_quiet() -> bool:
+    return _state["quiet"]
+
+
+def info(message: str) -> None:
+    """An informational line on stdout, unless quiet."""
+    if not _state["quiet"]:
+        out.print(message)
+
+
+def warn(message: str) -> None:
+    """A warning line on stderr; shown even when quiet."""
+    err.print(f"[yellow]warning:[/yellow] {message}")
+
+
+def print_table(title: str, columns: Sequence[str], rows: Sequence[Sequence[Any]]) -> None:
+    """Print a table; floats get 2 decimals."""
+    table = Table(title=title)
+    for column in columns:
+        table.add_column(column, justify="right")
+    for row in rows:
+        table.add_row(*(f"{v:.2f}" if isinstance(v, float) else str(v) for v in row))
+    out.print(table)
+
+
+@contextlib.contextmanager
+def progress(description: str, total: int) -> Iterator[Any]:
+    """A progress bar; yields an object with `advance(label)` to step it and `label(text)`.
+
+    On a terminal it is a live bar on stderr; otherwise (a log file, CI) each step is one
+    line on stderr, so long work still shows its progress. Quiet hides both.
+    """
+    quiet = _state["quiet"]
+    enabled = not quiet and err.is_terminal
+    bar = Progress(
+        TextColumn("{task.description}"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TimeElapsedColumn(),
+        TimeRemainingColumn(),
+        console=err,
+        disable=not enabled,
+    )
+
+    class _Step:
+        def __init__(self) -> None:
+            self.task = bar.add_task(description, total=total)
+
+        def advance(self, label: str | None = None, steps: int = 1) -> None:
+            if label is not None:
+                bar.update(self.task, description=f"{description}: {label}")
+            bar.advance(self.task, steps)
+            if not enabled and not quiet:
+                done = int(bar.tasks[0].completed)
+                err.print(f"{description} [{done}/{total}]" + (f" {label}" if label else ""))
+
+        def label(self, label: str) -> None:
+            bar.update(self.task, description=f"{description}: {label}")
+
+    with bar:
+        yield _Step()
