@@ -1,6 +1,7 @@
 """The architecture description (IR) between networks and features."""
 
 from perf4sight.architecture.ir import Architecture, Layer
+from perf4sight.architecture.propagate import LayerShape, with_layer_shapes
 from perf4sight.architecture.trace import module_kind, trace_architecture
 
-__all__ = ["Architecture", "Layer", "module_kind", "trace_architecture"]
+__all__ = ["Architecture", "Layer", "LayerShape", "module_kind", "trace_architecture", "with_layer_shapes"]

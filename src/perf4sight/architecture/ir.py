@@ -21,9 +21,12 @@ class Layer:
     """One layer (a leaf module) or one functional op (an addition, a concatenation...).
 
     `kind` is a normalised name (`conv2d`, `linear`, `batch_norm`, `relu`, `add`, `cat`,
-    `max_pool2d`, ...). `saved_bytes` counts what autograd keeps for the backward pass,
-    per sample; `saved_fixed_bytes` what it keeps regardless of the batch size (statistics,
-    not parameters, which `params` counts).
+    `max_pool2d`, ...). `sources` gives, per input, the index of the layer that produced it
+    (-1: the network's input), so that shapes can be propagated again for other channel
+    counts. `saved_bytes` counts what autograd keeps for the backward pass, per sample, of
+    which `saved_input_bytes` are tensors shaped like an input and `saved_output_bytes`
+    shaped like the output; `saved_fixed_bytes` is kept regardless of the batch size
+    (statistics; parameters are counted by `params`).
     """
 
     name: str
@@ -39,7 +42,10 @@ class Layer:
     bias: bool = False
     inplace: bool = False
     saved_bytes: int = 0
+    saved_input_bytes: int = 0
+    saved_output_bytes: int = 0
     saved_fixed_bytes: int = 0
+    sources: tuple[int, ...] = ()
     attrs: Mapping[str, Any] = field(default_factory=dict)
 
     @property

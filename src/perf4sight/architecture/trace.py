@@ -10,6 +10,7 @@ attributed to the layer that saved them, each tensor counted once.
 from __future__ import annotations
 
 import copy
+import math
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -103,7 +104,8 @@ class _Pending:
     inputs: tuple[tuple[int, ...], ...] = ()
     output: tuple[int, ...] = ()
     inplace: bool = False
-    saved_bytes: int = 0
+    sources: tuple[int, ...] = ()
+    saved: list[tuple[tuple[int, ...], int]] = field(default_factory=list)
     saved_fixed_bytes: int = 0
     ops: list[str] = field(default_factory=list)
 
@@ -118,15 +120,30 @@ class _Recorder(TorchDispatchMode):
         self.layers: list[_Pending] = []
         self.seen_saved: dict[int, torch.Tensor] = {}
         self.functional_counts: dict[str, int] = {}
+        # id(tensor) -> index of the layer that produced it; the tensors are kept alive
+        # so that ids stay unique while tracing.
+        self.producer: dict[int, int] = {}
+        self.alive: list[torch.Tensor] = []
+
+    def _sources(self, tensors: list[torch.Tensor]) -> tuple[int, ...]:
+        return tuple(self.producer.get(id(t), -1) for t in tensors)
+
+    def _produce(self, tensors: list[torch.Tensor], index: int) -> None:
+        for t in tensors:
+            self.producer[id(t)] = index
+            self.alive.append(t)
 
     # module hooks -------------------------------------------------------------
     def pre_hook(self, module: nn.Module, args: Any) -> None:
         self.stack.append(module)
         if not any(True for _ in module.children()):
             name = self.names.get(id(module), type(module).__name__)
-            ins = tuple(_per_sample(t.shape, self.batch) for t in _tensors(args))
+            tensors = _tensors(args)
+            ins = tuple(_per_sample(t.shape, self.batch) for t in tensors)
             inplace = bool(getattr(module, "inplace", False))
-            self.layers.append(_Pending(name, module_kind(module), module, ins, inplace=inplace))
+            pending = _Pending(name, module_kind(module), module, ins, inplace=inplace)
+            pending.sources = self._sources(tensors)
+            self.layers.append(pending)
 
     def post_hook(self, module: nn.Module, args: Any, output: Any) -> None:
         if self.stack and self.stack[-1] is module:
@@ -135,6 +152,7 @@ class _Recorder(TorchDispatchMode):
             outs = _tensors(output)
             if outs:
                 self.layers[-1].output = _per_sample(outs[0].shape, self.batch)
+            self._produce(outs, len(self.layers) - 1)
 
     def _in_leaf(self) -> bool:
         return bool(self.stack) and not any(True for _ in self.stack[-1].children())
@@ -147,8 +165,9 @@ class _Recorder(TorchDispatchMode):
         self.seen_saved[id(base)] = base
         if self.layers:
             nbytes = base.numel() * base.element_size()
-            if base.dim() and base.shape[0] == self.batch:
-                self.layers[-1].saved_bytes += nbytes // self.batch
+            if base.dim() >= 2 and base.shape[0] == self.batch:
+                shape = _per_sample(base.shape, self.batch)
+                self.layers[-1].saved.append((shape, nbytes // self.batch))
             else:
                 self.layers[-1].saved_fixed_bytes += nbytes
         return tensor
@@ -162,7 +181,11 @@ class _Recorder(TorchDispatchMode):
             self.layers[-1].ops.append(op)
             return out
         base = op.rstrip("_")
+        tensors = _tensors(args)
+        outs = _tensors(out)
         if base in _SKIP_OPS or _is_view(func):
+            if tensors and id(tensors[0]) in self.producer:
+                self._produce(outs, self.producer[id(tensors[0])])
             return out
         inplace = op.endswith("_")
         kind = _ATEN_KINDS.get(base, base.lstrip("_"))
@@ -170,11 +193,12 @@ class _Recorder(TorchDispatchMode):
         count = self.functional_counts.get(parent + kind, 0)
         self.functional_counts[parent + kind] = count + 1
         name = f"{parent}.{kind}{count}" if parent else f"{kind}{count}"
-        ins = tuple(_per_sample(t.shape, self.batch) for t in _tensors(args))
-        outs = _tensors(out)
+        ins = tuple(_per_sample(t.shape, self.batch) for t in tensors)
         pending = _Pending(name, kind, None, ins, inplace=inplace, ops=[op])
+        pending.sources = self._sources(tensors)
         pending.output = _per_sample(outs[0].shape, self.batch) if outs else ()
         self.layers.append(pending)
+        self._produce(outs, len(self.layers) - 1)
         return out
 
 
@@ -209,7 +233,9 @@ def trace_architecture(
     The model itself is left untouched: a copy moves to the meta device (or the model is
     used as it is when already there) and runs one training-mode forward pass.
     """
-    meta = model if _on_meta(model) else copy.deepcopy(model).to("meta")
+    meta = copy.deepcopy(model) if _on_meta(model) else _meta_copy(model)
+    buffers = sum(b.numel() * b.element_size() for b in meta.buffers())
+    _stop_running_stats(meta)
     meta.train()
     recorder = _Recorder(meta, _TRACE_BATCH)
     x = torch.empty((_TRACE_BATCH, *input_size), device="meta")
@@ -225,10 +251,22 @@ def trace_architecture(
             handle.remove()
     outs = _tensors(out)
     layers = []
-    for p in recorder.layers:
+    # Identity layers are dropped; their consumers take their producer as source.
+    renumber: dict[int, int] = {-1: -1}
+    for index, p in enumerate(recorder.layers):
         if p.kind == "identity":
+            renumber[index] = renumber.get(p.sources[0], -1) if p.sources else -1
             continue
+        renumber[index] = len(layers)
         module = p.module
+        # A saved tensor the size of an input (or of the output) scales with it when the
+        # architecture is propagated for other channel counts.
+        in_sizes = {math.prod(shape) for shape in p.inputs}
+        saved_in = sum(b for shape, b in p.saved if math.prod(shape) in in_sizes)
+        saved_out = sum(
+            b for shape, b in p.saved
+            if math.prod(shape) not in in_sizes and math.prod(shape) == math.prod(p.output)
+        )
         owned = sum(t.numel() for t in module.parameters(recurse=False)) if module is not None else 0
         layers.append(
             Layer(
@@ -238,15 +276,17 @@ def trace_architecture(
                 output=p.output,
                 params=owned,
                 inplace=p.inplace,
-                saved_bytes=p.saved_bytes,
+                saved_bytes=sum(b for _, b in p.saved),
+                saved_input_bytes=saved_in,
+                saved_output_bytes=saved_out,
                 saved_fixed_bytes=p.saved_fixed_bytes,
+                sources=tuple(renumber.get(s, -1) for s in p.sources),
                 attrs={"ops": tuple(p.ops)},
                 **(_conv_fields(module) if module is not None else {}),
             )
         )
     params = sum(p.numel() for p in meta.parameters())
     trainable = sum(p.numel() for p in meta.parameters() if p.requires_grad)
-    buffers = sum(b.numel() * b.element_size() for b in meta.buffers())
     classes = num_classes if num_classes is not None else (int(outs[0].shape[-1]) if outs else 0)
     return Architecture(
         name=name or type(model).__name__.lower(),
@@ -257,6 +297,23 @@ def trace_architecture(
         trainable_params=trainable,
         buffer_bytes=buffers,
     )
+
+
+def _meta_copy(model: nn.Module) -> nn.Module:
+    """A copy on the meta device, made without copying the real tensors first."""
+    memo = {id(t): torch.empty_like(t, device="meta") for t in model.buffers()}
+    for p in model.parameters():
+        memo[id(p)] = nn.Parameter(torch.empty_like(p, device="meta"), requires_grad=p.requires_grad)
+    return copy.deepcopy(model, memo)
+
+
+def _stop_running_stats(model: nn.Module) -> None:
+    """BatchNorm's running-statistics updates save nothing for backward but cost most of a
+    meta forward pass; tracing without them gives the same shapes and saved tensors."""
+    for module in model.modules():
+        if isinstance(module, nn.modules.batchnorm._BatchNorm):
+            module.track_running_stats = False
+            module.running_mean = module.running_var = module.num_batches_tracked = None
 
 
 def _on_meta(model: nn.Module) -> bool:

@@ -1,0 +1,108 @@
+"""Config parsing: a valid file and each kind of invalid input."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from perf4sight.cli import main
+from perf4sight.config import load_config
+from perf4sight.errors import ConfigError
+
+VALID = """
+[create_network_dataset]
+networks = ['resnet18', 'mobilenetv2']
+pruning_perc = [0, 5, 10]
+mode = l1-norm
+model_path = out/models
+input_size = [3, 64, 64]
+num_classes = 10
+
+[profile]
+network = resnet18
+bs = [2, 4]
+till_first_fail = True
+device = cpu
+
+[fingerprint]
+train_nets = ['resnet18']
+train_logs = [0, 10]
+eval_logs = [5]
+memory_logs = ['out/logs/memory']
+pruned_models_storedir = out/models
+model_storedir = out/fitted
+report = None
+"""
+
+
+def write(tmp_path: Path, text: str) -> Path:
+    path = tmp_path / "config.ini"
+    path.write_text(text)
+    return path
+
+
+def test_valid_config_is_typed(tmp_path: Path) -> None:
+    config = load_config(write(tmp_path, VALID))
+    assert config.sections() == ["create_network_dataset", "profile", "fingerprint"]
+    nets = config.create_network_dataset
+    assert nets.networks == ["resnet18", "mobilenetv2"]
+    assert nets.pruning_perc == [0, 5, 10]
+    assert nets.mode == "l1-norm"
+    assert nets.model_path == Path("out/models")
+    assert nets.input_size == [3, 64, 64]
+    assert nets.seed == 0  # default
+    assert config.profile.network == ["resnet18"]  # a bare word is a one-element list
+    assert config.profile.till_first_fail is True
+    assert config.fingerprint.memory_logs == [Path("out/logs/memory")]
+    assert config.fingerprint.report is None
+    assert config.fingerprint.evaluate is False
+
+
+def test_sections_are_optional(tmp_path: Path) -> None:
+    config = load_config(write(tmp_path, "[profile]\nbs = [8]\n"))
+    assert config.sections() == ["profile"]
+    assert config.create_network_dataset is None
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        ("[prune]\nnetworks = ['a']\n", "unknown section [prune]"),
+        ("[profile]\nbatch = [2]\n", "[profile]: unknown key 'batch'"),
+        ("[profile]\nbs = [2, 'x']\n", "[profile] bs: expected int, got 'x'"),
+        ("[profile]\ngpu_id = 1.5\n", "[profile] gpu_id: expected int, got 1.5"),
+        ("[profile]\ntill_first_fail = maybe\n", "till_first_fail: expected bool, got 'maybe'"),
+        ("[create_network_dataset]\npruning_perc = [0]\n", "missing required key 'networks'"),
+        ("[profile]\nbs = [2\n", "bs: expected int, got '[2'"),
+        ("no section here\n", "cannot parse"),
+        ("", "no sections"),
+    ],
+)
+def test_invalid_configs_name_what_is_wrong(tmp_path: Path, text: str, expected: str) -> None:
+    with pytest.raises(ConfigError, match=None) as info:
+        load_config(write(tmp_path, text))
+    assert expected in str(info.value)
+    assert str(tmp_path / "config.ini") in str(info.value)
+
+
+def test_missing_file(tmp_path: Path) -> None:
+    with pytest.raises(ConfigError, match="config file not found"):
+        load_config(tmp_path / "absent.ini")
+
+
+def test_literals_are_never_evaluated(tmp_path: Path) -> None:
+    text = "[create_network_dataset]\nnetworks = __import__('os').getcwd()\n"
+    config = load_config(write(tmp_path, text))
+    # Not a literal: kept as one (odd) network name, never executed.
+    assert config.create_network_dataset.networks == ["__import__('os').getcwd()"]
+
+
+def test_cli_reports_one_line_and_exit_code_2(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    path = write(tmp_path, "[profile]\nbatch = [2]\n")
+    assert main(["run", "--config", str(path)]) == 2
+    captured = capsys.readouterr()
+    lines = [line for line in captured.err.splitlines() if line.strip()]
+    assert len(lines) == 1
+    assert "unknown key 'batch'" in lines[0]
+    assert "Traceback" not in captured.err
