@@ -1,0 +1,106 @@
+"""The IR: tracing on the meta device, and propagation to pruned channel counts."""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+import pytest
+import torch
+import torchvision
+from torch import nn
+
+from perf4sight.architecture import LayerShape, trace_architecture, with_layer_shapes
+from perf4sight.errors import NetworkError
+from perf4sight.networks.spec import build_from_spec, read_spec
+
+
+class Small(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.conv = nn.Conv2d(3, 8, 3, padding=1, bias=False)
+        self.bn = nn.BatchNorm2d(8)
+        self.relu = nn.ReLU(inplace=True)
+        self.pool = nn.MaxPool2d(2)
+        self.fc = nn.Linear(8 * 8 * 8, 10)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        y = self.relu(self.bn(self.conv(x)))
+        y = y + y  # a functional op outside any leaf module
+        return self.fc(torch.flatten(self.pool(y), 1))
+
+
+def test_small_network_layers_shapes_and_saved_tensors() -> None:
+    arch = trace_architecture(Small(), (3, 16, 16), name="small")
+    kinds = [layer.kind for layer in arch.layers]
+    assert kinds == ["conv2d", "batch_norm", "relu", "add", "max_pool2d", "linear"]
+    conv, bn, relu, add, pool, fc = arch.layers
+    assert conv.output == (8, 16, 16) and conv.kernel == (3, 3) and conv.padding == (1, 1)
+    assert conv.params == 8 * 3 * 9 and bn.params == 16 and fc.params == 512 * 10 + 10
+    assert arch.params == conv.params + bn.params + fc.params
+    assert arch.buffer_bytes == 2 * 8 * 4 + 8  # running mean, var, num_batches_tracked
+    # What autograd keeps per sample, in bytes (float32): the conv's input, the BatchNorm's
+    # input, the ReLU's output, the pool's input and its int64 indices, the fc's input.
+    assert conv.saved_bytes == 3 * 16 * 16 * 4
+    assert bn.saved_bytes == 8 * 16 * 16 * 4
+    assert relu.saved_bytes == 8 * 16 * 16 * 4 and relu.inplace
+    assert add.saved_bytes == 0 and add.inputs == ((8, 16, 16), (8, 16, 16))
+    assert pool.saved_bytes == 8 * 16 * 16 * 4 + 8 * 8 * 8 * 8
+    assert fc.saved_bytes == 512 * 4 and fc.in_shape == (512,)
+    assert [layer.sources for layer in arch.layers] == [(-1,), (0,), (1,), (2, 2), (3,), (4,)]
+
+
+def test_tracing_leaves_the_model_untouched() -> None:
+    model = Small()
+    before = {k: v.clone() for k, v in model.state_dict().items()}
+    trace_architecture(model, (3, 16, 16))
+    after = model.state_dict()
+    assert all(torch.equal(before[k], after[k]) for k in before)
+    assert next(model.parameters()).device.type == "cpu"
+
+
+@pytest.mark.parametrize("builder", ["mobilenet_v2", "squeezenet1_1", "googlenet", "vgg11"])
+def test_every_leaf_and_functional_op_is_described(builder: str) -> None:
+    kwargs = {"aux_logits": False, "init_weights": False} if builder == "googlenet" else {}
+    model = getattr(torchvision.models, builder)(num_classes=10, **kwargs)
+    arch = trace_architecture(model, (3, 64, 64))
+    convs = [m for m in model.modules() if isinstance(m, nn.Conv2d)]
+    assert len(arch.convs) == len(convs)
+    assert arch.params == sum(p.numel() for p in model.parameters())
+    assert arch.num_classes == 10 and math.prod(arch.layers[-1].output) == 10
+    assert all(src < i for i, layer in enumerate(arch.layers) for src in layer.sources)
+
+
+def _template(spec: dict) -> object:
+    with torch.device("meta"):
+        base = getattr(torchvision.models, spec["torchvision"])(
+            num_classes=spec["num_classes"], **spec["torchvision_kwargs"]
+        )
+    return trace_architecture(base, spec["input_size"], name=spec["torchvision"])
+
+
+def _shapes(spec: dict) -> dict[str, LayerShape]:
+    return {
+        entry["name"]: LayerShape(tuple(entry["in"]), tuple(entry["out"]), entry.get("groups", 1))
+        for entry in spec["layers"]
+    }
+
+
+def test_propagation_equals_a_rebuild_for_every_tx2_spec(tx2_dir: Path) -> None:
+    templates: dict[str, object] = {}
+    for path in sorted((tx2_dir / "models").glob("*.json")):
+        spec = read_spec(path)
+        template = templates.setdefault(spec["torchvision"], _template(spec))
+        propagated = with_layer_shapes(template, _shapes(spec), name=spec["name"])
+        rebuilt = trace_architecture(build_from_spec(spec), spec["input_size"], name=spec["name"])
+        assert propagated == rebuilt, path.name
+        assert propagated.params == spec["params"]
+
+
+def test_shapes_that_do_not_fit_name_the_layer(tx2_dir: Path) -> None:
+    spec = read_spec(tx2_dir / "models" / "resnet18_50.json")
+    shapes = _shapes(spec)
+    first = shapes["layer1.0.conv1"]
+    shapes["layer1.0.conv1"] = LayerShape((first.inputs[0] + 1, *first.inputs[1:]), first.output)
+    with pytest.raises(NetworkError, match="layer1.0.conv1"):
+        with_layer_shapes(_template(spec), shapes)
