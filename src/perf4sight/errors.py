@@ -14,6 +14,7 @@ __all__ = [
     "LogFormatError",
     "DataNotFoundError",
     "FittedModelError",
+    "UsageError",
 ]
 
 
@@ -43,3 +44,7 @@ class DataNotFoundError(Perf4sightError, FileNotFoundError):
 
 class FittedModelError(Perf4sightError, ValueError):
     """A stored fitted model is for another stage, target or library version."""
+
+
+class UsageError(Perf4sightError, ValueError):
+    """An argument is out of range: a batch size of 0, a budget that nothing fits, a bad unit."""

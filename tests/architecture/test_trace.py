@@ -104,3 +104,34 @@ def test_shapes_that_do_not_fit_name_the_layer(tx2_dir: Path) -> None:
     shapes["layer1.0.conv1"] = LayerShape((first.inputs[0] + 1, *first.inputs[1:]), first.output)
     with pytest.raises(NetworkError, match="layer1.0.conv1"):
         with_layer_shapes(_template(spec), shapes)
+
+
+class ViewsByBatch(Small):
+    """The same network, flattened the old way: `view(x.size(0), -1)` is ambiguous for an
+    empty batch, so tracing falls back to the meta device."""
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        y = self.relu(self.bn(self.conv(x)))
+        y = y + y
+        y = self.pool(y)
+        return self.fc(y.view(y.size(0), -1))
+
+
+def test_meta_fallback_describes_the_same_network() -> None:
+    torch.manual_seed(0)
+    reference = trace_architecture(Small(), (3, 16, 16), name="n")
+    fallback = trace_architecture(ViewsByBatch(), (3, 16, 16), name="n")
+    assert fallback == reference
+
+
+def test_dropout_and_batch_norm_keep_what_they_save_in_training() -> None:
+    model = nn.Sequential(nn.Linear(32, 64), nn.BatchNorm1d(64), nn.Dropout(0.5), nn.Linear(64, 10))
+    arch = trace_architecture(model, (32,))
+    linear, norm, dropout, classifier = arch.layers
+    assert norm.saved_fixed_bytes == 2 * 64 * 4  # per-channel mean and inverse std
+    assert dropout.saved_bytes == 64 * 4  # the mask
+    assert classifier.saved_bytes == 64 * 4  # its input, a new tensor after dropout
+    assert model.training  # the caller's mode is restored
+    model.eval()
+    trace_architecture(model, (32,))
+    assert not model.training

@@ -7,9 +7,7 @@ per sample (the batch dimension is dropped): features scale them by the batch si
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from dataclasses import dataclass, field
-from typing import Any
+from dataclasses import dataclass
 
 __all__ = ["Layer", "Architecture"]
 
@@ -46,7 +44,6 @@ class Layer:
     saved_output_bytes: int = 0
     saved_fixed_bytes: int = 0
     sources: tuple[int, ...] = ()
-    attrs: Mapping[str, Any] = field(default_factory=dict)
 
     @property
     def in_shape(self) -> Shape:

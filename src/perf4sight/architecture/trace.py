@@ -1,7 +1,9 @@
-"""Trace an `nn.Module` into an `Architecture` on the meta device: shapes without compute.
+"""Trace an `nn.Module` into an `Architecture`: shapes without compute.
 
-One forward pass in training mode runs on meta tensors (no memory, no arithmetic) under a
-dispatch mode. Leaf modules become layers with their own input and output shapes; aten
+One forward pass in training mode runs on an empty batch (zero samples, on the CPU, with
+uninitialised weights: C++ shape checks only, no arithmetic) under a dispatch mode; a model
+that cannot take an empty batch is traced on the meta device instead (no memory either,
+but an order of magnitude slower, as meta kernels are largely Python). Leaf modules become layers with their own input and output shapes; aten
 ops run by a container itself (a residual addition, a concatenation, a functional ReLU)
 become layers of their own; pure views are skipped. Autograd's saved tensors are
 attributed to the layer that saved them, each tensor counted once.
@@ -9,10 +11,10 @@ attributed to the layer that saved them, each tensor counted once.
 
 from __future__ import annotations
 
-import copy
+import contextlib
 import math
 import re
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -24,7 +26,9 @@ from perf4sight.architecture.ir import Architecture, Layer
 
 __all__ = ["trace_architecture"]
 
-_TRACE_BATCH = 2
+# Batch sizes of the two tracing routes: zero samples on the CPU, else two on meta.
+_EMPTY_BATCH = 0
+_META_BATCH = 2
 
 # Module classes whose normalised kind is not their snake_case class name.
 _MODULE_KINDS = {
@@ -107,15 +111,15 @@ class _Pending:
     sources: tuple[int, ...] = ()
     saved: list[tuple[tuple[int, ...], int]] = field(default_factory=list)
     saved_fixed_bytes: int = 0
-    ops: list[str] = field(default_factory=list)
 
 
 class _Recorder(TorchDispatchMode):
-    def __init__(self, model: nn.Module, batch: int) -> None:
+    def __init__(self, model: nn.Module, batch: int, params: set[int]) -> None:
         super().__init__()
         self.batch = batch
         self.names = {id(m): n for n, m in model.named_modules()}
-        self.params = {id(p) for p in model.parameters()}
+        self.leaves = {id(m) for m in model.modules() if next(m.children(), None) is None}
+        self.params = params
         self.stack: list[nn.Module] = []
         self.layers: list[_Pending] = []
         self.seen_saved: dict[int, torch.Tensor] = {}
@@ -136,7 +140,7 @@ class _Recorder(TorchDispatchMode):
     # module hooks -------------------------------------------------------------
     def pre_hook(self, module: nn.Module, args: Any) -> None:
         self.stack.append(module)
-        if not any(True for _ in module.children()):
+        if id(module) in self.leaves:
             name = self.names.get(id(module), type(module).__name__)
             tensors = _tensors(args)
             ins = tuple(_per_sample(t.shape, self.batch) for t in tensors)
@@ -145,17 +149,39 @@ class _Recorder(TorchDispatchMode):
             pending.sources = self._sources(tensors)
             self.layers.append(pending)
 
-    def post_hook(self, module: nn.Module, args: Any, output: Any) -> None:
+    def post_hook(self, module: nn.Module, args: Any, output: Any) -> Any:
         if self.stack and self.stack[-1] is module:
             self.stack.pop()
-        if self.layers and self.layers[-1].module is module:
-            outs = _tensors(output)
-            if outs:
-                self.layers[-1].output = _per_sample(outs[0].shape, self.batch)
-            self._produce(outs, len(self.layers) - 1)
+        if not self.layers or self.layers[-1].module is not module:
+            return None
+        pending = self.layers[-1]
+        if self.batch == _EMPTY_BATCH:
+            output = self._complete_empty_batch(pending, module, args, output)
+        outs = _tensors(output)
+        if outs:
+            pending.output = _per_sample(outs[0].shape, self.batch)
+        self._produce(outs, len(self.layers) - 1)
+        return output
+
+    def _complete_empty_batch(self, pending: _Pending, module: nn.Module, args: Any, output: Any) -> Any:
+        """Two kernels skip their work for zero samples; record what they save otherwise.
+
+        Dropout in training keeps a mask the size of its input and returns a new tensor
+        (which the next layer may save); batch norm keeps each channel's mean and inverse
+        standard deviation.
+        """
+        if isinstance(module, nn.modules.dropout._DropoutNd) and module.p > 0:
+            inputs = _tensors(args)
+            if inputs and output is inputs[0]:
+                shape = _per_sample(inputs[0].shape, self.batch)
+                pending.saved.append((shape, math.prod(shape) * inputs[0].element_size()))
+                return output.clone()
+        if isinstance(module, nn.modules.batchnorm._BatchNorm) and pending.inputs:
+            pending.saved_fixed_bytes += 2 * pending.inputs[0][0] * torch.get_default_dtype().itemsize
+        return output
 
     def _in_leaf(self) -> bool:
-        return bool(self.stack) and not any(True for _ in self.stack[-1].children())
+        return bool(self.stack) and id(self.stack[-1]) in self.leaves
 
     # saved tensors --------------------------------------------------------------
     def pack(self, tensor: torch.Tensor) -> torch.Tensor:
@@ -164,12 +190,11 @@ class _Recorder(TorchDispatchMode):
             return tensor
         self.seen_saved[id(base)] = base
         if self.layers:
-            nbytes = base.numel() * base.element_size()
             if base.dim() >= 2 and base.shape[0] == self.batch:
                 shape = _per_sample(base.shape, self.batch)
-                self.layers[-1].saved.append((shape, nbytes // self.batch))
+                self.layers[-1].saved.append((shape, math.prod(shape) * base.element_size()))
             else:
-                self.layers[-1].saved_fixed_bytes += nbytes
+                self.layers[-1].saved_fixed_bytes += base.numel() * base.element_size()
         return tensor
 
     # aten ops ------------------------------------------------------------------
@@ -178,7 +203,6 @@ class _Recorder(TorchDispatchMode):
         out = func(*args, **kwargs)
         op = func.overloadpacket.__name__
         if self._in_leaf():
-            self.layers[-1].ops.append(op)
             return out
         base = op.rstrip("_")
         tensors = _tensors(args)
@@ -194,7 +218,7 @@ class _Recorder(TorchDispatchMode):
         self.functional_counts[parent + kind] = count + 1
         name = f"{parent}.{kind}{count}" if parent else f"{kind}{count}"
         ins = tuple(_per_sample(t.shape, self.batch) for t in tensors)
-        pending = _Pending(name, kind, None, ins, inplace=inplace, ops=[op])
+        pending = _Pending(name, kind, None, ins, inplace=inplace)
         pending.sources = self._sources(tensors)
         pending.output = _per_sample(outs[0].shape, self.batch) if outs else ()
         self.layers.append(pending)
@@ -230,25 +254,14 @@ def trace_architecture(
 ) -> Architecture:
     """Describe `model` for inputs of shape `input_size` (C, H, W), without computing.
 
-    The model itself is left untouched: a copy moves to the meta device (or the model is
-    used as it is when already there) and runs one training-mode forward pass.
+    The model's weights are neither read nor changed: the forward pass runs with empty
+    stand-ins, and the model's training mode is restored afterwards.
     """
-    meta = copy.deepcopy(model) if _on_meta(model) else _meta_copy(model)
-    buffers = sum(b.numel() * b.element_size() for b in meta.buffers())
-    _stop_running_stats(meta)
-    meta.train()
-    recorder = _Recorder(meta, _TRACE_BATCH)
-    x = torch.empty((_TRACE_BATCH, *input_size), device="meta")
-    handles = [
-        nn.modules.module.register_module_forward_pre_hook(recorder.pre_hook),
-        nn.modules.module.register_module_forward_hook(recorder.post_hook),
-    ]
     try:
-        with torch.autograd.graph.saved_tensors_hooks(recorder.pack, lambda t: t), recorder:
-            out = meta(x)
-    finally:
-        for handle in handles:
-            handle.remove()
+        recorder, out = _run(model, input_size, device="cpu", batch=_EMPTY_BATCH)
+    except Exception:  # noqa: BLE001 - e.g. x.view(x.size(0), -1) is ambiguous for 0 samples
+        recorder, out = _run(model, input_size, device="meta", batch=_META_BATCH)
+    buffers = sum(b.numel() * b.element_size() for b in model.buffers())
     outs = _tensors(out)
     layers = []
     # Identity layers are dropped; their consumers take their producer as source.
@@ -281,12 +294,11 @@ def trace_architecture(
                 saved_output_bytes=saved_out,
                 saved_fixed_bytes=p.saved_fixed_bytes,
                 sources=tuple(renumber.get(s, -1) for s in p.sources),
-                attrs={"ops": tuple(p.ops)},
                 **(_conv_fields(module) if module is not None else {}),
             )
         )
-    params = sum(p.numel() for p in meta.parameters())
-    trainable = sum(p.numel() for p in meta.parameters() if p.requires_grad)
+    params = sum(p.numel() for p in model.parameters())
+    trainable = sum(p.numel() for p in model.parameters() if p.requires_grad)
     classes = num_classes if num_classes is not None else (int(outs[0].shape[-1]) if outs else 0)
     return Architecture(
         name=name or type(model).__name__.lower(),
@@ -299,23 +311,50 @@ def trace_architecture(
     )
 
 
-def _meta_copy(model: nn.Module) -> nn.Module:
-    """A copy on the meta device, made without copying the real tensors first."""
-    memo = {id(t): torch.empty_like(t, device="meta") for t in model.buffers()}
-    for p in model.parameters():
-        memo[id(p)] = nn.Parameter(torch.empty_like(p, device="meta"), requires_grad=p.requires_grad)
-    return copy.deepcopy(model, memo)
+def _run(
+    model: nn.Module, input_size: Sequence[int], *, device: str, batch: int
+) -> tuple[_Recorder, Any]:
+    """One recorded training-mode forward pass of `model` with uninitialised stand-ins for
+    its parameters and buffers (no copy of the model or of its tensors)."""
+    tensors: dict[str, torch.Tensor] = {
+        name: torch.empty_like(b, device=device) for name, b in model.named_buffers()
+    }
+    for name, p in model.named_parameters():
+        tensors[name] = torch.empty_like(p, device=device).requires_grad_(p.requires_grad)
+    recorder = _Recorder(model, batch, params={id(t) for t in tensors.values()})
+    x = torch.empty((batch, *input_size), device=device)
+    handles = [
+        nn.modules.module.register_module_forward_pre_hook(recorder.pre_hook),
+        nn.modules.module.register_module_forward_hook(recorder.post_hook),
+    ]
+    try:
+        with _training_without_running_stats(model), torch.autograd.graph.saved_tensors_hooks(
+            recorder.pack, lambda t: t
+        ), recorder:
+            out = torch.func.functional_call(model, tensors, (x,))
+    finally:
+        for handle in handles:
+            handle.remove()
+    return recorder, out
 
 
-def _stop_running_stats(model: nn.Module) -> None:
-    """BatchNorm's running-statistics updates save nothing for backward but cost most of a
-    meta forward pass; tracing without them gives the same shapes and saved tensors."""
-    for module in model.modules():
-        if isinstance(module, nn.modules.batchnorm._BatchNorm):
-            module.track_running_stats = False
-            module.running_mean = module.running_var = module.num_batches_tracked = None
+@contextlib.contextmanager
+def _training_without_running_stats(model: nn.Module) -> Iterator[None]:
+    """Training mode with BatchNorm's running-statistics updates off, restored afterwards.
 
-
-def _on_meta(model: nn.Module) -> bool:
-    tensors = list(model.parameters()) + list(model.buffers())
-    return bool(tensors) and all(t.device.type == "meta" for t in tensors)
+    The updates save nothing for backward but cost most of a meta forward pass (and an
+    empty batch has no statistics); without them the shapes and saved tensors are the same.
+    """
+    modes = [(m, m.training) for m in model.modules()]
+    norms = [m for m in model.modules() if isinstance(m, nn.modules.batchnorm._BatchNorm)]
+    tracking = [m.track_running_stats for m in norms]
+    model.train()
+    for m in norms:
+        m.track_running_stats = False
+    try:
+        yield
+    finally:
+        for m, flag in zip(norms, tracking):
+            m.track_running_stats = flag
+        for m, training in modes:
+            m.training = training

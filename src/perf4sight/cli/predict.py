@@ -1,9 +1,95 @@
-"""CLI for the predict stage."""
+"""CLI for prediction and planning: `perf4sight predict` and `perf4sight plan`."""
 
 from __future__ import annotations
 
+import json
+from pathlib import Path
+
 import typer
+
+from perf4sight import console
+from perf4sight.errors import UsageError
+from perf4sight.predict import LATENCY, MEMORY, Predictor, parse_duration_ms, parse_memory_mib, plan_variants
+
+
+def _ints(text: str, what: str) -> list[int]:
+    try:
+        return [int(part) for part in text.replace(" ", "").split(",") if part]
+    except ValueError:
+        raise UsageError(f"{what}: expected comma-separated integers, got '{text}'") from None
+
+
+def _input_size(text: str | None) -> tuple[int, ...] | None:
+    return tuple(_ints(text, "--input-size")) if text else None
+
+
+def _show(table, *, title: str, as_json: bool) -> None:  # noqa: ANN001
+    if as_json:
+        console.out.print_json(json.dumps(table.to_dict(orient="records")))
+        return
+    names = {MEMORY: "memory (MiB)", LATENCY: "latency (ms)", "epoch_s": "epoch (s)",
+             "images_per_s": "images/s", "batch_size": "batch size"}
+    columns = [c for c in table.columns if c != "extrapolated"]
+    rows = [
+        [row[c] for c in columns] + (["extrapolated"] if row["extrapolated"] else [""])
+        for _, row in table.iterrows()
+    ]
+    console.print_table(title, [names.get(c, c) for c in columns] + [""], rows)
 
 
 def register(app: typer.Typer) -> None:
-    """Add this stage's commands to the perf4sight app."""
+    """Add `predict` and `plan` to the perf4sight app."""
+
+    @app.command("predict")
+    def predict(
+        models: Path = typer.Option(..., "--models", help="Folder of fitted models (fingerprint's model_storedir)."),
+        net: str = typer.Option(..., "--net", help="torchvision name, spec .json, or model file 'file.py:factory'."),
+        bs: str = typer.Option("8,16,32,64", "--bs", help="Batch sizes, comma-separated."),
+        dataset_size: int | None = typer.Option(None, "--dataset-size", help="Images per epoch, for the epoch time."),
+        max_batch_size: bool = typer.Option(False, "--max-batch-size", help="Find the largest batch size that fits --budget."),
+        budget: str | None = typer.Option(None, "--budget", help="Memory budget, e.g. 7.5GiB, 512MB, or 'auto'."),
+        stage: str = typer.Option("training", "--stage", help="training or inference."),
+        input_size: str | None = typer.Option(None, "--input-size", help="C,H,W, e.g. 3,224,224."),
+        num_classes: int | None = typer.Option(None, "--num-classes"),
+        as_json: bool = typer.Option(False, "--json", help="Print JSON records instead of a table."),
+    ) -> None:
+        """Predicted memory and latency per iteration of NET at each batch size."""
+        predictor = Predictor.load(models, stage=stage)
+        options = {"input_size": _input_size(input_size), "num_classes": num_classes}
+        if max_batch_size:
+            if budget is None:
+                raise UsageError("--max-batch-size needs --budget (e.g. --budget 7.5GiB or auto)")
+            row = predictor.max_batch_size(net, parse_memory_mib(budget), dataset_size=dataset_size, **options)
+            _show(row.to_frame().T, title=f"{net}: largest batch size within {budget}", as_json=as_json)
+            return
+        table = predictor.predict(net, _ints(bs, "--bs"), dataset_size=dataset_size, **options)
+        _show(table, title=f"{net}: predicted {stage} cost on this device", as_json=as_json)
+
+    @app.command("plan")
+    def plan(
+        models: Path = typer.Option(..., "--models", help="Folder of fitted models."),
+        net: str = typer.Option(..., "--net", help="Network to prune: torchvision name or model file."),
+        levels: str = typer.Option("0:90:10", "--levels", help="Pruning levels: '0:90:5' or '0,30,50'."),
+        budget: str = typer.Option(..., "--budget", help="Memory budget, e.g. 4GiB, or 'auto'."),
+        max_latency: str | None = typer.Option(None, "--max-latency", help="Latency limit per iteration, e.g. 500ms."),
+        mode: str = typer.Option("random", "--mode", help="random or l1-norm channel selection."),
+        seed: int = typer.Option(0, "--seed"),
+        input_size: str | None = typer.Option(None, "--input-size", help="C,H,W, e.g. 3,224,224."),
+        num_classes: int | None = typer.Option(None, "--num-classes"),
+        as_json: bool = typer.Option(False, "--json"),
+    ) -> None:
+        """Pruned variants of NET that fit the budget, ranked by predicted throughput."""
+        from perf4sight.networks import parse_levels
+
+        table = plan_variants(
+            predictor=Predictor.load(models),
+            network=net,
+            levels=parse_levels(levels),
+            budget_mib=parse_memory_mib(budget),
+            max_latency_ms=parse_duration_ms(max_latency) if max_latency else None,
+            mode=mode,
+            seed=seed,
+            input_size=_input_size(input_size),
+            num_classes=num_classes,
+        )
+        _show(table, title=f"{net}: feasible pruned variants within {budget}", as_json=as_json)

@@ -1,0 +1,60 @@
+"""Plan: which pruned variants of a network can be retrained on this device, and how fast.
+
+The paper's stated use of perf4sight: prune a network at many levels, predict each
+variant at the largest batch size that fits the memory budget (and a latency limit per
+iteration), and rank the feasible ones by predicted throughput.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import pandas as pd
+
+from perf4sight import console
+from perf4sight.architecture import trace_architecture
+from perf4sight.predict.predictor import BudgetError, Predictor
+
+__all__ = ["plan_variants"]
+
+
+def plan_variants(
+    *,
+    predictor: Predictor,
+    network: Any,
+    levels: Sequence[float],
+    budget_mib: float,
+    max_latency_ms: float | None = None,
+    mode: str = "random",
+    seed: int = 0,
+    input_size: Sequence[int] | None = None,
+    num_classes: int | None = None,
+) -> pd.DataFrame:
+    """Feasible pruned variants, best predicted throughput (images per second) first."""
+    from perf4sight.networks import ChannelPruner, load_network
+
+    loaded = load_network(network, input_size=input_size, num_classes=num_classes)
+    pruner = ChannelPruner(loaded.module, input_size=loaded.input_size, mode=mode, seed=seed, name=loaded.name)
+    rows = []
+    infeasible = []
+    with console.progress("planning", total=len(levels)) as bar:
+        for level in levels:
+            pruned = pruner.prune(level)
+            arch = trace_architecture(
+                pruned.module, loaded.input_size, name=f"{loaded.name}_{level:g}", num_classes=loaded.num_classes
+            )
+            bar.advance(f"level {level:g}")
+            try:
+                best = predictor.max_batch_size(arch, budget_mib, max_latency_ms=max_latency_ms)
+            except BudgetError:
+                infeasible.append(level)
+                continue
+            rows.append({"level": level, "level_reached": round(pruned.level, 2), "params": pruned.params, **best})
+    if not rows:
+        raise BudgetError(f"no pruned variant of {loaded.name} at levels {list(levels)} fits the budget")
+    if infeasible:
+        console.info(f"{len(infeasible)} variant(s) do not fit: levels {', '.join(f'{x:g}' for x in infeasible)}")
+    table = pd.DataFrame(rows)
+    table["batch_size"] = table["batch_size"].astype(int)
+    return table.sort_values("images_per_s", ascending=False, ignore_index=True)

@@ -1,0 +1,148 @@
+"""Predict training memory and latency for any network from a device's fitted models.
+
+`Predictor.load(DIR)` reads the models that fingerprinting stored for one device;
+`predict(network, batch_sizes)` describes the network (a torchvision name, a spec, a
+model file or a module: no forward pass, no real weights) and evaluates both models for
+all batch sizes at once. A prediction outside the range the models were fitted on is
+flagged as extrapolated rather than silently trusted.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from perf4sight.architecture import Architecture
+from perf4sight.errors import DataNotFoundError, UsageError
+from perf4sight.fit import FittedModel, load_model
+
+__all__ = ["Predictor", "MEMORY", "LATENCY", "BudgetError"]
+
+MEMORY = "mem_used_mib"
+LATENCY = "latency_ms"
+_TARGETS = {MEMORY: "mem_used", LATENCY: "latency"}
+# Candidate batch sizes searched for the largest one that fits a budget.
+_MAX_SEARCH_BATCH = 4096
+
+
+class BudgetError(UsageError):
+    """No batch size fits the memory budget."""
+
+
+@dataclass(frozen=True)
+class Predictor:
+    """The fitted models of one device and stage, keyed by output column."""
+
+    models: dict[str, FittedModel]
+    stage: str = "training"
+
+    @classmethod
+    def load(cls, directory: str | Path, *, stage: str = "training") -> Predictor:
+        """Load whichever of the memory and latency models `directory` holds (at least one)."""
+        models = {}
+        for column, target in _TARGETS.items():
+            try:
+                models[column] = load_model(directory, stage=stage, target=target)
+            except DataNotFoundError:
+                continue
+        if not models:
+            raise DataNotFoundError(f"no fitted {stage} models in {directory}; run `perf4sight fingerprint` first")
+        return cls(models=models, stage=stage)
+
+    def describe(self, network: Any, **load_options: Any) -> Architecture:
+        """The architecture of `network` (anything the network loader accepts, or an Architecture)."""
+        if isinstance(network, Architecture):
+            return network
+        from perf4sight.networks import load_architecture
+
+        return load_architecture(network, **load_options)
+
+    def predict(
+        self,
+        network: Any,
+        batch_sizes: Sequence[int],
+        *,
+        dataset_size: int | None = None,
+        **load_options: Any,
+    ) -> pd.DataFrame:
+        """One row per batch size: predicted memory (MiB), latency per iteration (ms), and
+        with `dataset_size` the time per epoch (s); `extrapolated` marks rows outside the
+        fitted range (a bigger network or batch than any profiled)."""
+        sizes = _check_batch_sizes(batch_sizes)
+        arch = self.describe(network, **load_options)
+        table = pd.DataFrame({"batch_size": sizes})
+        extrapolated = np.zeros(len(sizes), dtype=bool)
+        for column, model in self.models.items():
+            table[column] = model.predict(arch, sizes)
+            extrapolated |= _outside_range(model, arch, sizes)
+        if dataset_size is not None and LATENCY in table:
+            iterations = np.ceil(dataset_size / table["batch_size"])
+            table["epoch_s"] = iterations * table[LATENCY] / 1e3
+        if LATENCY in table:
+            table["images_per_s"] = table["batch_size"] / table[LATENCY] * 1e3
+        table["extrapolated"] = extrapolated
+        return table
+
+    def max_batch_size(
+        self,
+        network: Any,
+        budget_mib: float,
+        *,
+        max_latency_ms: float | None = None,
+        batch_sizes: Sequence[int] | None = None,
+        dataset_size: int | None = None,
+        **load_options: Any,
+    ) -> pd.Series:
+        """The row of the largest batch size predicted to fit in `budget_mib` (and, when
+        given, to take at most `max_latency_ms` per iteration).
+
+        Batch sizes are tried in increasing order (all of 1..4096 unless given) and the
+        search stops at the first that does not fit: memory and latency rise with the
+        batch size, so a larger one that fits again would be a model's artefact.
+        """
+        if MEMORY not in self.models:
+            raise DataNotFoundError("the loaded models have no memory model; fingerprint memory first")
+        if max_latency_ms is not None and LATENCY not in self.models:
+            raise DataNotFoundError("the loaded models have no latency model; fingerprint latency first")
+        sizes = sorted(set(batch_sizes)) if batch_sizes else list(range(1, _MAX_SEARCH_BATCH + 1))
+        table = self.predict(network, sizes, dataset_size=dataset_size, **load_options)
+        fits = (table[MEMORY] <= budget_mib).to_numpy()
+        if max_latency_ms is not None:
+            fits &= (table[LATENCY] <= max_latency_ms).to_numpy()
+        if not fits[0]:
+            first = table.iloc[0]
+            latency = f" and {first[LATENCY]:.0f} ms" if LATENCY in table else ""
+            raise BudgetError(
+                f"no batch size fits: batch size {sizes[0]} is predicted to need "
+                f"{first[MEMORY]:.0f} MiB{latency} (budget {budget_mib:.0f} MiB"
+                + (f", {max_latency_ms:.0f} ms)" if max_latency_ms is not None else ")")
+            )
+        first_miss = int(np.argmin(fits)) if not fits.all() else len(fits)
+        return table.iloc[first_miss - 1]
+
+
+def _check_batch_sizes(batch_sizes: Sequence[int]) -> list[int]:
+    sizes = [int(b) for b in batch_sizes]
+    if not sizes:
+        raise UsageError("no batch size given")
+    bad = [b for b in sizes if b <= 0]
+    if bad:
+        raise UsageError(f"batch size must be 1 or more, got {bad[0]}")
+    return sizes
+
+
+def _outside_range(model: FittedModel, arch: Architecture, sizes: list[int]) -> np.ndarray:
+    """True where a batch size, the parameter count or a feature exceeds what was fitted on."""
+    ranges = model.metadata.get("training_ranges", {})
+    sizes_arr = np.asarray(sizes)
+    outside = np.zeros(len(sizes), dtype=bool)
+    if "batch_size" in ranges:
+        outside |= sizes_arr > ranges["batch_size"][1]
+    if "params" in ranges and arch.params > ranges["params"][1]:
+        outside |= True
+    return outside
