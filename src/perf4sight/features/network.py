@@ -1,0 +1,184 @@
+"""Whole-network features: what every layer allocates, saves, computes and moves.
+
+The paper's features look only at Conv2d layers, so a model trained on them cannot tell
+a network with BatchNorm and residual additions from one without. These features sum
+over every layer of a complete (traced) `Architecture`, grouped by what bounds the
+layer's cost: arithmetic for convolutions and linear layers, bytes moved for the rest.
+Memory features follow what a training iteration keeps alive: weights, gradients and
+momentum buffers; the tensors autograd saves for the backward pass (per sample, so they
+scale with the batch size); the activation gradients and convolution workspace alive at
+the worst moment of the backward pass; the same saved tensors rounded up to the CUDA
+caching allocator's 2 MiB blocks; and every freshly allocated layer output, the most
+the allocator can end up holding when it reuses no freed block. Every column is a plain sum or maximum in bytes,
+floating-point operations or counts, so a model can weigh it with a physical meaning.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import numpy as np
+import pandas as pd
+
+from perf4sight.architecture import Architecture, Layer
+from perf4sight.console import warn
+from perf4sight.errors import ConfigError, NetworkError
+from perf4sight.features.paper import STAGES
+
+__all__ = ["KIND_GROUPS", "network_features", "layer_group"]
+
+# Non-GEMM layers grouped by the kind of memory-bound kernel they run.
+KIND_GROUPS: dict[str, str] = {
+    **dict.fromkeys(
+        ("batch_norm", "layer_norm", "layer_norm2d", "group_norm", "instance_norm", "local_response_norm"), "norm"
+    ),
+    **dict.fromkeys(
+        ("relu", "relu6", "silu", "gelu", "elu", "prelu", "leaky_relu", "sigmoid", "tanh",
+         "hardswish", "hardsigmoid", "mish", "softplus"),
+        "act",
+    ),
+    **dict.fromkeys(
+        ("max_pool2d", "avg_pool2d", "adaptive_avg_pool2d", "adaptive_max_pool2d"), "pool"
+    ),
+    **dict.fromkeys(
+        ("add", "mul", "sub", "div", "cat", "stack", "dropout", "mean", "sum", "flatten",
+         "softmax", "log_softmax", "pad", "constant_pad_nd", "channel_shuffle", "permute", "stochastic_depth"),
+        "elementwise",
+    ),
+}
+_GEMM_KINDS = ("conv2d", "linear")
+_GROUPS = ("norm", "act", "pool", "elementwise")
+
+# The CUDA caching allocator serves tensors over 1 MiB from segments rounded to 2 MiB.
+_LARGE_ALLOC_BYTES = 1 << 20
+_SEGMENT_BYTES = 2 << 20
+# Tile sizes GEMM kernels pad channel counts to; odd pruned widths cost the padded work.
+_CHANNEL_TILE = 32
+
+
+def layer_group(layer: Layer) -> str:
+    """The cost group of a layer: a GEMM kind, a `KIND_GROUPS` group or `other`."""
+    if layer.kind == "conv2d":
+        if layer.groups > 1:
+            return "conv_depthwise" if layer.groups == layer.in_shape[0] else "conv_grouped"
+        return "conv_1x1" if tuple(layer.kernel) == (1, 1) else "conv_kxk"
+    if layer.kind == "linear":
+        return "linear"
+    return KIND_GROUPS.get(layer.kind, "other")
+
+
+def _numel(shape: Sequence[int]) -> int:
+    return int(np.prod(shape, dtype=np.int64))
+
+
+def _round_up(value: np.ndarray, step: float) -> np.ndarray:
+    return np.ceil(value / step) * step
+
+
+def _gemm_flops(layer: Layer, tile: int = 1) -> int:
+    """Forward multiply-adds x 2 of a conv or linear layer, channels padded to `tile`.
+
+    A linear layer works on the last dimension, a convolution on the first (channels).
+    """
+    linear = layer.kind == "linear"
+    c_in = layer.in_shape[-1] if linear else layer.in_shape[0] // layer.groups
+    c_out = layer.output[-1] if linear else layer.output[0]
+    spatial = _numel(layer.output[:-1] if linear else layer.output[1:])
+    if layer.groups == 1:
+        c_in = int(_round_up(np.array(c_in), tile))
+    c_out = int(_round_up(np.array(c_out), tile))
+    return 2 * c_out * c_in * (1 if linear else _numel(layer.kernel)) * spatial
+
+
+def _im2col_bytes(layer: Layer, dtype_bytes: int) -> int:
+    """Per-sample bytes of the unfolded input an im2col GEMM needs (none for a plain 1x1)."""
+    if layer.kind != "conv2d" or (tuple(layer.kernel) == (1, 1) and set(layer.stride) <= {1}):
+        return 0
+    return (layer.in_shape[0] // layer.groups) * _numel(layer.kernel) * _numel(layer.output[1:]) * dtype_bytes
+
+
+def network_features(arch: Architecture, batch_sizes: Sequence[int], stage: str = "training") -> pd.DataFrame:
+    """One row per batch size of whole-network features of `arch` for `stage`.
+
+    Needs a complete architecture (every layer traced), not a spec's Conv2d/Linear table.
+    """
+    if stage not in STAGES:
+        raise ConfigError(f"unknown stage '{stage}'; expected one of: {', '.join(STAGES)}")
+    if not arch.complete:
+        raise NetworkError(
+            f"network '{arch.name}': whole-network features need every layer; trace the built module "
+            "(perf4sight.architecture.trace_architecture) instead of reading a spec's layer table"
+        )
+    if not arch.layers:
+        raise NetworkError(f"network '{arch.name}': the architecture has no layers")
+    bs = np.asarray(batch_sizes, dtype=float)
+    if bs.ndim != 1 or not len(bs) or (bs < 1).any() or (bs != np.round(bs)).any():
+        raise NetworkError(f"network '{arch.name}': batch sizes must be positive integers, got {list(batch_sizes)}")
+    training = stage == "training"
+    dtype = arch.dtype_bytes
+    layers = arch.layers
+    groups = [layer_group(layer) for layer in layers]
+    unknown = sorted({layer.kind for layer, group in zip(layers, groups) if group == "other"})
+    if unknown:
+        warn(f"network '{arch.name}': {len(unknown)} layer kind(s) without a cost group, counted as "
+             f"memory-bound: {', '.join(unknown)}")
+
+    in_bytes = np.array([sum(_numel(s) for s in layer.inputs) * dtype for layer in layers], dtype=float)
+    out_bytes = np.array([_numel(layer.output) * dtype for layer in layers], dtype=float)
+    saved = np.array([layer.saved_bytes for layer in layers], dtype=float) if training else np.zeros(len(layers))
+    saved_fixed = float(sum(layer.saved_fixed_bytes for layer in layers)) if training else 0.0
+    im2col = np.array([_im2col_bytes(layer, dtype) for layer in layers], dtype=float)
+    param_bytes = float(arch.params * dtype)
+    trainable_bytes = float(arch.trainable_params * dtype) if training else 0.0
+    param_layers = sum(1 for layer in layers if layer.params)
+
+    # Backward of layer i: saved tensors of layers up to i, plus the gradients of its
+    # output and input and its workspace, all at once (forward: its input and output).
+    batch = bs[:, None]
+    alive_saved = np.cumsum(saved)[None, :] * batch
+    if training:
+        transient = (in_bytes + out_bytes)[None, :] * batch + im2col[None, :] * batch
+        peak = (alive_saved + transient).max(axis=1) + saved_fixed
+    else:
+        peak = ((in_bytes + out_bytes + im2col)[None, :] * batch).max(axis=1)
+    fresh_outputs = float(sum(b for b, layer in zip(out_bytes, layers) if not layer.inplace))
+    big = saved[None, :] * batch
+    rounded = np.where(big > _LARGE_ALLOC_BYTES, _round_up(big, _SEGMENT_BYTES), big).sum(axis=1)
+
+    passes = 3.0 if training else 1.0  # forward, gradient of the input, gradient of the weights
+    columns: dict[str, np.ndarray | float] = {
+        "batch_size": bs.astype(int),
+        "param_bytes": param_bytes,
+        "param_state_bytes": param_bytes + 2 * trainable_bytes,  # weights, gradients, momentum
+        "buffer_bytes": float(arch.buffer_bytes),
+        "input_bytes": bs * _numel(arch.input_size) * dtype,
+        "saved_bytes": bs * saved.sum() + saved_fixed,
+        "saved_segment_bytes": rounded + saved_fixed,
+        "output_bytes": bs * fresh_outputs,
+        "activation_peak_bytes": peak,
+        "workspace_peak_bytes": bs * im2col.max(),
+        "layers": float(len(layers)),
+        "param_layers": float(param_layers),
+    }
+    for group in ("conv_kxk", "conv_1x1", "conv_depthwise", "conv_grouped", "linear"):
+        members = [layer for layer, g in zip(layers, groups) if g == group]
+        flops = sum(_gemm_flops(layer) * _passes(layer, passes) for layer in members)
+        padded = sum(_gemm_flops(layer, _CHANNEL_TILE) * _passes(layer, passes) for layer in members)
+        moved = sum(_numel(layer.in_shape) + _numel(layer.output) for layer in members) * dtype * passes
+        columns[f"{group}_flops"] = bs * flops
+        columns[f"{group}_padded_flops"] = bs * padded
+        columns[f"{group}_bytes"] = bs * moved
+        columns[f"{group}_count"] = float(len(members))
+    memory_passes = 2.0 if training else 1.0
+    for group in (*_GROUPS, "other"):
+        mask = np.array([g == group for g in groups], dtype=bool)
+        columns[f"{group}_bytes"] = bs * (in_bytes[mask].sum() + out_bytes[mask].sum()) * memory_passes
+        columns[f"{group}_count"] = float(mask.sum())
+    return pd.DataFrame({key: np.broadcast_to(value, bs.shape) for key, value in columns.items()})
+
+
+def _passes(layer: Layer, passes: float) -> float:
+    """GEMM passes per iteration: a layer fed by the network's input computes no gradient for it."""
+    if passes > 1 and layer.sources and all(source == -1 for source in layer.sources):
+        return passes - 1
+    return passes

@@ -1,0 +1,32 @@
+"""Fitting: datasets built from profiling logs, regression methods, stored models, evaluation."""
+
+from perf4sight.fit.dataset import ArchitectureCatalog, Dataset, architecture_name, build_dataset
+from perf4sight.fit.fingerprint import TARGETS, fingerprint_device, fit_method, predict_rows
+from perf4sight.fit.logs import find_logs, read_log, read_logs
+from perf4sight.fit.methods import DEFAULT_METHOD, METHODS, PaperExtraTrees, resolve_method
+from perf4sight.fit.report import mape_pct, summarise
+from perf4sight.fit.store import FittedModel, load_model, model_path, save_model
+
+__all__ = [
+    "ArchitectureCatalog",
+    "Dataset",
+    "DEFAULT_METHOD",
+    "FittedModel",
+    "METHODS",
+    "PaperExtraTrees",
+    "TARGETS",
+    "architecture_name",
+    "build_dataset",
+    "find_logs",
+    "fingerprint_device",
+    "fit_method",
+    "load_model",
+    "mape_pct",
+    "model_path",
+    "predict_rows",
+    "read_log",
+    "read_logs",
+    "resolve_method",
+    "save_model",
+    "summarise",
+]

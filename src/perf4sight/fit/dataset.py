@@ -1,0 +1,152 @@
+"""Training and evaluation tables: log rows joined with the features of their architectures.
+
+Each log row names its architecture by file name (the `model` column); the architecture is
+looked up in the pruned-models folder as `<name>.json` (a spec) or `<name>.py` (a model
+description). Features are computed once per architecture for all of its batch sizes.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path, PurePosixPath, PureWindowsPath
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from perf4sight import console
+from perf4sight.architecture import Architecture, trace_architecture
+from perf4sight.errors import DataNotFoundError
+from perf4sight.features import FEATURE_SETS
+from perf4sight.networks import architecture_from_spec, build_from_spec, read_spec
+
+__all__ = ["ArchitectureCatalog", "Dataset", "architecture_name", "build_dataset"]
+
+
+def architecture_name(model: str) -> str:
+    """The architecture a log row names: the file name stem of its `model` column.
+
+    The path was written on the device, possibly another OS, so both separators are accepted.
+    """
+    return PurePosixPath(PureWindowsPath(model).name).stem
+
+
+class ArchitectureCatalog:
+    """Architectures of a pruned-models folder by name, each loaded once.
+
+    `complete=False` reads specs without building anything (enough for the paper's
+    features); `complete=True` gives the full traced description.
+    """
+
+    def __init__(self, storedir: str | Path, *, complete: bool) -> None:
+        self.storedir = Path(storedir)
+        self.complete = complete
+        self._cache: dict[str, Architecture | None] = {}
+
+    def get(self, name: str) -> Architecture | None:
+        """The architecture called `name`, or None when the folder has no file for it."""
+        if name not in self._cache:
+            self._cache[name] = self._load(name)
+        return self._cache[name]
+
+    def _load(self, name: str) -> Architecture | None:
+        spec_path = self.storedir / f"{name}.json"
+        model_path = self.storedir / f"{name}.py"
+        if spec_path.is_file():
+            if not self.complete:
+                return architecture_from_spec(read_spec(spec_path))
+            return _load_complete(spec_path)
+        if model_path.is_file():
+            return _load_complete(model_path)
+        return None
+
+
+def _load_complete(path: Path) -> Architecture:
+    from perf4sight import networks
+
+    load_architecture = getattr(networks, "load_architecture", None)
+    if load_architecture is not None:
+        return load_architecture(path)
+    if path.suffix != ".json":
+        raise DataNotFoundError(f"{path}: reading model description files needs perf4sight.networks.load_architecture")
+    spec = read_spec(path)
+    module = build_from_spec(spec, device="meta")
+    return trace_architecture(module, spec["input_size"], name=spec["name"], num_classes=int(spec["num_classes"]))
+
+
+@dataclass(frozen=True)
+class Dataset:
+    """Aligned rows: `features` (the model's X), `target` (y) and `rows` (who each row is).
+
+    `rows` has net, model, batch_size, params and measured, for reports and training ranges.
+    """
+
+    features: pd.DataFrame
+    target: np.ndarray
+    rows: pd.DataFrame
+
+    def __len__(self) -> int:
+        return len(self.target)
+
+    def select(self, mask: Any) -> Dataset:
+        """The rows where the boolean `mask` is true, index reset."""
+        mask = np.asarray(mask, dtype=bool)
+        return Dataset(
+            features=self.features[mask].reset_index(drop=True),
+            target=self.target[mask],
+            rows=self.rows[mask].reset_index(drop=True),
+        )
+
+
+def build_dataset(
+    logs: pd.DataFrame,
+    *,
+    target: str,
+    feature_set: str,
+    stage: str,
+    catalog: ArchitectureCatalog,
+    passed_only: bool = True,
+) -> Dataset:
+    """Join log rows (from `read_logs`) with their features; rows without an architecture are
+    skipped with one warning that counts them, and none left is an error."""
+    if passed_only:
+        logs = logs[logs["passed"]]
+    if "stage" in logs.columns:
+        logs = logs[logs["stage"].astype(str).str.strip() == stage]
+    logs = logs.assign(arch_name=logs["model"].map(architecture_name))
+    features_of = FEATURE_SETS[feature_set]
+    blocks, kept, missing = [], [], []
+    for name, group in logs.groupby("arch_name", sort=False):
+        arch = catalog.get(name)
+        if arch is None:
+            missing.append((name, len(group)))
+            continue
+        sizes = np.unique(group["bs"].to_numpy())
+        table = features_of(arch, sizes.tolist(), stage)
+        blocks.append(table.iloc[np.searchsorted(sizes, group["bs"].to_numpy())])
+        kept.append(group.assign(params=arch.params))
+    if missing:
+        skipped = sum(count for _, count in missing)
+        names = ", ".join(name for name, _ in missing[:5]) + (", ..." if len(missing) > 5 else "")
+        console.warn(
+            f"skipped {skipped} log rows of {len(missing)} architectures not found in {catalog.storedir} "
+            f"(as <name>.json or <name>.py): {names}"
+        )
+    if not kept:
+        stage_note = f" of stage '{stage}'" if "stage" in logs.columns else ""
+        raise DataNotFoundError(
+            f"no usable {target} log rows: no {'passed ' if passed_only else ''}row{stage_note} "
+            f"names an architecture found in {catalog.storedir}"
+        )
+    rows = pd.concat(kept, ignore_index=True)
+    return Dataset(
+        features=pd.concat(blocks, ignore_index=True),
+        target=rows[target].to_numpy(dtype=np.float64),
+        rows=pd.DataFrame({
+            "net": rows["net"],
+            "model": rows["arch_name"],
+            "batch_size": rows["bs"].astype(int),
+            "params": rows["params"].astype(int),
+            "measured": rows[target].astype(float),
+        }),
+    )

@@ -1,0 +1,136 @@
+"""Fingerprint a device: fit memory and latency models on its logs, store them, evaluate them.
+
+The original tool's semantics: with `evaluate = False` a model is fitted per enabled target
+(`memory_model`, `latency_model`) unless one is already stored and `overwrite` is False;
+then the models are evaluated on `eval_nets` x `eval_logs`. With `evaluate = True` the
+stored models are only evaluated. Evaluation logs default to the training log folders and
+evaluation networks to the training networks.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+
+from perf4sight import console
+from perf4sight.config import FingerprintSettings
+from perf4sight.errors import ConfigError
+from perf4sight.features import needs_complete_architecture
+from perf4sight.fit.dataset import ArchitectureCatalog, Dataset, build_dataset
+from perf4sight.fit.logs import read_logs
+from perf4sight.fit.methods import METHODS, resolve_method
+from perf4sight.fit.report import print_report, summarise, write_report
+from perf4sight.fit.store import FittedModel, load_model, model_path, save_model
+
+__all__ = ["TARGETS", "fit_method", "predict_rows", "fingerprint_device"]
+
+
+@dataclass(frozen=True)
+class _Target:
+    kind: str  # the report's key and the config's prefix: memory, latency
+    column: str  # the log column predicted
+
+
+TARGETS = (_Target("memory", "mem_used"), _Target("latency", "latency"))
+
+
+def fit_method(method: str, dataset: Dataset, target: str | None = None) -> Any:
+    """A new estimator of `method` fitted on `dataset`; `target` (a log column) is passed to
+    methods whose model depends on what is predicted (they take a `target` parameter)."""
+    cls = METHODS[method]
+    params = {"target": target} if target is not None and "target" in cls().get_params() else {}
+    return cls(**params).fit(dataset.features, dataset.target)
+
+
+def predict_rows(estimator: Any, dataset: Dataset) -> pd.DataFrame:
+    """The dataset's rows (net, model, batch_size, params, measured) with `predicted`."""
+    return dataset.rows.assign(predicted=estimator.predict(dataset.features))
+
+
+class _Catalogs:
+    """One architecture catalog per kind of description needed, shared by all targets."""
+
+    def __init__(self, storedir: Path) -> None:
+        self.storedir = storedir
+        self._by_complete: dict[bool, ArchitectureCatalog] = {}
+
+    def for_feature_set(self, feature_set: str) -> ArchitectureCatalog:
+        complete = needs_complete_architecture(feature_set)
+        if complete not in self._by_complete:
+            self._by_complete[complete] = ArchitectureCatalog(self.storedir, complete=complete)
+        return self._by_complete[complete]
+
+
+def _log_dirs(settings: FingerprintSettings, kind: str, *, evaluation: bool) -> list[Path]:
+    train_dirs = getattr(settings, f"{kind}_logs")
+    dirs = (getattr(settings, f"eval_{kind}_logs") or train_dirs) if evaluation else train_dirs
+    if not dirs:
+        raise ConfigError(f"[fingerprint] {kind}_logs: no log folder given for the {kind} model")
+    return dirs
+
+
+def _dataset(settings: FingerprintSettings, target: _Target, feature_set: str, catalogs: _Catalogs,
+             nets: Sequence[str], levels: Sequence[int], *, evaluation: bool) -> Dataset:
+    logs = read_logs(nets, levels, _log_dirs(settings, target.kind, evaluation=evaluation), [target.column])
+    return build_dataset(logs, target=target.column, feature_set=feature_set, stage=settings.stage,
+                         catalog=catalogs.for_feature_set(feature_set))
+
+
+def _train(settings: FingerprintSettings, target: _Target, method: str, catalogs: _Catalogs) -> None:
+    path = model_path(settings.model_storedir, settings.stage, target.column)
+    if path.is_file() and not settings.overwrite:
+        console.info(f"{target.kind} model already stored at {path}; kept (overwrite = False)")
+        return
+    dataset = _dataset(settings, target, METHODS[method].feature_set, catalogs,
+                       settings.train_nets, settings.train_logs, evaluation=False)
+    console.info(f"fitting the {target.kind} model ({method}) on {len(dataset)} rows")
+    estimator = fit_method(method, dataset, target.column)
+    save_model(estimator, method=method, storedir=settings.model_storedir, stage=settings.stage,
+               target=target.column, dataset=dataset)
+    console.info(f"stored the {target.kind} model at {path}")
+
+
+def _evaluate(settings: FingerprintSettings, target: _Target, model: FittedModel,
+              catalogs: _Catalogs) -> pd.DataFrame:
+    dataset = _dataset(settings, target, model.metadata["feature_set"], catalogs,
+                       settings.eval_nets or settings.train_nets, settings.eval_logs, evaluation=True)
+    return predict_rows(model.estimator, Dataset(dataset.features[model.feature_names], dataset.target, dataset.rows))
+
+
+def fingerprint_device(settings: FingerprintSettings) -> dict[str, Any]:
+    """Fit (or reuse) and evaluate this device's models; returns the evaluation report.
+
+    The report maps each evaluated model (memory, latency) to its target, MAPE in percent,
+    row count and the same per network; it is printed as a table and, when `report` is
+    set, written there as JSON with the per-row predictions (CSV) and a plot (PNG) beside it.
+    """
+    method = resolve_method(settings.method)
+    catalogs = _Catalogs(Path(settings.pruned_models_storedir))
+    enabled = [t for t in TARGETS if getattr(settings, f"{t.kind}_model")]
+    for target in TARGETS:
+        if target not in enabled:
+            console.info(f"not creating the {target.kind} model ({target.kind}_model = False)")
+        elif not settings.evaluate:
+            _train(settings, target, method, catalogs)
+    if not settings.eval_logs:
+        console.info("no eval_logs given: nothing to evaluate")
+        return {}
+    report: dict[str, Any] = {}
+    predictions: dict[str, pd.DataFrame] = {}
+    for target in enabled:
+        model = load_model(settings.model_storedir, stage=settings.stage, target=target.column)
+        if model.metadata["method"] != method:
+            console.warn(f"the stored {target.kind} model is method '{model.metadata['method']}', the config asks "
+                         f"for '{method}'; set overwrite = True to refit")
+        predictions[target.kind] = _evaluate(settings, target, model, catalogs)
+        report[target.kind] = summarise(target.column, predictions[target.kind])
+    if report:
+        print_report(report)
+    if report and settings.report is not None:
+        written = write_report(report, predictions, settings.report)
+        console.info("wrote " + ", ".join(str(p) for p in written))
+    return report

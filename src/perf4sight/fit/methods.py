@@ -1,0 +1,78 @@
+"""Regression methods: scikit-learn estimators that map a feature table to one target.
+
+A method is any estimator class in `METHODS` with a `feature_set` class attribute (a key
+of `perf4sight.features.FEATURE_SETS`: the columns it is fitted on) and a `trusted_types`
+tuple naming the scikit-learn types it holds, which skops may load. `DEFAULT_METHOD` is
+what `method = default` in a config means.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+from sklearn.base import BaseEstimator, RegressorMixin
+from sklearn.ensemble import ExtraTreesRegressor
+from sklearn.utils.validation import check_is_fitted, validate_data
+
+from perf4sight.errors import ConfigError
+from perf4sight.fit.physical import PhysicalRegressor
+
+__all__ = ["PaperExtraTrees", "METHODS", "DEFAULT_METHOD", "resolve_method", "trusted_types"]
+
+
+class PaperExtraTrees(RegressorMixin, BaseEstimator):
+    """The paper's model: extremely randomised trees (300 per target) on the paper's features.
+
+    Trees interpolate well between the pruning levels of a network they were fitted on,
+    which is the paper's protocol; they cannot extrapolate beyond the training range.
+    """
+
+    feature_set = "paper"
+    trusted_types = (
+        "sklearn.ensemble._forest.ExtraTreesRegressor",
+        "sklearn.tree._classes.ExtraTreeRegressor",
+        "sklearn.tree._tree.Tree",
+    )
+
+    def __init__(self, n_estimators: int = 300, random_state: int | None = 0, n_jobs: int | None = None) -> None:
+        self.n_estimators = n_estimators
+        self.random_state = random_state
+        self.n_jobs = n_jobs
+
+    def fit(self, X: Any, y: Any) -> PaperExtraTrees:  # noqa: N803 (scikit-learn's names)
+        X, y = validate_data(self, X, y, y_numeric=True)
+        self.forest_ = ExtraTreesRegressor(
+            n_estimators=self.n_estimators, random_state=self.random_state, n_jobs=self.n_jobs
+        ).fit(X, y)
+        return self
+
+    def predict(self, X: Any) -> np.ndarray:  # noqa: N803
+        check_is_fitted(self)
+        X = validate_data(self, X, reset=False)
+        return self.forest_.predict(X)
+
+
+METHODS: dict[str, type] = {
+    "paper": PaperExtraTrees,
+    "physical": PhysicalRegressor,
+}
+
+DEFAULT_METHOD = "physical"
+
+
+def resolve_method(name: str) -> str:
+    """The METHODS key a config's `method` means ('default' is DEFAULT_METHOD)."""
+    key = DEFAULT_METHOD if name == "default" else name
+    if key not in METHODS:
+        raise ConfigError(f"[fingerprint] method: unknown method '{name}'; known: default, {', '.join(METHODS)}")
+    return key
+
+
+def trusted_types() -> list[str]:
+    """Qualified names of every type a stored model of any method may hold (for skops)."""
+    names = set()
+    for cls in METHODS.values():
+        names.add(f"{cls.__module__}.{cls.__qualname__}")
+        names.update(getattr(cls, "trusted_types", ()))
+    return sorted(names)

@@ -1,0 +1,181 @@
+"""Physical models: a few coefficients per device on whole-network features.
+
+Trees fitted on three pruned families cannot extrapolate to a fourth network; a model
+whose terms are bytes and operations can, because a new network only changes the
+amounts, not the device's cost of each. Both models here have non-negative
+coefficients on features that never shrink with the batch size, so their predictions
+never fall when the batch size grows.
+
+Memory (`mem_used`, MiB): the runtime's fixed footprint (CUDA context, libraries), plus
+weights, gradients and momentum, plus the activations the caching allocator holds. Those
+lie between the least the backward pass needs at its worst moment (the saved tensors
+plus one layer's gradients and workspace) and every layer output the iteration
+allocates (no freed block ever reused): the model takes the midpoint and fits its scale. Measured memory also has a floor (small runs stay within what the runtime
+reserved anyway) and saturates at the device's capacity, where the system reclaims its
+caches; a demand above that capacity is predicted not to fit.
+
+Latency (ms per iteration): a fixed cost, plus GEMM operations at the device's
+arithmetic rate, plus bytes moved by every layer at its memory rate, plus a cost per
+layer (kernel launches), plus a cost per parameter byte (the optimizer step, which does
+not depend on the batch size); fitted with non-negative least squares on relative error.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import pandas as pd
+from scipy.optimize import least_squares, nnls
+from sklearn.base import BaseEstimator, RegressorMixin
+from sklearn.utils.validation import check_is_fitted
+
+from perf4sight.errors import ConfigError
+
+__all__ = ["PhysicalRegressor", "MEMORY_TERMS", "MEMORY_EXACT", "LATENCY_TERMS", "TARGET_TERMS"]
+
+_MIB = float(1 << 20)
+# Each term is the sum of its feature columns; the model fits one coefficient per term.
+MEMORY_TERMS: dict[str, tuple[str, ...]] = {
+    "activations": ("activation_peak_bytes", "output_bytes"),  # halved: the midpoint of the two bounds
+}
+# Bytes the memory model adds as they are (coefficient 1): weights, gradients and momentum
+# are exact amounts, and a fitted scale on them would explode for parameter-heavy networks.
+MEMORY_EXACT = ("param_state_bytes",)
+LATENCY_TERMS: dict[str, tuple[str, ...]] = {
+    "gemm": ("conv_kxk_flops", "conv_1x1_flops", "conv_grouped_flops", "linear_flops"),
+    "traffic": ("conv_kxk_bytes", "conv_1x1_bytes", "conv_grouped_bytes", "conv_depthwise_bytes",
+                "linear_bytes", "norm_bytes", "act_bytes", "pool_bytes", "elementwise_bytes", "other_bytes"),
+    "launches": ("layers",),
+    "optimizer": ("param_bytes",),  # the SGD step and gradient zeroing touch every parameter
+}
+TARGET_TERMS = {"mem_used": MEMORY_TERMS, "latency": LATENCY_TERMS}
+# Width (MiB) of the smooth corners at the memory floor and capacity.
+_CORNER_MIB = 30.0
+# Training runs that must exceed the fitted capacity for it to be kept.
+_CAPACITY_SUPPORT_ROWS = 3
+
+
+def _smooth_max(a: np.ndarray, b: np.ndarray | float) -> np.ndarray:
+    return _CORNER_MIB * np.logaddexp(np.asarray(a) / _CORNER_MIB, np.asarray(b) / _CORNER_MIB)
+
+
+def _smooth_min(a: np.ndarray, b: np.ndarray | float) -> np.ndarray:
+    return -_smooth_max(-np.asarray(a), -np.asarray(b))
+
+
+def _demand(intercept: float, coef: np.ndarray, floor: float, design: np.ndarray, offset: np.ndarray) -> np.ndarray:
+    """Memory an iteration asks for: fixed footprint, exact offset and fitted terms, above the floor."""
+    return _smooth_max(intercept + offset + design @ coef, floor)
+
+
+class PhysicalRegressor(RegressorMixin, BaseEstimator):
+    """Memory or latency as a few device coefficients times whole-network amounts.
+
+    `target` picks the model: `mem_used` (MiB) or `latency` (ms). After fitting,
+    `coef_` holds one coefficient per term (`terms_`) and `intercept_` the fixed cost;
+    the memory model also has `floor_mib_` and `capacity_mib_`.
+    """
+
+    feature_set = "network"
+    trusted_types: tuple[str, ...] = ()
+
+    def __init__(self, target: str = "mem_used") -> None:
+        self.target = target
+
+    def _terms(self) -> dict[str, tuple[str, ...]]:
+        if self.target not in TARGET_TERMS:
+            raise ConfigError(f"PhysicalRegressor: unknown target '{self.target}'; known: {', '.join(TARGET_TERMS)}")
+        return TARGET_TERMS[self.target]
+
+    def _design(self, X: Any) -> tuple[np.ndarray, np.ndarray]:  # noqa: N803 (scikit-learn's names)
+        """The term amounts, one column per term, and the exact offset (memory in MiB)."""
+        if not isinstance(X, pd.DataFrame):
+            raise ValueError("PhysicalRegressor needs a DataFrame of 'network' features (named columns)")
+        terms = self._terms()
+        exact = MEMORY_EXACT if self.target == "mem_used" else ()
+        missing = sorted({c for cols in terms.values() for c in cols}.union(exact) - set(X.columns))
+        if missing:
+            raise ValueError(f"PhysicalRegressor: feature columns missing: {', '.join(missing)}")
+        design = np.column_stack([X[list(cols)].to_numpy(dtype=float).sum(axis=1) for cols in terms.values()])
+        offset = X[list(exact)].to_numpy(dtype=float).sum(axis=1) if exact else np.zeros(len(X))
+        if self.target == "mem_used":
+            design = design / _MIB / 2
+            offset = offset / _MIB
+        return design, offset
+
+    def fit(self, X: Any, y: Any) -> PhysicalRegressor:  # noqa: N803
+        design, offset = self._design(X)
+        y = np.asarray(y, dtype=float)
+        if design.shape[0] != y.shape[0] or not len(y):
+            raise ValueError(f"PhysicalRegressor: {design.shape[0]} feature rows for {y.shape[0]} targets")
+        if not np.isfinite(design).all() or not np.isfinite(y).all() or (y <= 0).any():
+            raise ValueError("PhysicalRegressor: features and targets must be finite and targets positive")
+        self.terms_ = np.array(list(self._terms()))
+        self.n_features_in_ = X.shape[1]
+        self.feature_names_in_ = np.asarray(X.columns, dtype=object)
+        if self.target == "mem_used":
+            self._fit_memory(design, offset, y)
+        else:
+            self._fit_additive(design, y)
+        return self
+
+    def _fit_additive(self, design: np.ndarray, y: np.ndarray) -> None:
+        """Non-negative least squares on relative error, columns scaled for conditioning."""
+        full = np.column_stack([np.ones(len(y)), design])
+        scale = np.abs(full).max(axis=0)
+        scale[scale == 0] = 1.0
+        solution, _ = nnls(full / scale / y[:, None], np.ones_like(y))
+        solution = solution / scale
+        self.intercept_ = float(solution[0])
+        self.coef_ = solution[1:]
+
+    def _fit_memory(self, design: np.ndarray, offset: np.ndarray, y: np.ndarray) -> None:
+        """Robust least squares on relative error: intercept, coefficients, floor, capacity.
+
+        The capacity is kept only when the data show it (a few runs whose demand exceeds
+        it); otherwise it would cap every prediction just above the largest run measured.
+        """
+        n = design.shape[1]
+        theta = self._solve(design, offset, y, np.r_[0.5 * y.min(), np.ones(n), y.min(), 1.2 * y.max()])
+        demand = _demand(theta[0], theta[1 : 1 + n], theta[1 + n], design, offset)
+        if np.count_nonzero(demand > theta[2 + n] + _CORNER_MIB) < _CAPACITY_SUPPORT_ROWS:
+            theta = np.r_[self._solve(design, offset, y, theta[: 2 + n]), np.inf]
+        self.intercept_ = float(theta[0])
+        self.coef_ = theta[1 : 1 + n]
+        self.floor_mib_ = float(theta[1 + n])
+        self.capacity_mib_ = float(theta[2 + n])
+
+    @classmethod
+    def _solve(cls, design: np.ndarray, offset: np.ndarray, y: np.ndarray, start: np.ndarray) -> np.ndarray:
+        def residual(theta: np.ndarray) -> np.ndarray:
+            return (cls._memory(theta, design, offset) - y) / y
+
+        return least_squares(residual, start, bounds=(0.0, np.inf), loss="soft_l1", f_scale=0.05).x
+
+    @staticmethod
+    def _memory(theta: np.ndarray, design: np.ndarray, offset: np.ndarray) -> np.ndarray:
+        """Measured memory for parameters theta (intercept, coefficients, floor[, capacity])."""
+        n = design.shape[1]
+        measured = _demand(theta[0], theta[1 : 1 + n], theta[1 + n], design, offset)
+        return _smooth_min(measured, theta[2 + n]) if len(theta) > 2 + n else measured
+
+    def predict_demand(self, X: Any) -> np.ndarray:  # noqa: N803
+        """What the iteration asks for, before the device's capacity caps the measurement."""
+        check_is_fitted(self)
+        design, offset = self._design(X)
+        if self.target == "mem_used":
+            return _demand(self.intercept_, self.coef_, self.floor_mib_, design, offset)
+        return self.intercept_ + design @ self.coef_
+
+    def predict(self, X: Any) -> np.ndarray:  # noqa: N803
+        demand = self.predict_demand(X)
+        if self.target == "mem_used":
+            return _smooth_min(demand, self.capacity_mib_)
+        return demand
+
+    def predict_fits(self, X: Any) -> np.ndarray:  # noqa: N803
+        """Whether each row fits in the device's memory (memory model only)."""
+        if self.target != "mem_used":
+            raise ValueError("predict_fits needs the memory model (target='mem_used')")
+        return self.predict_demand(X) <= self.capacity_mib_

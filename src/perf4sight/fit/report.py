@@ -1,0 +1,90 @@
+"""Evaluation of fitted models: MAPE overall and per network, as JSON, a table, a CSV and a plot."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from perf4sight import console
+
+__all__ = ["mape_pct", "summarise", "print_report", "write_report"]
+
+
+def mape_pct(measured: Any, predicted: Any) -> float:
+    """Mean absolute percentage error, in percent."""
+    measured = np.asarray(measured, dtype=np.float64)
+    predicted = np.asarray(predicted, dtype=np.float64)
+    return float(np.mean(np.abs(predicted - measured) / np.abs(measured)) * 100.0)
+
+
+def summarise(target: str, predictions: pd.DataFrame) -> dict[str, Any]:
+    """The report entry of one target from rows with net, measured and predicted."""
+    per_net = {
+        str(net): {"mape_pct": mape_pct(group["measured"], group["predicted"]), "n": int(len(group))}
+        for net, group in predictions.groupby("net", sort=True)
+    }
+    return {
+        "target": target,
+        "mape_pct": mape_pct(predictions["measured"], predictions["predicted"]),
+        "n": int(len(predictions)),
+        "per_net": per_net,
+    }
+
+
+def print_report(report: Mapping[str, Any]) -> None:
+    """One table: MAPE per network and overall, for each target."""
+    rows = []
+    for kind, entry in report.items():
+        for net, stats in entry["per_net"].items():
+            rows.append((kind, entry["target"], net, stats["n"], stats["mape_pct"]))
+        rows.append((kind, entry["target"], "all", entry["n"], entry["mape_pct"]))
+    console.print_table("Fingerprint evaluation", ("model", "target", "net", "rows", "MAPE %"), rows)
+
+
+def write_report(report: Mapping[str, Any], predictions: Mapping[str, pd.DataFrame], path: str | Path) -> list[Path]:
+    """Write the JSON report at `path` and, beside it, per-row predictions (CSV) and a
+    predicted-against-measured plot (PNG); returns the paths written."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(report, indent=2) + "\n")
+    csv_path = path.with_name(f"{path.stem}_predictions.csv")
+    table = pd.concat(
+        [frame.assign(model_kind=kind, target=report[kind]["target"]) for kind, frame in predictions.items()],
+        ignore_index=True,
+    )
+    columns = ["model_kind", "target", "net", "model", "batch_size", "measured", "predicted"]
+    table[columns].to_csv(csv_path, index=False)
+    png_path = path.with_suffix(".png")
+    _plot(report, predictions, png_path)
+    return [path, csv_path, png_path]
+
+
+def _plot(report: Mapping[str, Any], predictions: Mapping[str, pd.DataFrame], path: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    units = {"mem_used": "MiB", "latency": "ms"}
+    fig, axes = plt.subplots(1, len(predictions), figsize=(5.5 * len(predictions), 5), squeeze=False)
+    for ax, (kind, frame) in zip(axes[0], predictions.items()):
+        target = report[kind]["target"]
+        for net, group in frame.groupby("net", sort=True):
+            mape = report[kind]["per_net"][str(net)]["mape_pct"]
+            ax.scatter(group["measured"], group["predicted"], s=14, label=f"{net} ({mape:.1f} %)")
+        low = float(min(frame["measured"].min(), frame["predicted"].min()))
+        high = float(max(frame["measured"].max(), frame["predicted"].max()))
+        ax.plot([low, high], [low, high], color="grey", linewidth=1, linestyle="--")
+        unit = units.get(target, "")
+        ax.set_xlabel(f"measured {target} ({unit})" if unit else f"measured {target}")
+        ax.set_ylabel(f"predicted {target} ({unit})" if unit else f"predicted {target}")
+        ax.set_title(f"{kind}: MAPE {report[kind]['mape_pct']:.2f} %")
+        ax.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)

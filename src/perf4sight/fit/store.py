@@ -1,0 +1,136 @@
+"""Fitted models on disk: one skops file per device folder, stage and target, plus metadata.
+
+`<model_storedir>/<stage>_<target>.skops` holds the estimator (skops, never a pickle: only
+the types the methods declare are trusted when loading) and `<stage>_<target>.json` what
+a later run needs to trust and use it: method, stage, target, feature set and names, the
+ranges of the training data, and the library versions. A model is refused when it was
+stored for another stage or target, by another scikit-learn or perf4sight version, or when
+its file no longer matches its metadata.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Sequence
+from dataclasses import dataclass
+from importlib.metadata import version
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import skops.io
+
+from perf4sight.architecture import Architecture
+from perf4sight.errors import DataNotFoundError, FittedModelError
+from perf4sight.features import FEATURE_SETS
+from perf4sight.fit.dataset import Dataset
+from perf4sight.fit.methods import METHODS, trusted_types
+
+__all__ = ["FittedModel", "library_versions", "model_path", "save_model", "load_model"]
+
+_FORMAT = 1
+# Versions that must match for a stored model to be used: the estimator's internals
+# (scikit-learn) and the feature definitions (perf4sight).
+_PINNED = ("scikit-learn", "perf4sight")
+
+
+def library_versions() -> dict[str, str]:
+    """Versions of the libraries a stored model depends on."""
+    return {name: version(name) for name in ("scikit-learn", "skops", "numpy", "perf4sight")}
+
+
+def model_path(storedir: str | Path, stage: str, target: str) -> Path:
+    """Where the model for `stage` and `target` lives (its metadata is beside it, `.json`)."""
+    return Path(storedir) / f"{stage}_{target}.skops"
+
+
+@dataclass(frozen=True)
+class FittedModel:
+    """A loaded estimator with its metadata; predicts straight from an architecture."""
+
+    estimator: Any
+    metadata: dict[str, Any]
+
+    @property
+    def feature_names(self) -> list[str]:
+        return list(self.metadata["feature_names"])
+
+    def predict(self, arch: Architecture, batch_sizes: Sequence[int]) -> np.ndarray:
+        """Predicted target for `arch` at each batch size, features computed as in training."""
+        features = FEATURE_SETS[self.metadata["feature_set"]](arch, batch_sizes, self.metadata["stage"])
+        return self.estimator.predict(features[self.feature_names])
+
+
+def _ranges(dataset: Dataset) -> dict[str, list[float]]:
+    columns = {name: dataset.features[name] for name in dataset.features.columns}
+    columns["params"] = dataset.rows["params"]
+    columns["batch_size"] = dataset.rows["batch_size"]
+    columns["measured"] = dataset.rows["measured"]
+    return {name: [float(values.min()), float(values.max())] for name, values in columns.items()}
+
+
+def _sha256(path: Path) -> str:
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+def save_model(estimator: Any, *, method: str, storedir: str | Path, stage: str, target: str,
+               dataset: Dataset) -> Path:
+    """Store a fitted estimator and its metadata; returns the .skops path."""
+    path = model_path(storedir, stage, target)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    skops.io.dump(estimator, path)
+    metadata = {
+        "format": _FORMAT,
+        "method": method,
+        "estimator": f"{type(estimator).__module__}.{type(estimator).__qualname__}",
+        "feature_set": type(estimator).feature_set,
+        "stage": stage,
+        "target": target,
+        "feature_names": [str(name) for name in dataset.features.columns],
+        "n_train": len(dataset),
+        "train_nets": sorted(dataset.rows["net"].unique().tolist()),
+        "training_ranges": _ranges(dataset),
+        "versions": library_versions(),
+        "sha256": _sha256(path),
+    }
+    path.with_suffix(".json").write_text(json.dumps(metadata, indent=2) + "\n")
+    return path
+
+
+def load_model(storedir: str | Path, *, stage: str, target: str) -> FittedModel:
+    """Load the model for `stage` and `target`, refusing one that does not fit this run."""
+    path = model_path(storedir, stage, target)
+    meta_path = path.with_suffix(".json")
+    for needed in (path, meta_path):
+        if not needed.is_file():
+            raise DataNotFoundError(f"fitted model not found: {needed} (fingerprint with evaluate = False first)")
+    try:
+        metadata = json.loads(meta_path.read_text())
+    except json.JSONDecodeError as exc:
+        raise FittedModelError(f"{meta_path}: not valid JSON: {exc}") from None
+    if not isinstance(metadata, dict) or metadata.get("format") != _FORMAT:
+        raise FittedModelError(f"{meta_path}: not perf4sight model metadata of format {_FORMAT}")
+    for key, wanted in (("stage", stage), ("target", target)):
+        if metadata.get(key) != wanted:
+            raise FittedModelError(f"{path}: fitted for {key} '{metadata.get(key)}', this run needs '{wanted}'")
+    current = library_versions()
+    for name in _PINNED:
+        stored = metadata.get("versions", {}).get(name)
+        if stored != current[name]:
+            raise FittedModelError(
+                f"{path}: stored by {name} {stored}, this is {name} {current[name]}; fingerprint again to refit"
+            )
+    if metadata.get("method") not in METHODS:
+        raise FittedModelError(f"{path}: method '{metadata.get('method')}' is not one of {', '.join(METHODS)}")
+    if _sha256(path) != metadata.get("sha256"):
+        raise FittedModelError(f"{path}: the model file does not match its metadata {meta_path.name}")
+    untrusted = set(skops.io.get_untrusted_types(file=path)) - set(trusted_types())
+    if untrusted:
+        raise FittedModelError(f"{path}: holds types no perf4sight method uses: {', '.join(sorted(untrusted))}")
+    estimator = skops.io.load(path, trusted=trusted_types())
+    expected = METHODS[metadata["method"]]
+    if type(estimator) is not expected:
+        raise FittedModelError(f"{path}: holds a {type(estimator).__name__}, method '{metadata['method']}' "
+                               f"is a {expected.__name__}")
+    return FittedModel(estimator=estimator, metadata=metadata)

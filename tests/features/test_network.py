@@ -1,0 +1,119 @@
+"""Whole-network features on real traced modules: amounts checked by hand, scaling with batch."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from torch import nn
+
+from perf4sight.architecture import trace_architecture
+from perf4sight.errors import ConfigError, NetworkError
+from perf4sight.features import FEATURE_SETS
+from perf4sight.features.network import layer_group, network_features
+from perf4sight.networks import architecture_from_spec, build_from_spec, read_spec
+
+INPUT = (3, 16, 16)
+
+
+def _tiny() -> nn.Module:
+    return nn.Sequential(
+        nn.Conv2d(3, 8, 3, padding=1, bias=False),
+        nn.BatchNorm2d(8),
+        nn.ReLU(inplace=True),
+        nn.Conv2d(8, 8, 3, padding=1, groups=8, bias=False),
+        nn.Conv2d(8, 16, 1, bias=False),
+        nn.ReLU(),
+        nn.AdaptiveAvgPool2d(1),
+        nn.Flatten(),
+        nn.Linear(16, 10),
+    )
+
+
+@pytest.fixture(scope="module")
+def tiny_arch():
+    return trace_architecture(_tiny(), INPUT)
+
+
+def test_registered_as_network_feature_set():
+    assert FEATURE_SETS["network"] is network_features
+
+
+def test_parameter_state_counted_by_hand(tiny_arch):
+    params = 3 * 8 * 9 + 2 * 8 + 8 * 9 + 8 * 16 + 16 * 10 + 10
+    table = network_features(tiny_arch, [1, 4], "training")
+    assert (table["param_bytes"] == 4 * params).all()
+    # weights, their gradients and SGD momentum buffers
+    assert (table["param_state_bytes"] == 3 * 4 * params).all()
+    inference = network_features(tiny_arch, [1], "inference")
+    assert inference["param_state_bytes"].iloc[0] == 4 * params
+    assert inference["saved_bytes"].iloc[0] == 0
+
+
+def test_gemm_flops_by_hand(tiny_arch):
+    table = network_features(tiny_arch, [1, 3], "training").set_index("batch_size")
+    spatial = 16 * 16
+    first = 2 * 8 * 3 * 9 * spatial  # the first conv computes no gradient for the network input
+    assert table.loc[1, "conv_kxk_flops"] == 2 * first
+    assert table.loc[1, "conv_1x1_flops"] == 3 * 2 * 16 * 8 * spatial
+    assert table.loc[1, "linear_flops"] == 3 * 2 * 16 * 10
+    assert table.loc[3, "conv_1x1_flops"] == 3 * table.loc[1, "conv_1x1_flops"]
+    assert table.loc[1, "conv_depthwise_count"] == 1
+    # 32 output channels round the 16-wide pointwise conv's work up to a full tile
+    assert table.loc[1, "conv_1x1_padded_flops"] == 3 * 2 * 32 * 32 * spatial
+
+
+def test_saved_bytes_grow_linearly_and_everything_is_monotone(tiny_arch):
+    sizes = [1, 2, 4, 8, 64]
+    table = network_features(tiny_arch, sizes, "training")
+    per_sample = sum(layer.saved_bytes for layer in tiny_arch.layers)
+    fixed = sum(layer.saved_fixed_bytes for layer in tiny_arch.layers)
+    assert per_sample > 0
+    np.testing.assert_array_equal(table["saved_bytes"], np.array(sizes) * per_sample + fixed)
+    assert (table["saved_segment_bytes"] >= table["saved_bytes"]).all()
+    assert (table["activation_peak_bytes"] >= table["saved_bytes"]).all()
+    assert (table.diff().iloc[1:] >= 0).all().all()
+
+
+def test_layer_groups(tiny_arch):
+    groups = [layer_group(layer) for layer in tiny_arch.layers]
+    assert groups[:5] == ["conv_kxk", "norm", "act", "conv_depthwise", "conv_1x1"]
+    assert "linear" in groups and "pool" in groups
+
+
+def test_unknown_kind_is_counted_with_a_warning(capsys):
+    arch = trace_architecture(nn.Sequential(nn.Conv2d(3, 4, 1), nn.Softmin(dim=1)), INPUT)
+    table = network_features(arch, [2], "training")
+    assert table["other_count"].iloc[0] == 1 and table["other_bytes"].iloc[0] > 0
+    assert "softmin" in capsys.readouterr().err
+
+
+def test_bad_input_is_refused(tiny_arch, tx2_dir):
+    with pytest.raises(ConfigError, match="stage 'validation'"):
+        network_features(tiny_arch, [1], "validation")
+    for sizes in ([0, 2], [1.5], []):
+        with pytest.raises(NetworkError, match="batch sizes"):
+            network_features(tiny_arch, sizes, "training")
+    spec = read_spec(tx2_dir / "models" / "squeezenet_90.json")
+    with pytest.raises(NetworkError, match="every layer"):
+        network_features(architecture_from_spec(spec), [1], "training")
+
+
+def test_tx2_spec_rebuilt_and_traced(tx2_dir):
+    spec = read_spec(tx2_dir / "models" / "resnet18_90.json")
+    arch = trace_architecture(build_from_spec(spec, device="meta"), spec["input_size"], name=spec["name"])
+    table = network_features(arch, [2, 32], "training")
+    assert (table["param_bytes"] == 4 * spec["params"]).all()
+    assert table["norm_count"].iloc[0] == 20 and table["elementwise_count"].iloc[0] == 8  # BN, residual adds
+    # resnet18 saves far more activations per sample than it holds parameters at batch 32
+    assert table["saved_bytes"].iloc[1] > 16 * table["saved_bytes"].iloc[0] / 2
+
+
+@pytest.mark.parametrize("builder", ["mobilenet_v2", "efficientnet_b0"])
+def test_unprofiled_torchvision_networks_have_every_layer_grouped(builder, capsys):
+    import torchvision
+
+    arch = trace_architecture(getattr(torchvision.models, builder)(num_classes=10), (3, 32, 32))
+    table = network_features(arch, [1, 2], "training")
+    assert table["other_count"].iloc[0] == 0 and "warning" not in capsys.readouterr().err
+    assert table["conv_depthwise_count"].iloc[0] >= 16
+    assert table["conv_depthwise_flops"].iloc[1] == 2 * table["conv_depthwise_flops"].iloc[0] > 0

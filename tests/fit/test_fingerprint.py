@@ -1,0 +1,128 @@
+"""fingerprint_device end to end on a slice of the TX2 data, and its handling of missing pieces."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from dataclasses import replace
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+from perf4sight.cli import main
+from perf4sight.config import FingerprintSettings
+from perf4sight.errors import DataNotFoundError
+from perf4sight.fit import ArchitectureCatalog, build_dataset, fingerprint_device, read_logs
+
+
+def _settings(tx2_dir: Path, tmp_path: Path, **changes) -> FingerprintSettings:
+    settings = FingerprintSettings(
+        train_nets=["resnet18"],
+        train_logs=[0, 50, 90],
+        eval_logs=[30],
+        memory_logs=[tx2_dir / "memory"],
+        latency_logs=[tx2_dir / "latency"],
+        pruned_models_storedir=tx2_dir / "models",
+        model_storedir=tmp_path / "models",
+        report=tmp_path / "report" / "tx2.json",
+    )
+    return replace(settings, **changes)
+
+
+@pytest.fixture(scope="module")
+def trained(tx2_dir, tmp_path_factory):
+    tmp_path = tmp_path_factory.mktemp("fingerprint")
+    settings = _settings(tx2_dir, tmp_path)
+    return settings, fingerprint_device(settings)
+
+
+def test_report_structure_and_accuracy(trained):
+    settings, report = trained
+    assert set(report) == {"memory", "latency"}
+    for kind, target in (("memory", "mem_used"), ("latency", "latency")):
+        entry = report[kind]
+        assert set(entry) == {"target", "mape_pct", "n", "per_net"}
+        assert entry["target"] == target
+        assert set(entry["per_net"]) == {"resnet18"}
+        assert entry["per_net"]["resnet18"]["n"] == entry["n"] >= 10
+        # resnet18_30 lies between trained levels: well inside the noise of a bad model
+        assert 0 < entry["mape_pct"] < 20
+    assert json.loads(settings.report.read_text()) == report
+
+
+def test_report_files_beside_the_json(trained):
+    settings, report = trained
+    predictions = pd.read_csv(settings.report.with_name("tx2_predictions.csv"))
+    assert list(predictions.columns) == ["model_kind", "target", "net", "model", "batch_size", "measured", "predicted"]
+    assert set(predictions["model"]) == {"resnet18_30"}
+    assert len(predictions) == report["memory"]["n"] + report["latency"]["n"]
+    assert settings.report.with_suffix(".png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    models = sorted(p.name for p in settings.model_storedir.iterdir())
+    assert models == ["training_latency.json", "training_latency.skops",
+                      "training_mem_used.json", "training_mem_used.skops"]
+
+
+def test_stored_models_are_kept_unless_overwrite(trained, tx2_dir):
+    settings, report = trained
+    path = settings.model_storedir / "training_mem_used.skops"
+    before = path.stat().st_mtime_ns
+    again = fingerprint_device(replace(settings, report=None))
+    assert path.stat().st_mtime_ns == before
+    assert again == report
+    evaluated = fingerprint_device(replace(settings, report=None, evaluate=True, eval_logs=[10, 20],
+                                           latency_model=False))
+    assert set(evaluated) == {"memory"} and evaluated["memory"]["n"] > report["memory"]["n"]
+    assert path.stat().st_mtime_ns == before
+
+
+def test_evaluate_without_stored_models_says_where_it_looked(tx2_dir, tmp_path):
+    with pytest.raises(DataNotFoundError, match="training_mem_used.skops"):
+        fingerprint_device(_settings(tx2_dir, tmp_path, evaluate=True))
+
+
+def test_missing_architectures_are_counted_once_and_none_left_is_an_error(tx2_dir, tmp_path, capsys):
+    models = tmp_path / "models_subset"
+    models.mkdir()
+    shutil.copy(tx2_dir / "models" / "resnet18_0.json", models)
+    logs = read_logs(["resnet18"], [0, 50], [tx2_dir / "latency"], ["latency"])
+    catalog = ArchitectureCatalog(models, complete=False)
+    dataset = build_dataset(logs, target="latency", feature_set="paper", stage="training", catalog=catalog)
+    passed = logs[logs["passed"]]
+    skipped = int((passed["model"].str.endswith("resnet18_50.py")).sum())
+    assert set(dataset.rows["model"]) == {"resnet18_0"} and len(dataset) == len(passed) - skipped
+    warning = capsys.readouterr().err
+    assert warning.count("warning") == 1 and f"skipped {skipped} log rows" in warning and "resnet18_50" in warning
+    empty = tmp_path / "no_models"
+    empty.mkdir()
+    with pytest.raises(DataNotFoundError, match=f"no usable latency log rows.*{empty}"):
+        build_dataset(logs, target="latency", feature_set="paper", stage="training",
+                      catalog=ArchitectureCatalog(empty, complete=False))
+
+
+def test_rows_of_another_stage_do_not_train(tx2_dir):
+    logs = read_logs(["squeezenet"], [0], [tx2_dir / "latency"], ["latency"])
+    catalog = ArchitectureCatalog(tx2_dir / "models", complete=False)
+    with pytest.raises(DataNotFoundError, match="stage 'training'"):
+        build_dataset(logs.assign(stage="inference"), target="latency", feature_set="paper", stage="training",
+                      catalog=catalog)
+
+
+def test_cli_fingerprint_command(tx2_dir, tmp_path, capsys):
+    config = tmp_path / "fp.ini"
+    config.write_text(
+        "[fingerprint]\n"
+        "train_nets = ['squeezenet']\ntrain_logs = [0, 90]\neval_logs = [50]\n"
+        f"latency_logs = ['{tx2_dir / 'latency'}']\nmemory_model = False\n"
+        f"pruned_models_storedir = {tx2_dir / 'models'}\nmodel_storedir = {tmp_path / 'models'}\n"
+        f"report = {tmp_path / 'report.json'}\nmethod = default\n"
+    )
+    assert main(["fingerprint", "--config", str(config)]) == 0
+    report = json.loads((tmp_path / "report.json").read_text())
+    assert set(report) == {"latency"} and report["latency"]["per_net"]["squeezenet"]["n"] > 0
+    config.write_text(config.read_text().replace("train_logs = [0, 90]", "train_logs = [7]")
+                      .replace("method = default", "overwrite = True"))
+    capsys.readouterr()
+    assert main(["fingerprint", "--config", str(config)]) == 2
+    error = capsys.readouterr().err
+    assert "no profiling logs found" in error and str(tx2_dir / "latency" / "squeezenet_7-gt.csv") in error

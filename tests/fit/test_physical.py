@@ -1,0 +1,134 @@
+"""The physical models on real TX2 measurements: contract, accuracy, monotonicity, storage."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from sklearn.base import clone
+from sklearn.exceptions import NotFittedError
+
+from perf4sight.errors import ConfigError
+from perf4sight.features import FEATURE_SETS
+from perf4sight.fit import (
+    DEFAULT_METHOD,
+    METHODS,
+    ArchitectureCatalog,
+    build_dataset,
+    fit_method,
+    load_model,
+    mape_pct,
+    read_logs,
+    save_model,
+)
+from perf4sight.fit.physical import PhysicalRegressor
+
+NETS = ("resnet18", "googlenet", "squeezenet")
+TARGETS = {"mem_used": "memory", "latency": "latency"}
+
+
+@pytest.fixture(scope="module")
+def datasets(tx2_dir):
+    """Three levels of each TX2 network, with whole-network features, per target column."""
+    catalog = ArchitectureCatalog(tx2_dir / "models", complete=True)
+    out = {}
+    for column, kind in TARGETS.items():
+        logs = read_logs(NETS, (0, 50, 90), [tx2_dir / kind], [column])
+        out[column] = build_dataset(logs, target=column, feature_set="network", stage="training", catalog=catalog)
+    return out
+
+
+def _levels(dataset):
+    return dataset.rows["model"].str.rsplit("_", n=1).str[1].astype(int).to_numpy()
+
+
+def test_registered_and_default():
+    assert METHODS["physical"] is PhysicalRegressor
+    assert DEFAULT_METHOD == "physical"
+    assert PhysicalRegressor.feature_set in FEATURE_SETS
+
+
+def test_estimator_contract(datasets):
+    data = datasets["latency"]
+    model = PhysicalRegressor(target="latency")
+    assert model.get_params() == {"target": "latency"}
+    assert clone(model).get_params() == model.get_params()
+    with pytest.raises(NotFittedError):
+        model.predict(data.features)
+    assert model.fit(data.features, data.target) is model
+    learned = [name for name in vars(model) if name != "target"]
+    assert learned and all(name.endswith("_") for name in learned)
+    assert model.coef_.shape == (len(model.terms_),) and (model.coef_ >= 0).all()
+
+
+@pytest.mark.parametrize("column, bound_pct", [("mem_used", 12.0), ("latency", 12.0)])
+def test_interpolates_held_out_levels(datasets, column, bound_pct):
+    data = datasets[column]
+    held_out = _levels(data) == 50
+    model = fit_method("physical", data.select(~held_out), column)
+    test = data.select(held_out)
+    error = mape_pct(test.target, model.predict(test.features))
+    assert 0 < error < bound_pct
+
+
+@pytest.mark.parametrize("column, bound_pct", [("mem_used", 16.0), ("latency", 20.0)])
+def test_predicts_an_unseen_network(datasets, column, bound_pct):
+    data = datasets[column]
+    unseen = (data.rows["net"] == "googlenet").to_numpy()
+    model = fit_method("physical", data.select(~unseen), column)
+    test = data.select(unseen)
+    assert mape_pct(test.target, model.predict(test.features)) < bound_pct
+
+
+def test_memory_model_is_physical_and_monotone(datasets, tx2_dir):
+    data = datasets["mem_used"]
+    model = fit_method("physical", data, "mem_used")
+    # a runtime footprint (CUDA context, libraries) of some hundreds of MiB, capacity under 8 GiB
+    assert 300 < model.intercept_ < 3000
+    assert model.floor_mib_ < model.capacity_mib_ < 8192
+    arch = ArchitectureCatalog(tx2_dir / "models", complete=True).get("resnet18_50")
+    sizes = [1, 2, 8, 32, 128, 512, 4096]
+    features = FEATURE_SETS["network"](arch, sizes, "training")[data.features.columns]
+    predicted = model.predict(features)
+    assert (np.diff(predicted) >= 0).all() and (np.diff(model.predict_demand(features)) > 0).any()
+    fits = model.predict_fits(features)
+    assert fits[0] and not fits[-1]
+
+
+def test_capacity_only_when_the_data_reach_it(datasets, tx2_dir):
+    data = datasets["mem_used"]
+    small = data.select(data.rows["batch_size"].to_numpy() <= 32)
+    model = fit_method("physical", small, "mem_used")
+    assert model.capacity_mib_ == np.inf
+    arch = ArchitectureCatalog(tx2_dir / "models", complete=True).get("googlenet_0")
+    features = FEATURE_SETS["network"](arch, [256], "training")[data.features.columns]
+    assert model.predict(features)[0] > 1.5 * small.target.max()
+    assert model.predict_fits(features).all()
+
+
+def test_latency_rises_with_batch_size(datasets, tx2_dir):
+    data = datasets["latency"]
+    model = fit_method("physical", data, "latency")
+    arch = ArchitectureCatalog(tx2_dir / "models", complete=True).get("squeezenet_0")
+    features = FEATURE_SETS["network"](arch, [1, 2, 4, 16, 64, 256], "training")[data.features.columns]
+    assert (np.diff(model.predict(features)) > 0).all()
+    with pytest.raises(ValueError, match="memory model"):
+        model.predict_fits(features)
+
+
+def test_stored_with_skops_and_reloaded(datasets, tmp_path):
+    data = datasets["mem_used"]
+    model = fit_method("physical", data, "mem_used")
+    save_model(model, method="physical", storedir=tmp_path, stage="training", target="mem_used", dataset=data)
+    loaded = load_model(tmp_path, stage="training", target="mem_used")
+    assert loaded.estimator.get_params() == {"target": "mem_used"}
+    np.testing.assert_allclose(loaded.estimator.predict(data.features), model.predict(data.features))
+
+
+def test_bad_input(datasets):
+    data = datasets["latency"]
+    with pytest.raises(ConfigError, match="unknown target 'power'"):
+        PhysicalRegressor(target="power").fit(data.features, data.target)
+    with pytest.raises(ValueError, match="missing: layers"):
+        PhysicalRegressor(target="latency").fit(data.features.drop(columns="layers"), data.target)
+    with pytest.raises(ValueError, match="DataFrame"):
+        PhysicalRegressor(target="latency").fit(data.features.to_numpy(), data.target)

@@ -1,0 +1,88 @@
+"""Stored models: skops round trip with metadata, and refusal of models that do not fit the run."""
+
+from __future__ import annotations
+
+import json
+import zipfile
+
+import numpy as np
+import pytest
+import skops.io
+
+from perf4sight.errors import DataNotFoundError, FittedModelError
+from perf4sight.fit import (
+    ArchitectureCatalog,
+    PaperExtraTrees,
+    build_dataset,
+    load_model,
+    model_path,
+    read_logs,
+    save_model,
+)
+from perf4sight.fit.store import library_versions
+from perf4sight.networks import architecture_from_spec, read_spec
+
+
+@pytest.fixture(scope="module")
+def dataset(tx2_dir):
+    logs = read_logs(["squeezenet"], [0, 50, 90], [tx2_dir / "latency"], ["latency"])
+    catalog = ArchitectureCatalog(tx2_dir / "models", complete=False)
+    return build_dataset(logs, target="latency", feature_set="paper", stage="training", catalog=catalog)
+
+
+@pytest.fixture()
+def stored(dataset, tmp_path):
+    estimator = PaperExtraTrees(n_estimators=20).fit(dataset.features, dataset.target)
+    path = save_model(estimator, method="paper", storedir=tmp_path, stage="training", target="latency",
+                      dataset=dataset)
+    return estimator, path
+
+
+def test_round_trip_keeps_predictions_and_metadata(dataset, stored, tmp_path, tx2_dir):
+    estimator, path = stored
+    assert path == model_path(tmp_path, "training", "latency") == tmp_path / "training_latency.skops"
+    assert zipfile.is_zipfile(path)  # skops' format, not a pickle
+    model = load_model(tmp_path, stage="training", target="latency")
+    np.testing.assert_array_equal(model.estimator.predict(dataset.features), estimator.predict(dataset.features))
+    meta = model.metadata
+    assert (meta["method"], meta["stage"], meta["target"], meta["feature_set"]) == (
+        "paper", "training", "latency", "paper")
+    assert meta["feature_names"] == list(dataset.features.columns)
+    assert meta["training_ranges"]["batch_size"] == [dataset.rows["batch_size"].min(), dataset.rows["batch_size"].max()]
+    assert meta["training_ranges"]["params"][0] < meta["training_ranges"]["params"][1]
+    assert meta["versions"] == library_versions() and "skops" in meta["versions"]
+    assert meta["train_nets"] == ["squeezenet"]
+    # predicting straight from an architecture gives the same as from the dataset's rows
+    arch = architecture_from_spec(read_spec(tx2_dir / "models" / "squeezenet_50.json"))
+    rows = (dataset.rows["model"] == "squeezenet_50").to_numpy()
+    sizes = dataset.rows.loc[rows, "batch_size"].tolist()
+    np.testing.assert_allclose(model.predict(arch, sizes), estimator.predict(dataset.features[rows]))
+
+
+def test_another_stage_or_target_is_refused(stored, tmp_path):
+    with pytest.raises(DataNotFoundError, match="training_mem_used.skops"):
+        load_model(tmp_path, stage="training", target="mem_used")
+    path = model_path(tmp_path, "training", "latency")
+    inference = model_path(tmp_path, "inference", "latency")
+    path.rename(inference)
+    path.with_suffix(".json").rename(inference.with_suffix(".json"))
+    with pytest.raises(FittedModelError, match="fitted for stage 'training', this run needs 'inference'"):
+        load_model(tmp_path, stage="inference", target="latency")
+
+
+def test_another_library_version_is_refused(stored, tmp_path):
+    _, path = stored
+    meta_path = path.with_suffix(".json")
+    meta = json.loads(meta_path.read_text())
+    meta["versions"]["scikit-learn"] = "0.24.2"
+    meta_path.write_text(json.dumps(meta))
+    with pytest.raises(FittedModelError, match="stored by scikit-learn 0.24.2, this is scikit-learn"):
+        load_model(tmp_path, stage="training", target="latency")
+
+
+def test_a_replaced_model_file_is_refused(dataset, stored, tmp_path):
+    _, path = stored
+    other = PaperExtraTrees(n_estimators=3).fit(dataset.features, dataset.target)
+    skops.io.dump(other, path)
+    with pytest.raises(FittedModelError, match="does not match its metadata"):
+        load_model(tmp_path, stage="training", target="latency")
