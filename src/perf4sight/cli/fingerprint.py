@@ -1,9 +1,26 @@
-"""CLI for the fingerprint stage."""
+"""CLI for the fingerprint stage: `perf4sight fingerprint --config FILE.ini`."""
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import typer
+
+from perf4sight.config import load_config
+from perf4sight.errors import ConfigError
 
 
 def register(app: typer.Typer) -> None:
     """Add this stage's commands to the perf4sight app."""
+
+    @app.command("fingerprint")
+    def fingerprint(
+        config: Path = typer.Option(..., "--config", "-c", help="config.ini with a [fingerprint] section."),
+    ) -> None:
+        """Fit the device's memory and latency models from its logs and evaluate them."""
+        from perf4sight.fit import fingerprint_device
+
+        settings = load_config(config).fingerprint
+        if settings is None:
+            raise ConfigError(f"{config}: no [fingerprint] section")
+        fingerprint_device(settings)
