@@ -29,6 +29,7 @@ __all__ = [
     "SECTIONS",
     "load_config",
     "parse_section",
+    "read_ini",
 ]
 
 
@@ -118,13 +119,7 @@ class Config:
 def load_config(path: str | Path) -> Config:
     """Read a config.ini; raise ConfigError for a missing file, unknown section or bad key."""
     path = Path(path)
-    if not path.is_file():
-        raise ConfigError(f"config file not found: {path}")
-    parser = configparser.ConfigParser(interpolation=None)
-    try:
-        parser.read(path)
-    except configparser.Error as exc:
-        raise ConfigError(f"{path}: cannot parse: {exc}".replace("\n", " ")) from None
+    parser = read_ini(path)
     unknown = [s for s in parser.sections() if s not in SECTIONS]
     if unknown:
         raise ConfigError(
@@ -139,6 +134,18 @@ def load_config(path: str | Path) -> Config:
         if parser.has_section(name)
     }
     return Config(path=path, **values)
+
+
+def read_ini(path: Path, *, kind: str = "config file") -> configparser.ConfigParser:
+    """Parse an .ini file (no interpolation); ConfigError when missing or malformed."""
+    if not path.is_file():
+        raise ConfigError(f"{kind} not found: {path}")
+    parser = configparser.ConfigParser(interpolation=None)
+    try:
+        parser.read(path)
+    except configparser.Error as exc:
+        raise ConfigError(f"{path}: cannot parse: {exc}".replace("\n", " ")) from None
+    return parser
 
 
 def parse_section(cls: type, raw: dict[str, str], *, where: str) -> Any:

@@ -11,6 +11,7 @@ import sys
 from pathlib import Path
 
 import typer
+from rich.markup import escape
 
 from perf4sight import console
 from perf4sight.cli import fingerprint, predict, profile, prune, run
@@ -44,7 +45,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         code = app(args=argv, prog_name="perf4sight", standalone_mode=False)
     except Perf4sightError as exc:
-        console.err.print(f"[red]error:[/red] {exc}", soft_wrap=True)
+        console.err.print(f"[red]error:[/red] {escape(str(exc))}", soft_wrap=True)
         return 2
     except (typer.Abort, KeyboardInterrupt):
         console.err.print("aborted")

@@ -1,9 +1,47 @@
-"""CLI for the profile stage."""
+"""CLI for the profile stage: `perf4sight profile create-config` and `perf4sight profile run`."""
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import typer
+
+from perf4sight import console
+from perf4sight.config import ProfileSettings, load_config
+from perf4sight.errors import ConfigError
+
+__all__ = ["register"]
+
+_CONFIG = typer.Option(..., "--config", "-c", help="config.ini with a [profile] section.")
+
+
+def _settings(path: Path) -> ProfileSettings:
+    config = load_config(path)
+    if config.profile is None:
+        raise ConfigError(f"{path}: no [profile] section")
+    return config.profile
 
 
 def register(app: typer.Typer) -> None:
     """Add this stage's commands to the perf4sight app."""
+    profile_app = typer.Typer(
+        name="profile", help="Profile training/inference memory and latency on a device.",
+        no_args_is_help=True,
+    )
+
+    @profile_app.command("create-config")
+    def create_config(config: Path = _CONFIG) -> None:
+        """On the host: write the test config listing the models of [profile] network."""
+        from perf4sight.profile import create_test_config
+
+        path = create_test_config(_settings(config))
+        console.info(f"test config written to {path}; copy it to the device with the models")
+
+    @profile_app.command("run")
+    def run(config: Path = _CONFIG) -> None:
+        """On the device: run the test config named by [profile] test_config."""
+        from perf4sight.profile import run_test_config
+
+        run_test_config(_settings(config))
+
+    app.add_typer(profile_app, name="profile")

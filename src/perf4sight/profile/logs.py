@@ -1,0 +1,149 @@
+"""Profiling logs: one '|'-separated CSV per model and variable, the original's layout.
+
+`<log_dir>/<memory|latency>/<model>.csv` is the journal: rows are appended and fsynced
+one at a time, the last column is the original's `params` dict, and it is what a resumed
+campaign reads to skip recorded tests. `<model>-gt.csv` beside it is rewritten from the
+journal after every row (atomically): the same rows with `params` expanded into columns,
+as the original's clean-up step did, with `exec_stage` named `stage`.
+
+Columns beyond the original's: `mem_context` (MiB of runtime context in mem_used),
+`latency_iters_ms` (each timed iteration, a list literal), `status` (`ok`; `error` for
+an exception such as out of memory; `crashed` when the worker died; `skipped` for a
+batch size not run after a smaller one failed under till_first_fail) and `error`.
+"""
+
+from __future__ import annotations
+
+import ast
+import os
+from pathlib import Path
+from typing import Any
+
+from perf4sight.errors import LogFormatError
+from perf4sight.profile.test_config import ProfileTest
+
+__all__ = [
+    "COLUMNS",
+    "GT_COLUMNS",
+    "LogRow",
+    "log_path",
+    "gt_path",
+    "read_log",
+    "append_row",
+    "write_gt",
+]
+
+_MEMORY_FIGURES = ["mem_alloc", "mem_reserved", "mem_used", "mem_avail", "free", "capacity"]
+_PARAM_COLUMNS = ["test_var", "bs", "dataset", "net_name", "model", "stage"]
+COLUMNS: dict[str, list[str]] = {
+    "memory": ["passed", *_MEMORY_FIGURES, "mem_context", "status", "error", "params"],
+    "latency": ["passed", "latency", "latency_iters_ms", "status", "error", "params"],
+}
+GT_COLUMNS: dict[str, list[str]] = {
+    "memory": ["passed", *_MEMORY_FIGURES, *_PARAM_COLUMNS, "mem_context", "status", "error"],
+    "latency": ["passed", "latency", *_PARAM_COLUMNS, "latency_iters_ms", "status", "error"],
+}
+SEPARATOR = "|"
+
+LogRow = dict[str, Any]
+"""A row: column -> value (None for an empty field); `params` is the original's dict."""
+
+
+def log_path(log_dir: Path, test: ProfileTest) -> Path:
+    return log_dir / test.test_var / f"{test.log_name}.csv"
+
+
+def gt_path(path: Path) -> Path:
+    return path.with_name(f"{path.stem}-gt.csv")
+
+
+def read_log(path: Path, *, repair: bool = False) -> list[LogRow]:
+    """The rows of a journal; a torn last line (a write cut short) is ignored, or cut off
+    the file when `repair`, so that the next append starts on a fresh line."""
+    if not path.exists():
+        return []
+    data = path.read_bytes()
+    complete, newline, torn = data.rpartition(b"\n")
+    if torn and repair:
+        with open(path, "r+b") as handle:
+            handle.truncate(len(complete) + len(newline))
+            os.fsync(handle.fileno())
+    lines = complete.decode().splitlines() if complete else []
+    if not lines:
+        return []
+    header = lines[0].split(SEPARATOR)
+    if header[0] != "passed" or header[-1] != "params":
+        raise LogFormatError(f"{path}: line 1: expected a header 'passed|...|params', got {lines[0]!r}")
+    rows = []
+    for number, line in enumerate(lines[1:], start=2):
+        if line.strip():
+            rows.append(_parse(line, header, where=f"{path}: line {number}"))
+    return rows
+
+
+def _parse(line: str, header: list[str], *, where: str) -> LogRow:
+    fields = line.split(SEPARATOR)
+    if len(fields) < len(header):
+        raise LogFormatError(f"{where}: {len(fields)} fields, the header has {len(header)}")
+    # params is last and may itself contain the separator
+    fields = fields[: len(header) - 1] + [SEPARATOR.join(fields[len(header) - 1:])]
+    row: LogRow = {}
+    for name, text in zip(header, fields):
+        row[name] = _value(name, text, where=where)
+    try:
+        ProfileTest.from_params(row["params"])
+    except (KeyError, ValueError, TypeError) as exc:
+        raise LogFormatError(f"{where}: params lacks or mangles {exc}") from None
+    return row
+
+
+def _value(name: str, text: str, *, where: str) -> Any:
+    if name in ("status", "error"):
+        return text or None
+    if name == "passed":
+        if text not in ("True", "False"):
+            raise LogFormatError(f"{where}: passed must be True or False, got {text!r}")
+        return text == "True"
+    if text in ("", "None", "-1"):
+        return None
+    try:
+        return ast.literal_eval(text)
+    except (ValueError, SyntaxError, TypeError, MemoryError, RecursionError):
+        raise LogFormatError(f"{where}: column {name}: not a literal: {text[:80]!r}") from None
+
+
+def append_row(path: Path, test_var: str, row: LogRow) -> None:
+    """Append one row (writing the header first for a new file) and fsync it."""
+    columns = COLUMNS[test_var]
+    path.parent.mkdir(parents=True, exist_ok=True)
+    new = not path.exists() or path.stat().st_size == 0
+    text = SEPARATOR.join(_field(row.get(c)) for c in columns) + "\n"
+    if new:
+        text = SEPARATOR.join(columns) + "\n" + text
+    with open(path, "a", encoding="utf-8") as handle:
+        handle.write(text)
+        handle.flush()
+        os.fsync(handle.fileno())
+
+
+def _field(value: Any) -> str:
+    if value is None:
+        return ""
+    if isinstance(value, str):
+        return " ".join(value.replace(SEPARATOR, "/").split())
+    return repr(value) if isinstance(value, (float, list, dict)) else str(value)
+
+
+def write_gt(path: Path, test_var: str) -> Path:
+    """Rewrite `<model>-gt.csv` from the journal at `path`; returns the gt path."""
+    target = gt_path(path)
+    lines = [SEPARATOR.join(GT_COLUMNS[test_var])]
+    for row in read_log(path):
+        params = row["params"]
+        expanded = {**row, **{k: v for k, v in params.items() if k != "exec_stage"}}
+        expanded["stage"] = params["exec_stage"]
+        lines.append(SEPARATOR.join(_field(expanded.get(c)) for c in GT_COLUMNS[test_var]))
+    temporary = target.with_name(target.name + ".tmp")
+    temporary.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    os.replace(temporary, target)
+    return target

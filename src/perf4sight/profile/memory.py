@@ -1,0 +1,184 @@
+"""Memory readings the device backends share.
+
+A worker runs many tests, so every reading must be the test's own: the resident
+high-water mark is reset before each test (Linux `clear_refs`), freed heap pages are
+handed back to the OS after each one (`malloc_trim`), and large blocks always get their
+own mapping (a fixed `M_MMAP_THRESHOLD`), so a small test after a big one is not served
+from pages the big one left resident. Figures are MiB.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import ctypes.util
+import gc
+import threading
+from collections.abc import Callable
+from pathlib import Path
+
+import psutil
+
+__all__ = [
+    "BYTES_PER_MIB",
+    "ResidentPeak",
+    "PeakSampler",
+    "UnifiedMemoryMeter",
+    "read_meminfo",
+    "fix_malloc_mmap_threshold",
+    "release_free_memory",
+]
+
+BYTES_PER_MIB = 2**20
+_STATUS = Path("/proc/self/status")
+_CLEAR_REFS = Path("/proc/self/clear_refs")
+_M_MMAP_THRESHOLD = -3
+_MMAP_THRESHOLD_BYTES = 128 * 1024
+
+
+def _libc() -> ctypes.CDLL | None:
+    name = ctypes.util.find_library("c")
+    try:
+        libc = ctypes.CDLL(name)
+    except OSError:
+        return None
+    return libc if hasattr(libc, "malloc_trim") and hasattr(libc, "mallopt") else None
+
+
+def fix_malloc_mmap_threshold() -> bool:
+    """Give every block over 128 KiB its own mapping, returned to the OS when freed.
+
+    glibc otherwise raises the threshold after big frees, and later tensors come from a
+    heap that earlier tests grew. Returns False where glibc is not the allocator.
+    """
+    libc = _libc()
+    return bool(libc and libc.mallopt(_M_MMAP_THRESHOLD, _MMAP_THRESHOLD_BYTES))
+
+
+def release_free_memory() -> None:
+    """Collect garbage and hand freed heap pages back to the OS (glibc only)."""
+    gc.collect()
+    libc = _libc()
+    if libc is not None:
+        libc.malloc_trim(0)
+
+
+def _status_mib(field: str) -> float:
+    for line in _STATUS.read_text().splitlines():
+        if line.startswith(field + ":"):
+            return int(line.split()[1]) / 1024
+    raise OSError(f"{_STATUS} has no {field}")
+
+
+class PeakSampler:
+    """The largest value a reading takes while running, sampled by a background thread."""
+
+    def __init__(self, read: Callable[[], float], interval_s: float = 0.001) -> None:
+        self._read = read
+        self._interval_s = interval_s
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        self._error: Exception | None = None
+        self.peak = float("-inf")
+
+    def start(self) -> None:
+        self.peak = self._read()
+        self._stop.clear()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+        self._thread.start()
+
+    def _run(self) -> None:
+        try:
+            while not self._stop.wait(self._interval_s):
+                self.peak = max(self.peak, self._read())
+        except Exception as exc:  # handed to stop(): a peak with a gap must not pass silently
+            self._error = exc
+
+    def stop(self) -> float:
+        """Stop sampling (with one last reading); returns the peak."""
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join()
+            self._thread = None
+        if self._error is not None:
+            error, self._error = self._error, None
+            raise error
+        self.peak = max(self.peak, self._read())
+        return self.peak
+
+
+class ResidentPeak:
+    """Peak resident memory of this process since `reset()`.
+
+    Uses the kernel's own high-water mark (VmHWM, reset through /proc/self/clear_refs),
+    which no sampling can miss; where that is unavailable, samples the RSS instead.
+    """
+
+    def __init__(self) -> None:
+        self._sampler: PeakSampler | None = None
+        self.exact = _can_reset_hwm()
+
+    def rss_mib(self) -> float:
+        return psutil.Process().memory_info().rss / BYTES_PER_MIB
+
+    def reset(self) -> None:
+        if self.exact:
+            _CLEAR_REFS.write_text("5")
+        else:
+            self._sampler = PeakSampler(self.rss_mib)
+            self._sampler.start()
+
+    def peak_mib(self) -> float:
+        if self.exact:
+            return _status_mib("VmHWM")
+        if self._sampler is None:
+            return self.rss_mib()
+        peak = self._sampler.stop()
+        self._sampler = None
+        return peak
+
+
+def _can_reset_hwm() -> bool:
+    try:
+        _CLEAR_REFS.write_text("5")
+        _status_mib("VmHWM")
+    except OSError:
+        return False
+    return True
+
+
+def read_meminfo(path: str | Path = "/proc/meminfo") -> dict[str, float]:
+    """/proc/meminfo as {field: MiB}."""
+    values: dict[str, float] = {}
+    for line in Path(path).read_text().splitlines():
+        name, _, rest = line.partition(":")
+        parts = rest.split()
+        if parts and parts[0].isdigit():
+            values[name.strip()] = int(parts[0]) / 1024 if parts[-1] == "kB" else int(parts[0])
+    return values
+
+
+class UnifiedMemoryMeter:
+    """System memory used (MemTotal - MemAvailable) on a device whose CPU and GPU share it.
+
+    `begin()` reads the idle figures before the model is built; `end()` returns the peak
+    used during the test minus that idle value, as the original profiler on the TX2 did.
+    """
+
+    def __init__(self, meminfo_path: str | Path = "/proc/meminfo", interval_s: float = 0.001) -> None:
+        self.meminfo_path = Path(meminfo_path)
+        self._sampler = PeakSampler(self.used_mib, interval_s)
+        self.idle_used_mib = 0.0
+        self.idle: dict[str, float] = {}
+
+    def used_mib(self) -> float:
+        info = read_meminfo(self.meminfo_path)
+        return info["MemTotal"] - info["MemAvailable"]
+
+    def begin(self) -> None:
+        self.idle = read_meminfo(self.meminfo_path)
+        self.idle_used_mib = self.idle["MemTotal"] - self.idle["MemAvailable"]
+        self._sampler.start()
+
+    def end(self) -> float:
+        """Peak used since `begin()` minus the idle value, MiB."""
+        return self._sampler.stop() - self.idle_used_mib

@@ -1,0 +1,143 @@
+"""One test, run inside the worker: build the model, warm up, time or measure iterations.
+
+A training iteration is the original's: forward, CrossEntropy loss, backward and an SGD
+step (lr 0.1, momentum 0.9, weight decay 5e-4). Inference is a forward pass in eval mode
+under no_grad. Inputs are random tensors of the dataset's shape.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import torch
+from torch import nn
+
+from perf4sight.profile.backends import Backend, MemoryFigures
+from perf4sight.profile.test_config import DATASETS, ProfileTest
+
+if TYPE_CHECKING:
+    from perf4sight.networks import LoadedNetwork
+
+__all__ = ["TestOutcome", "model_source", "run_test"]
+
+SGD_OPTIONS = {"lr": 0.1, "momentum": 0.9, "weight_decay": 5e-4}
+_ERROR_CHARS = 300
+_DRY_RUN_BS = 2
+
+
+@dataclass(frozen=True)
+class TestOutcome:
+    """What one test produced; `error` is one line when it failed."""
+
+    passed: bool
+    latency_iters_ms: list[float]
+    memory: MemoryFigures | None
+    error: str | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "passed": self.passed,
+            "latency_iters_ms": self.latency_iters_ms,
+            "memory": None if self.memory is None else self.memory.__dict__,
+            "error": self.error,
+        }
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> TestOutcome:
+        memory = data.get("memory")
+        return cls(
+            passed=bool(data["passed"]),
+            latency_iters_ms=[float(t) for t in data.get("latency_iters_ms", [])],
+            memory=None if memory is None else MemoryFigures(**memory),
+            error=data.get("error"),
+        )
+
+
+def model_source(test: ProfileTest) -> str:
+    """What to hand `load_network` for the test's model entry.
+
+    A .py model file is called through the factory named after the network, as the
+    original did; when only the spec `<stem>.json` sits beside a listed .py (a network
+    dataset kept as specs), the spec is used.
+    """
+    path = Path(test.model)
+    if path.suffix != ".py":
+        return test.model
+    if not path.exists() and path.with_suffix(".json").exists():
+        return str(path.with_suffix(".json"))
+    return f"{test.model}:{test.net_name}"
+
+
+def run_test(test: ProfileTest, backend: Backend, *, iterations: int, warmup: int) -> TestOutcome:
+    """Run one test on `backend`; any error (out of memory included) is a failed outcome.
+
+    A memory test first runs one step of its model at batch size 2 and throws it away,
+    so that what the first use of a kind of model leaves behind for good (imported
+    modules, lazily initialised kernels and tables) is not charged to whichever test
+    happens to come first in a worker.
+    """
+    times: list[float] = []
+    error = None
+    measuring = False
+    try:
+        if test.test_var == "memory":
+            _iterate(replace(test, bs=min(test.bs, _DRY_RUN_BS)), backend, 0, 1, [])
+            backend.release()
+            backend.memory_begin()
+            measuring = True
+        _iterate(test, backend, iterations, warmup, times)
+    except Exception as exc:  # the model's own code, OOM included: a failed test, not a crash
+        error = " ".join(f"{type(exc).__name__}: {exc}".split())[:_ERROR_CHARS]
+    memory = backend.memory_end() if measuring else None
+    backend.release()
+    return TestOutcome(passed=error is None, latency_iters_ms=times, memory=memory, error=error)
+
+
+def _load(test: ProfileTest) -> LoadedNetwork:
+    from perf4sight.networks import load_network
+
+    shape = DATASETS[test.dataset]
+    if shape is None:
+        return load_network(model_source(test))
+    return load_network(model_source(test), input_size=shape[0], num_classes=shape[1])
+
+
+def _iterate(test: ProfileTest, backend: Backend, iterations: int, warmup: int, times: list[float]) -> None:
+    """Build and run; locals die with this frame so that `release()` can free them."""
+    network = _load(test)
+    device = backend.device
+    model = network.module.to(device)
+    inputs = torch.randn(test.bs, *network.input_size, device=device)
+    step = _step(model, test.stage, inputs, network.num_classes)
+    for _ in range(warmup):
+        step()
+    backend.synchronize()
+    times.extend(backend.time_ms(step) for _ in range(iterations))
+
+
+def _step(model: nn.Module, stage: str, inputs: torch.Tensor, num_classes: int) -> Callable[[], None]:
+    if stage == "inference":
+        model.eval()
+
+        def infer() -> None:
+            with torch.no_grad():
+                model(inputs)
+
+        return infer
+    model.train()
+    targets = torch.randint(num_classes, (inputs.shape[0],), device=inputs.device)
+    criterion = nn.CrossEntropyLoss()
+    optimiser = torch.optim.SGD(model.parameters(), **SGD_OPTIONS)
+
+    def train() -> None:
+        output = model(inputs)
+        logits = output[0] if isinstance(output, tuple) else output  # GoogLeNet's aux outputs
+        loss = criterion(logits, targets)
+        optimiser.zero_grad()
+        loss.backward()
+        optimiser.step()
+
+    return train

@@ -1,0 +1,163 @@
+"""Real profiling campaigns on the CPU: logs, failures, memory limit, isolation, resuming."""
+
+from __future__ import annotations
+
+import ast
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pandas as pd
+import pytest
+import torch
+import torchvision
+
+from perf4sight.config import ProfileSettings, load_config
+from perf4sight.networks import spec_from_module, write_spec
+from perf4sight.profile import (
+    profile_campaign,
+    profile_from_settings,
+    read_log,
+    read_test_config,
+    run_test_config,
+)
+from perf4sight.profile.logs import GT_COLUMNS
+
+TX2_COLUMNS = {
+    "memory": ["passed", "mem_alloc", "mem_reserved", "mem_used", "mem_avail", "free", "capacity",
+               "test_var", "bs", "dataset", "net_name", "model"],
+    "latency": ["passed", "latency", "test_var", "bs", "dataset", "net_name", "model"],
+}
+
+
+def _gt(log_dir: Path, test_var: str, model: str) -> pd.DataFrame:
+    return pd.read_csv(log_dir / test_var / f"{model}-gt.csv", sep="|")
+
+
+def test_campaign_over_three_batch_sizes(tmp_path: Path) -> None:
+    """[profile] -> test config -> campaign, on a spec whose input size (3x32x32) is used."""
+    models = tmp_path / "models"
+    spec = spec_from_module(torchvision.models.squeezenet1_1(num_classes=10), name="squeezenet_0",
+                            net="squeezenet", prune_level=0, input_size=(3, 32, 32), num_classes=10,
+                            torchvision_name="squeezenet1_1")
+    write_spec(spec, models / "squeezenet_0.json")
+    log_dir = tmp_path / "logs"
+    settings = ProfileSettings(network=["squeezenet"], bs=[32, 2, 8], stage=["training", "inference"],
+                               local_model_loc=models, test_config=tmp_path / "t.ini", log_dir=log_dir)
+    summary = profile_from_settings(settings)
+    assert (summary.passed, summary.failed, summary.skipped) == (12, 0, 0)
+    model_path = str(models / "squeezenet_0.json")
+
+    memory = _gt(log_dir, "memory", "squeezenet_0")
+    assert list(memory.columns) == GT_COLUMNS["memory"]
+    assert list(memory.columns[:12]) == TX2_COLUMNS["memory"]
+    assert memory["passed"].all() and (memory["status"] == "ok").all()
+    assert memory["model"].eq(model_path).all()
+    assert set(memory["net_name"]) == {"squeezenet"} and set(memory["dataset"]) == {"spec"}
+    training = memory[memory["stage"] == "training"].set_index("bs")["mem_used"]
+    inference = memory[memory["stage"] == "inference"].set_index("bs")["mem_used"]
+    assert list(training.index) == [2, 8, 32]
+    assert (training > 0).all() and training[2] < training[8] < training[32]
+    assert inference[32] < training[32]  # no saved activations, gradients or momentum
+    assert memory["mem_alloc"].isna().all()  # no CUDA allocator on the CPU
+    assert (memory["capacity"] > memory["mem_avail"]).all()
+
+    latency = _gt(log_dir, "latency", "squeezenet_0")
+    assert list(latency.columns[:7]) == TX2_COLUMNS["latency"]
+    for _, row in latency.iterrows():
+        times = ast.literal_eval(row["latency_iters_ms"])
+        assert len(times) == 3 and min(times) > 0
+        assert row["latency"] == pytest.approx(sum(times) / 3)
+
+    # the journal: the original's `passed|...|params` layout
+    journal = (log_dir / "memory" / "squeezenet_0.csv").read_text().splitlines()
+    assert journal[0].startswith("passed|mem_alloc|mem_reserved|mem_used|") and journal[0].endswith("|params")
+    assert ast.literal_eval(journal[1].split("|")[-1])["exec_stage"] == "training"
+
+    (environment,) = log_dir.glob("environment-*.json")
+    record = json.loads(environment.read_text())
+    assert record["torch"] == torch.__version__ and record["settings"]["device"] == "cpu"
+    assert record["cpu_cores_logical"] >= 1 and record["device_name"]
+
+    again = profile_campaign(read_test_config(settings.test_config), log_dir=log_dir)
+    assert again.already_recorded == 12 and again.results == []
+    assert len(read_log(log_dir / "memory" / "squeezenet_0.csv")) == 6
+
+
+def test_failures_are_recorded_and_the_campaign_goes_on(tmp_path: Path, model_dir: Path, write_test_config) -> None:
+    models = [model_dir / "fragile_0.py", model_dir / "hog_0.py", model_dir / "tinynet_0.py"]
+    config = write_test_config(tmp_path / "t.ini", models, [4, 32, 64], test_var=("memory",))
+    log_dir = tmp_path / "logs"
+    # `import torch` alone makes ~700 MiB resident; hog adds 256 MiB at bs 4, 2 GiB at bs 32
+    summary = profile_campaign(read_test_config(config), log_dir=log_dir, till_first_fail=True,
+                               memory_limit_mib=1500)
+    status = {(r.test.log_name, r.test.bs): r.status for r in summary.results}
+    assert status == {
+        ("fragile_0", 4): "ok", ("fragile_0", 32): "error", ("fragile_0", 64): "skipped",
+        ("hog_0", 4): "ok", ("hog_0", 32): "crashed", ("hog_0", 64): "skipped",
+        ("tinynet_0", 4): "ok", ("tinynet_0", 32): "ok", ("tinynet_0", 64): "ok",
+    }
+    assert (summary.passed, summary.failed, summary.skipped) == (5, 2, 2)
+
+    fragile = _gt(log_dir, "memory", "fragile_0").set_index("bs")
+    assert fragile["passed"].tolist() == [True, False, False]
+    assert "simulated: not enough memory" in fragile.loc[32, "error"]
+    hog = _gt(log_dir, "memory", "hog_0").set_index("bs")
+    assert "memory_limit_mib 1500" in hog.loc[32, "error"]
+    assert hog.loc[4, "mem_used"] >= 256  # the 64 MiB per sample it holds
+    assert _gt(log_dir, "memory", "tinynet_0")["passed"].all()
+
+
+def test_same_test_after_a_big_one_measures_as_in_a_fresh_worker(tmp_path: Path, model_dir: Path, write_test_config) -> None:
+    fresh = profile_campaign(
+        read_test_config(write_test_config(tmp_path / "a.ini", [model_dir / "tinynet_0.py"], [16],
+                                           test_var=("memory",))),
+        log_dir=tmp_path / "fresh", iterations=1,
+    )
+    after_big = profile_campaign(
+        read_test_config(write_test_config(tmp_path / "b.ini", [model_dir / "hog_0.py", model_dir / "tinynet_50.py"],
+                                           [16], test_var=("memory",))),
+        log_dir=tmp_path / "after_big", iterations=1,
+    )
+    (small,) = [r.outcome.memory.mem_used for r in fresh.results]
+    big, small_after_big = [r.outcome.memory.mem_used for r in after_big.results]
+    print(f"mem_used MiB: fresh {small:.2f}, big {big:.2f}, after big {small_after_big:.2f}")
+    assert big > 1000 > small  # hog holds 1 GiB at this batch size
+    assert small_after_big == pytest.approx(small, rel=0.1, abs=2)
+
+
+def test_campaign_killed_mid_way_resumes_with_one_row_per_test(tmp_path: Path, model_dir: Path, write_test_config) -> None:
+    test_config = write_test_config(tmp_path / "t.ini", [model_dir / "tinynet_0.py"], [2, 4, 8])
+    log_dir = tmp_path / "logs"
+    config = tmp_path / "config.ini"
+    config.write_text(f"[profile]\ndevice = cpu\nlog_dir = {log_dir}\ntest_config = {test_config}\n"
+                      "iterations = 1\n")
+    command = [sys.executable, "-c", "import sys; from perf4sight.cli import main; sys.exit(main(sys.argv[1:]))",
+               "--quiet", "profile", "run", "--config", str(config)]
+    process = subprocess.Popen(command, start_new_session=True, stdout=subprocess.DEVNULL,
+                               stderr=subprocess.DEVNULL)
+    first = log_dir / "memory" / "tinynet_0.csv"
+    deadline = time.monotonic() + 60
+    while (not first.exists() or first.read_text().count("\n") < 2) and time.monotonic() < deadline:
+        assert process.poll() is None, "campaign ended before it could be killed"
+        time.sleep(0.02)
+    os.killpg(process.pid, signal.SIGKILL)  # the campaign and its worker
+    process.wait()
+    with open(first, "a") as handle:
+        handle.write("True|||3.1")  # as if killed in the middle of a write
+
+    tests = read_test_config(test_config)
+    summary = run_test_config(load_config(config).profile)
+    assert summary.already_recorded >= 1 and summary.passed >= 1  # killed mid-way, really resumed
+    assert summary.already_recorded + summary.passed == len(tests) == 6
+    keys = []
+    for test_var in ("memory", "latency"):
+        rows = read_log(log_dir / test_var / "tinynet_0.csv")
+        keys += [tuple(sorted(r["params"].items())) for r in rows]
+        assert len(_gt(log_dir, test_var, "tinynet_0")) == len(rows) == 3
+    assert len(keys) == len(set(keys)) == 6
+    assert {dict(k)["bs"] for k in keys} == {2, 4, 8}

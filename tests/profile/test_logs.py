@@ -1,0 +1,73 @@
+"""Log files: the original's journal layout, torn last lines, the expanded -gt file."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+from perf4sight.errors import LogFormatError
+from perf4sight.profile import ProfileTest
+from perf4sight.profile.logs import GT_COLUMNS, append_row, gt_path, log_path, read_log, write_gt
+
+TX2_MEMORY_COLUMNS = ["passed", "mem_alloc", "mem_reserved", "mem_used", "mem_avail", "free", "capacity",
+                      "test_var", "bs", "dataset", "net_name", "model"]
+
+
+def _test(bs: int, test_var: str = "memory") -> ProfileTest:
+    return ProfileTest(test_var, bs, "cifar10", "tinynet", "training", "/models/tinynet_50.py")
+
+
+def test_rows_round_trip_and_expand(tmp_path: Path) -> None:
+    path = log_path(tmp_path, _test(2))
+    assert path == tmp_path / "memory" / "tinynet_50.csv"
+    append_row(path, "memory", {"passed": True, "mem_alloc": None, "mem_used": 12.5, "capacity": 24000.0,
+                                "status": "ok", "params": _test(2).params()})
+    append_row(path, "memory", {"passed": False, "status": "error", "error": "RuntimeError: a|b\nc",
+                                "params": _test(4).params()})
+    lines = path.read_text().splitlines()
+    assert lines[0] == "passed|mem_alloc|mem_reserved|mem_used|mem_avail|free|capacity|mem_context|status|error|params"
+    assert lines[1].startswith("True||")
+    rows = read_log(path)
+    assert [r["passed"] for r in rows] == [True, False]
+    assert rows[0]["mem_used"] == 12.5 and rows[0]["mem_alloc"] is None
+    assert rows[1]["error"] == "RuntimeError: a/b c"
+    assert ProfileTest.from_params(rows[1]["params"]) == _test(4)
+    gt = pd.read_csv(write_gt(path, "memory"), sep="|")
+    assert list(gt.columns) == GT_COLUMNS["memory"]
+    assert list(gt.columns[:12]) == TX2_MEMORY_COLUMNS
+    assert gt["stage"].tolist() == ["training", "training"]
+    assert gt["bs"].tolist() == [2, 4] and gt["passed"].tolist() == [True, False]
+
+
+def test_latency_log_keeps_each_iteration(tmp_path: Path) -> None:
+    path = log_path(tmp_path, _test(2, "latency"))
+    append_row(path, "latency", {"passed": True, "latency": 2.0, "latency_iters_ms": [1.5, 2.0, 2.5],
+                                 "status": "ok", "params": _test(2, "latency").params()})
+    gt = pd.read_csv(write_gt(path, "latency"), sep="|")
+    assert gt_path(path).name == "tinynet_50-gt.csv"
+    assert gt.loc[0, "latency"] == 2.0 and gt.loc[0, "latency_iters_ms"] == "[1.5, 2.0, 2.5]"
+    assert list(gt.columns[:2]) == ["passed", "latency"]
+
+
+def test_torn_last_line_is_cut_before_appending(tmp_path: Path) -> None:
+    path = log_path(tmp_path, _test(2))
+    append_row(path, "memory", {"passed": True, "mem_used": 1.0, "status": "ok", "params": _test(2).params()})
+    with open(path, "a") as handle:
+        handle.write("True|1.0|2.0|3.")  # a write cut short by SIGKILL
+    assert len(read_log(path)) == 1
+    assert len(read_log(path, repair=True)) == 1
+    append_row(path, "memory", {"passed": True, "mem_used": 2.0, "status": "ok", "params": _test(4).params()})
+    assert [r["params"]["bs"] for r in read_log(path)] == [2, 4]
+
+
+def test_malformed_row_names_file_and_line(tmp_path: Path) -> None:
+    path = tmp_path / "memory" / "x.csv"
+    path.parent.mkdir()
+    path.write_text("passed|mem_used|params\nTrue|1.0|{'bs': 2}\n")
+    with pytest.raises(LogFormatError, match=r"x.csv: line 2: params lacks"):
+        read_log(path)
+    path.write_text("passed|mem_used|params\nmaybe|1.0|{}\n")
+    with pytest.raises(LogFormatError, match=r"line 2: passed must be True or False"):
+        read_log(path)

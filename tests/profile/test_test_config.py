@@ -1,0 +1,128 @@
+"""Test configs: made from [profile] keys, read back, and the original tool's own layout."""
+
+from __future__ import annotations
+
+import configparser
+from pathlib import Path
+
+import pytest
+
+from perf4sight.cli import main
+from perf4sight.config import ProfileSettings
+from perf4sight.errors import ConfigError
+from perf4sight.profile import ProfileTest, create_test_config, read_test_config
+from perf4sight.profile.test_config import find_model_files
+
+ORIGINAL = """[RESNET18]
+test_var= ['memory', 'latency']
+bs= [2, 8, 16, 32, 64, 128, 256]
+dataset= ['imagenet']
+net_name= ['resnet18']
+exec_stage= ['training', 'inference']
+model= ['/home/ar4414/models/pruned/imagenet/random_pruning/resnet18_90.py',
+        '/home/ar4414/models/pruned/imagenet/random_pruning/resnet18_0.py',
+        '/home/ar4414/models/pruned/imagenet/random_pruning/resnet18_70.py']
+"""
+
+
+def test_original_layout_is_read(tmp_path: Path) -> None:
+    path = tmp_path / "resnet18.ini"
+    path.write_text(ORIGINAL)
+    tests = read_test_config(path)
+    assert len(tests) == 2 * 7 * 2 * 3
+    first = tests[0]
+    assert first == ProfileTest("memory", 2, "imagenet", "resnet18", "training",
+                                "/home/ar4414/models/pruned/imagenet/random_pruning/resnet18_90.py")
+    assert first.log_name == "resnet18_90"
+    assert first.params() == {"test_var": "memory", "bs": 2, "dataset": "imagenet", "net_name": "resnet18",
+                              "exec_stage": "training", "model": first.model}
+    # grouped by model, stage and variable, batch sizes ascending within each group
+    groups: dict[tuple, list[int]] = {}
+    for test in tests:
+        groups.setdefault(test.group, []).append(test.bs)
+    assert len(groups) == 3 * 2 * 2
+    assert all(bs == [2, 8, 16, 32, 64, 128, 256] for bs in groups.values())
+
+
+def test_create_config_round_trip(tmp_path: Path, model_dir: Path) -> None:
+    (model_dir / "tinynet_50.json").write_text("{}")  # the .py of the same stem wins
+    (model_dir / "tinynet_25.json").write_text("{}")
+    (model_dir / "tinynetx_10.py").write_text("")  # another network's file
+    settings = ProfileSettings(
+        network=["tinynet", "fragile"], dataset="cifar10", bs=[8, 2, 4],
+        stage=["training", "inference"], profile_variables=["memory"],
+        local_model_loc=model_dir, device_model_loc=Path("/device/models"),
+        test_config=tmp_path / "configs" / "test.ini",
+    )
+    path = create_test_config(settings)
+    assert path == settings.test_config
+    parser = configparser.ConfigParser(interpolation=None)
+    parser.read(path)
+    assert parser.sections() == ["TINYNET", "FRAGILE"]
+    assert parser["TINYNET"]["exec_stage"].strip() == "['training', 'inference']"
+    tests = read_test_config(path)
+    models = list(dict.fromkeys(t.model for t in tests))
+    assert models == ["/device/models/tinynet_0.py", "/device/models/tinynet_25.json",
+                      "/device/models/tinynet_50.py", "/device/models/fragile_0.py",
+                      "/device/models/fragile_50.py"]
+    assert len(tests) == 5 * 3 * 2
+    assert {t.dataset for t in tests} == {"cifar10"}
+    assert [t.bs for t in tests[:3]] == [2, 4, 8]
+    assert {t.net_name for t in tests if "fragile" in t.model} == {"fragile"}
+
+
+def test_create_config_from_the_cli(tmp_path: Path, model_dir: Path) -> None:
+    config = tmp_path / "config.ini"
+    config.write_text(
+        "[profile]\nnetwork = ['hog']\nbs = [2, 4]\ndataset = cifar10\n"
+        f"local_model_loc = {model_dir}\ntest_config = {tmp_path / 'tc.ini'}\n"
+    )
+    assert main(["--quiet", "profile", "create-config", "--config", str(config)]) == 0
+    tests = read_test_config(tmp_path / "tc.ini")
+    assert {t.model for t in tests} == {str(model_dir / "hog_0.py"), str(model_dir / "hog_50.py")}
+    assert {t.test_var for t in tests} == {"memory", "latency"}
+
+
+def test_network_prefix_does_not_match_other_networks(model_dir: Path) -> None:
+    (model_dir / "tinynet2_0.py").write_text("")
+    assert [p.name for p in find_model_files(model_dir, "tinynet")] == ["tinynet_0.py", "tinynet_50.py"]
+
+
+@pytest.mark.parametrize(
+    ("change", "message"),
+    [
+        (("test_var= ['memory', 'latency']", "test_var= ['power']"), "test_var: unknown value 'power'"),
+        (("bs= [2, 8, 16, 32, 64, 128, 256]", "bs= [2, 'x']"), "bs: expected positive integers"),
+        (("exec_stage= ['training', 'inference']\n", ""), "missing key 'exec_stage'"),
+        (("dataset= ['imagenet']", "dataset= [imagenet"), "dataset: not a Python list literal"),
+        (("dataset= ['imagenet']", "dataset= ['mnist']"), "dataset: unknown value 'mnist'"),
+    ],
+)
+def test_bad_test_config_names_file_section_and_key(tmp_path: Path, change: tuple[str, str], message: str) -> None:
+    path = tmp_path / "bad.ini"
+    path.write_text(ORIGINAL.replace(*change))
+    with pytest.raises(ConfigError, match=message) as info:
+        read_test_config(path)
+    assert f"{path} [RESNET18]" in str(info.value)
+
+
+def test_create_config_without_models_is_a_config_error(tmp_path: Path, model_dir: Path) -> None:
+    settings = ProfileSettings(network=["vgg16"], local_model_loc=model_dir, test_config=tmp_path / "t.ini")
+    with pytest.raises(ConfigError, match="network 'vgg16': no model file"):
+        create_test_config(settings)
+    with pytest.raises(ConfigError, match="local_model_loc"):
+        create_test_config(ProfileSettings(network=["tinynet"], test_config=tmp_path / "t.ini"))
+
+
+def test_cli_run_errors_are_one_line_and_exit_code_2(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    no_profile = tmp_path / "no_profile.ini"
+    no_profile.write_text("[create_network_dataset]\nnetworks = ['resnet18']\n")
+    assert main(["profile", "run", "--config", str(no_profile)]) == 2
+    assert f"{no_profile}: no [profile] section" in capsys.readouterr().err
+    test_config = tmp_path / "t.ini"
+    test_config.write_text(ORIGINAL)
+    bad_device = tmp_path / "bad_device.ini"
+    bad_device.write_text(f"[profile]\ndevice = tpu\ntest_config = {test_config}\nlog_dir = {tmp_path / 'logs'}\n")
+    assert main(["profile", "run", "--config", str(bad_device)]) == 2
+    err = capsys.readouterr().err
+    assert "unknown device 'tpu'" in err and "Traceback" not in err
