@@ -1,5 +1,40 @@
 """Networks: load from a name, spec, model file or module; prune; architecture specs."""
 
-from perf4sight.networks.spec import architecture_from_spec, build_from_spec, read_spec
+from perf4sight.networks.dataset import MANIFEST_COLUMNS, MANIFEST_FILE, create_network_dataset
+from perf4sight.networks.loader import LoadedNetwork, load_architecture, load_network
+from perf4sight.networks.model_writer import model_file_source, write_model_file
+from perf4sight.networks.pruning import MAX_LEVEL, MODES, ChannelPruner, PrunedNetwork, prune_network
+from perf4sight.networks.registry import ALIASES, known_networks, resolve_network
+from perf4sight.networks.spec import (
+    architecture_from_spec,
+    build_from_spec,
+    read_spec,
+    spec_from_module,
+    spec_macs,
+    write_spec,
+)
 
-__all__ = ["architecture_from_spec", "build_from_spec", "read_spec"]
+__all__ = [
+    "ALIASES",
+    "MANIFEST_COLUMNS",
+    "MANIFEST_FILE",
+    "MAX_LEVEL",
+    "MODES",
+    "ChannelPruner",
+    "LoadedNetwork",
+    "PrunedNetwork",
+    "architecture_from_spec",
+    "build_from_spec",
+    "create_network_dataset",
+    "known_networks",
+    "load_architecture",
+    "load_network",
+    "model_file_source",
+    "prune_network",
+    "read_spec",
+    "resolve_network",
+    "spec_from_module",
+    "spec_macs",
+    "write_model_file",
+    "write_spec",
+]

@@ -1,13 +1,16 @@
 """Architecture specs: a pruned network as JSON, and the way back to a module.
 
-A spec names a torchvision builder and the output channels of every pruned Conv2d;
-its `layers` record every Conv2d and Linear with shapes, which is all the paper's
-features need, so a spec can be described without building any module.
+A spec names a torchvision builder (or a user's model description file) and the output
+channels of every Conv2d and hidden Linear; its `layers` record every Conv2d and Linear
+with shapes, which is all the paper's features need, so a spec can be described without
+building any module.
 """
 
 from __future__ import annotations
 
 import json
+import math
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -16,10 +19,11 @@ import torch_pruning as tp
 import torchvision
 from torch import nn
 
-from perf4sight.architecture import Architecture, Layer
+from perf4sight.architecture import Architecture, Layer, trace_architecture
 from perf4sight.errors import DataNotFoundError, NetworkError
+from perf4sight.networks.model_file import build_from_file
 
-__all__ = ["read_spec", "build_from_spec", "architecture_from_spec"]
+__all__ = ["read_spec", "write_spec", "build_from_spec", "architecture_from_spec", "spec_from_module", "spec_macs"]
 
 SPEC_KEYS = ("name", "net", "torchvision", "num_classes", "input_size", "out_channels", "layers")
 
@@ -78,31 +82,142 @@ def architecture_from_spec(spec: dict[str, Any]) -> Architecture:
 
 
 def build_from_spec(spec: dict[str, Any], *, device: str | torch.device = "cpu") -> nn.Module:
-    """Rebuild the pruned module: the torchvision base with each Conv2d cut to its channels.
+    """Rebuild the pruned module: the base network with each layer cut to its channels.
 
-    The first channels of each layer are kept; torch-pruning's dependency graph makes the
-    layers that depend on a pruned Conv2d (BatchNorm, next inputs, residual partners,
-    concatenations, depthwise groups) follow.
+    The base is the torchvision builder the spec names (or, for a user's own network, its
+    `model_desc` file). The first channels of each layer are kept; torch-pruning's
+    dependency graph makes the layers that depend on a pruned Conv2d or Linear
+    (BatchNorm, next inputs, residual partners, concatenations, depthwise groups) follow.
+    On the meta device nothing is allocated: shapes only, which is fast.
     """
-    builder = getattr(torchvision.models, spec["torchvision"], None)
-    if builder is None:
-        raise NetworkError(f"spec {spec['name']}: unknown torchvision builder '{spec['torchvision']}'")
-    kwargs = dict(spec.get("torchvision_kwargs", {}))
-    model = builder(num_classes=int(spec["num_classes"]), **kwargs).eval()
-    example = torch.zeros(1, *spec["input_size"])
-    graph = tp.DependencyGraph().build_dependency(model, example_inputs=example, verbose=False)
+    model = _base_module(spec, device).eval()
+    example = torch.zeros(1, *spec["input_size"], device=device)
+    try:
+        graph = tp.DependencyGraph().build_dependency(model, example_inputs=example, verbose=False)
+    except Exception as exc:
+        raise NetworkError(f"spec {spec['name']}: the base network cannot be traced: {type(exc).__name__}: {exc}") from exc
     modules = dict(model.named_modules())
+    base_channels = {name: _out_channels(m) for name, m in modules.items() if isinstance(m, (nn.Conv2d, nn.Linear))}
     for name, channels in spec["out_channels"].items():
-        conv = modules.get(name)
-        if not isinstance(conv, nn.Conv2d):
-            raise NetworkError(f"spec {spec['name']}: layer '{name}' is not a Conv2d of {spec['torchvision']}")
-        if channels > conv.out_channels or channels < 1:
+        layer = modules.get(name)
+        if not isinstance(layer, (nn.Conv2d, nn.Linear)):
+            raise NetworkError(f"spec {spec['name']}: layer '{name}' is not a Conv2d or Linear of {_base_name(spec)}")
+        current = _out_channels(layer)
+        if not isinstance(channels, int) or channels < 1 or channels > current:
             raise NetworkError(
-                f"spec {spec['name']}: layer '{name}' cannot have {channels} output channels "
-                f"(its base has {conv.out_channels})"
+                f"spec {spec['name']}: layer '{name}' cannot have {channels!r} output channels "
+                f"(it has {current} after its coupled layers were cut; its base has {base_channels[name]})"
             )
-        if channels == conv.out_channels:
+        if channels == current:
             continue
-        group = graph.get_pruning_group(conv, tp.prune_conv_out_channels, list(range(channels, conv.out_channels)))
-        group.prune()
-    return model.to(device)
+        fn = tp.prune_conv_out_channels if isinstance(layer, nn.Conv2d) else tp.prune_linear_out_channels
+        graph.get_pruning_group(layer, fn, list(range(channels, current))).prune()
+    for name, channels in spec["out_channels"].items():
+        if _out_channels(modules[name]) != channels:
+            raise NetworkError(
+                f"spec {spec['name']}: layer '{name}' ends with {_out_channels(modules[name])} output channels, "
+                f"not {channels}: layers coupled to it were given other channel counts"
+            )
+    return model
+
+
+def _out_channels(layer: nn.Module) -> int:
+    return layer.out_channels if isinstance(layer, nn.Conv2d) else layer.out_features
+
+
+def _base_name(spec: dict[str, Any]) -> str:
+    return spec.get("torchvision") or spec.get("model_desc") or "its base"
+
+
+def _base_module(spec: dict[str, Any], device: str | torch.device) -> nn.Module:
+    """The unpruned network a spec was cut from, built on `device`."""
+    num_classes = int(spec["num_classes"])
+    if spec.get("torchvision"):
+        builder = getattr(torchvision.models, spec["torchvision"], None)
+        if builder is None:
+            raise NetworkError(f"spec {spec['name']}: unknown torchvision builder '{spec['torchvision']}'")
+        with torch.device(device):
+            return builder(num_classes=num_classes, **dict(spec.get("torchvision_kwargs") or {}))
+    if spec.get("model_desc"):
+        return build_from_file(spec["model_desc"], num_classes=num_classes).to(device)
+    raise NetworkError(f"spec {spec['name']}: names neither a torchvision builder nor a model_desc file")
+
+
+def spec_from_module(
+    module: nn.Module,
+    *,
+    name: str,
+    net: str,
+    prune_level: float,
+    input_size: Sequence[int],
+    num_classes: int,
+    torchvision_name: str | None = None,
+    torchvision_kwargs: dict[str, Any] | None = None,
+    model_desc: str | None = None,
+) -> dict[str, Any]:
+    """Describe a (pruned) module as a spec: the format of the TX2 dataset's `models/*.json`.
+
+    `out_channels` lists every Conv2d and every Linear but the last (the classifier, whose
+    outputs are the classes); `layers` every Conv2d and Linear in forward order with the
+    per-sample shapes of one input of `input_size`.
+    """
+    arch = trace_architecture(module, input_size, name=name, num_classes=num_classes)
+    modules = dict(module.named_modules())
+    layers: list[dict[str, Any]] = []
+    seen = set()
+    for layer in arch.layers:
+        if layer.name in seen or not isinstance(modules.get(layer.name), (nn.Conv2d, nn.Linear)):
+            continue
+        seen.add(layer.name)
+        if isinstance(modules[layer.name], nn.Conv2d):
+            layers.append({
+                "name": layer.name, "type": "Conv2d", "in": list(layer.in_shape), "out": list(layer.output),
+                "kernel": list(layer.kernel), "stride": list(layer.stride), "padding": list(layer.padding),
+                "groups": layer.groups, "bias": layer.bias,
+            })
+        else:
+            layers.append({
+                "name": layer.name, "type": "Linear", "in": [layer.in_shape[-1]], "out": [layer.output[-1]],
+                "bias": layer.bias,
+            })
+    classifier = layers[-1]["name"] if layers and layers[-1]["type"] == "Linear" else None
+    spec: dict[str, Any] = {
+        "name": name,
+        "net": net,
+        "prune_level": prune_level,
+        "torchvision": torchvision_name,
+        "torchvision_kwargs": dict(torchvision_kwargs or {}),
+    }
+    if model_desc is not None:
+        spec["model_desc"] = model_desc
+    spec.update({
+        "num_classes": int(num_classes),
+        "input_size": [int(s) for s in input_size],
+        "params": int(arch.params),
+        "out_channels": {
+            entry["name"]: entry["out"][0] for entry in layers if entry["name"] != classifier
+        },
+        "layers": layers,
+    })
+    return spec
+
+
+def write_spec(spec: dict[str, Any], path: str | Path) -> Path:
+    """Write a spec as JSON (creating the folder), in the TX2 files' layout."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(spec, indent=1) + "\n")
+    return path
+
+
+def spec_macs(spec: dict[str, Any]) -> int:
+    """Multiply-accumulates of one input through the spec's Conv2d and Linear layers."""
+    total = 0
+    for entry in spec["layers"]:
+        c_in, c_out = entry["in"][0], entry["out"][0]
+        if entry["type"] == "Conv2d":
+            kh, kw = entry["kernel"]
+            total += math.prod(entry["out"]) * (c_in // entry.get("groups", 1)) * kh * kw
+        else:
+            total += c_in * c_out
+    return total

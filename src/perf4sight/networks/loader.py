@@ -1,0 +1,141 @@
+"""The one network loader every stage uses.
+
+A source is a torchvision name or alias, an architecture spec (`.json`), a model
+description file (`.py`, or `file.py:factory`), or an `nn.Module`; a bare name that is
+not torchvision's is looked for as `<model_desc_dir>/<name>.py`, then `<name>.json`.
+"""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+from torch import nn
+
+from perf4sight.architecture import Architecture, trace_architecture
+from perf4sight.errors import NetworkError
+from perf4sight.networks.model_file import build_from_file, is_model_file, split_model_source
+from perf4sight.networks.registry import (
+    build_torchvision,
+    default_input_size,
+    is_torchvision_network,
+    known_networks,
+)
+from perf4sight.networks.spec import build_from_spec, read_spec
+
+__all__ = ["LoadedNetwork", "load_network", "load_architecture"]
+
+Source = str | Path | nn.Module
+
+
+@dataclass(frozen=True)
+class LoadedNetwork:
+    """A network ready to run: the module, the input size (C, H, W) it is meant for, and
+    its spec when it came from one."""
+
+    module: nn.Module
+    input_size: tuple[int, int, int]
+    num_classes: int
+    name: str
+    spec: dict[str, Any] | None = None
+
+
+def load_network(
+    source: Source,
+    *,
+    input_size: Sequence[int] | None = None,
+    num_classes: int | None = None,
+    model_desc_dir: str | Path | None = None,
+) -> LoadedNetwork:
+    """Load a network on the CPU; `input_size` and `num_classes` override the source's own."""
+    return _load(source, input_size=input_size, num_classes=num_classes, model_desc_dir=model_desc_dir, device="cpu")
+
+
+def load_architecture(
+    source: Source,
+    *,
+    input_size: Sequence[int] | None = None,
+    num_classes: int | None = None,
+    model_desc_dir: str | Path | None = None,
+) -> Architecture:
+    """The traced architecture of a network; names and specs are built on the meta device."""
+    loaded = _load(source, input_size=input_size, num_classes=num_classes, model_desc_dir=model_desc_dir, device="meta")
+    return trace_architecture(loaded.module, loaded.input_size, name=loaded.name, num_classes=loaded.num_classes)
+
+
+def _check_input_size(input_size: Sequence[int]) -> tuple[int, int, int]:
+    size = tuple(input_size)
+    if len(size) != 3 or not all(isinstance(s, int) and not isinstance(s, bool) and s > 0 for s in size):
+        raise NetworkError(f"input size {list(size)} is not three positive integers (channels, height, width)")
+    return size  # type: ignore[return-value]
+
+
+def _check_num_classes(num_classes: int | None) -> None:
+    if num_classes is not None and (isinstance(num_classes, bool) or not isinstance(num_classes, int) or num_classes < 1):
+        raise NetworkError(f"num_classes {num_classes!r} is not a positive integer")
+
+
+def _load(
+    source: Source,
+    *,
+    input_size: Sequence[int] | None,
+    num_classes: int | None,
+    model_desc_dir: str | Path | None,
+    device: str,
+) -> LoadedNetwork:
+    _check_num_classes(num_classes)
+    if isinstance(source, nn.Module):
+        return _finish(source, type(source).__name__.lower(), input_size, num_classes)
+    text = str(source)
+    if text.endswith(".json"):
+        return _from_spec(read_spec(text), input_size, num_classes, device)
+    if is_model_file(text):
+        module = build_from_file(text, num_classes=num_classes)
+        return _finish(module, split_model_source(text)[0].stem, input_size, num_classes)
+    if is_torchvision_network(text):
+        classes = num_classes if num_classes is not None else 1000
+        module = build_torchvision(text, num_classes=classes, device=device)
+        return _finish(module, text, input_size or default_input_size(text), classes)
+    if model_desc_dir is not None:
+        for candidate in (Path(model_desc_dir) / f"{text}.py", Path(model_desc_dir) / f"{text}.json"):
+            if candidate.is_file():
+                return _load(candidate, input_size=input_size, num_classes=num_classes, model_desc_dir=None, device=device)
+    where = f" (nor {text}.py or {text}.json in {model_desc_dir})" if model_desc_dir is not None else ""
+    raise NetworkError(f"unknown network '{text}'{where}; known networks: {', '.join(known_networks())}")
+
+
+def _from_spec(
+    spec: dict[str, Any], input_size: Sequence[int] | None, num_classes: int | None, device: str
+) -> LoadedNetwork:
+    if num_classes is not None and num_classes != int(spec["num_classes"]):
+        raise NetworkError(f"spec {spec['name']} is for {spec['num_classes']} classes, not {num_classes}")
+    module = build_from_spec(spec, device=device)
+    size = _check_input_size(input_size if input_size is not None else spec["input_size"])
+    return LoadedNetwork(module, size, int(spec["num_classes"]), spec["name"], spec)
+
+
+def _finish(
+    module: nn.Module, name: str, input_size: Sequence[int] | None, num_classes: int | None
+) -> LoadedNetwork:
+    """Fill in the input size (224x224 by default) and the classes the module outputs."""
+    size = _check_input_size(input_size if input_size is not None else (3, 224, 224))
+    if num_classes is None:
+        num_classes = _output_classes(module, size, name)
+    return LoadedNetwork(module, size, num_classes, name)
+
+
+def _output_classes(module: nn.Module, input_size: tuple[int, int, int], name: str) -> int:
+    """The length of the module's output for one input, found without computing."""
+    try:
+        with torch.no_grad():
+            meta = module if all(p.is_meta for p in module.parameters()) else copy.deepcopy(module).to("meta")
+            out = meta.eval()(torch.empty((1, *input_size), device="meta"))
+    except Exception as exc:
+        raise NetworkError(f"{name}: does not run on inputs of size {list(input_size)}: {type(exc).__name__}: {exc}") from exc
+    out = out[0] if isinstance(out, (tuple, list)) else out
+    return int(out.shape[-1])
+

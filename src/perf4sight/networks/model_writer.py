@@ -1,0 +1,152 @@
+"""Standalone model description files: a pruned network as Python that needs only torch.
+
+The file can be copied to a device without perf4sight and loaded like the original
+tool's model files: its factory, named after the network, builds the pruned module
+from plain `torch.nn` layers. The forward pass is the one torch.fx records; the layers
+keep their qualified names, so a state dict of the pruned module loads into it.
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+from typing import Any
+
+import torch
+import torch.fx
+from torch import nn
+
+from perf4sight.errors import NetworkError
+
+__all__ = ["model_file_source", "write_model_file"]
+
+# Names torch.fx's generated code may use, and how the file provides them.
+_PREAMBLE = {
+    "torch": "",
+    "device": "from torch import device",
+    "inf": 'inf = float("inf")',
+    "nan": 'nan = float("nan")',
+    "NoneType": "NoneType = type(None)",
+}
+
+_HELPERS = '''
+
+def _place(root: nn.Module, path: str, value: Any, buffer: bool = False) -> None:
+    """Put a layer, parameter or buffer at a dotted path, creating containers on the way."""
+    *parents, last = path.split(".")
+    for part in parents:
+        if part not in root._modules:
+            root.add_module(part, nn.Module())
+        root = root._modules[part]
+    if buffer:
+        root.register_buffer(last, value)
+    else:
+        setattr(root, last, value)
+'''
+
+
+def _layer_code(layer: nn.Module, name: str, classifier: str | None) -> str:
+    """Constructor call for one leaf layer; the classifier's outputs become `num_classes`."""
+    if isinstance(layer, nn.Conv2d) and type(layer) is nn.Conv2d:
+        out = "num_classes" if name == classifier else str(layer.out_channels)
+        padding = layer.padding if isinstance(layer.padding, str) else tuple(layer.padding)
+        return (
+            f"nn.Conv2d({layer.in_channels}, {out}, kernel_size={tuple(layer.kernel_size)}, "
+            f"stride={tuple(layer.stride)}, padding={padding!r}, dilation={tuple(layer.dilation)}, "
+            f"groups={layer.groups}, bias={layer.bias is not None}, padding_mode={layer.padding_mode!r})"
+        )
+    if type(layer) is nn.Linear:
+        out = "num_classes" if name == classifier else str(layer.out_features)
+        return f"nn.Linear({layer.in_features}, {out}, bias={layer.bias is not None})"
+    cls = type(layer)
+    if getattr(nn, cls.__name__, None) is not cls:
+        raise NetworkError(f"layer '{name}' is a {cls.__module__}.{cls.__name__}, not a torch.nn layer")
+    return f"nn.{cls.__name__}({layer.extra_repr()})"
+
+
+def model_file_source(module: nn.Module, *, net: str, name: str, num_classes: int, input_size: Any) -> str:
+    """The Python source of a standalone model file whose factory `net` rebuilds `module`."""
+    if not net.isidentifier():
+        raise NetworkError(f"cannot write a model file for '{net}': the factory name must be a Python identifier")
+    try:
+        graph_module = torch.fx.symbolic_trace(module)
+    except Exception as exc:
+        raise NetworkError(f"cannot write a model file for {name}: torch.fx cannot trace it: {type(exc).__name__}: {exc}") from exc
+    graph = graph_module.graph
+    for node in graph.nodes:
+        node.type = None  # annotations could name classes outside torch
+    code = graph.python_code(root_module="self")
+    for global_name in code.globals:
+        if global_name not in _PREAMBLE and re.search(rf"\b{re.escape(global_name)}\b", code.src):
+            raise NetworkError(f"cannot write a model file for {name}: its forward uses '{global_name}', which is not torch")
+    layers = [n.target for n in graph.nodes if n.op == "call_module"]
+    classifier = next(
+        (t for t in reversed(layers) if isinstance(module.get_submodule(t), (nn.Conv2d, nn.Linear))), None
+    )
+    lines = []
+    for target in dict.fromkeys(layers):
+        try:
+            lines.append(f"_place(self, {target!r}, {_layer_code(module.get_submodule(target), target, classifier)})")
+        except NetworkError as exc:
+            raise NetworkError(f"cannot write a model file for {name}: {exc}") from None
+    params = dict(module.named_parameters())
+    buffers = dict(module.named_buffers())
+    for target in dict.fromkeys(n.target for n in graph.nodes if n.op == "get_attr"):
+        if target in params:
+            shape = tuple(params[target].shape)
+            lines.append(f"_place(self, {target!r}, nn.Parameter(torch.zeros({shape})))")
+        elif target in buffers:
+            shape = tuple(buffers[target].shape)
+            lines.append(f"_place(self, {target!r}, torch.zeros({shape}), buffer=True)")
+        else:
+            raise NetworkError(f"cannot write a model file for {name}: it uses a constant tensor '{target}'")
+    preamble = [_PREAMBLE[g] for g in _PREAMBLE if g in code.globals and _PREAMBLE[g] and re.search(rf"\b{g}\b", code.src)]
+    forward = "\n".join("    " + line if line.strip() else "" for line in code.src.strip("\n").splitlines())
+    init = "\n".join("        " + line for line in lines)
+    size = "x".join(str(s) for s in input_size)
+    return (
+        f'"""{name}: a pruned {net} for {size} inputs, written by perf4sight; it needs only torch.\n\n'
+        f"Build it with `{net}(num_classes={num_classes})`.\n"
+        '"""\n\n'
+        "from typing import Any\n\n"
+        "import torch\n"
+        "from torch import nn\n"
+        + "".join(line + "\n" for line in preamble)
+        + _HELPERS
+        + "\n\nclass PrunedNetwork(nn.Module):\n"
+        f"    def __init__(self, num_classes: int = {num_classes}) -> None:\n"
+        "        super().__init__()\n"
+        f"{init}\n\n"
+        f"{forward}\n\n\n"
+        f"def {net}(num_classes: int = {num_classes}) -> nn.Module:\n"
+        f'    """The pruned {net} ({name})."""\n'
+        "    return PrunedNetwork(num_classes)\n"
+    )
+
+
+def _check_source(source: str, module: nn.Module, *, net: str, name: str, num_classes: int) -> None:
+    """Build the file's network on the meta device and compare every parameter's shape."""
+    namespace: dict[str, Any] = {"__name__": f"_perf4sight_check_{net}"}
+    try:
+        exec(compile(source, f"<{name}.py>", "exec"), namespace)  # our own generated code, never user text
+        with torch.device("meta"):
+            rebuilt = namespace[net](num_classes=num_classes)
+    except Exception as exc:
+        raise NetworkError(f"cannot write a model file for {name}: it does not rebuild: {type(exc).__name__}: {exc}") from exc
+    want = {k: tuple(v.shape) for k, v in module.named_parameters()}
+    got = {k: tuple(v.shape) for k, v in rebuilt.named_parameters()}
+    if want != got:
+        differing = sorted(set(want.items()) ^ set(got.items()))
+        raise NetworkError(f"cannot write a model file for {name}: the rebuilt network differs at {differing[0][0]}")
+
+
+def write_model_file(
+    module: nn.Module, path: str | Path, *, net: str, name: str, num_classes: int, input_size: Any
+) -> Path:
+    """Write the standalone model file for `module` after checking that it rebuilds it."""
+    source = model_file_source(module, net=net, name=name, num_classes=num_classes, input_size=input_size)
+    _check_source(source, module, net=net, name=name, num_classes=num_classes)
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(source)
+    return path

@@ -1,0 +1,104 @@
+"""Parameters left after pruning, predicted from the pruning groups without pruning anything.
+
+Searching for a pruning level asks for the parameter count of many candidate networks;
+cloning and pruning each one costs a tenth of a second or more. Each group says which
+dimension of which layer loses how many entries when its first k channels (in pruning
+order) go, and each layer's pruning functions are probed once on a meta copy to see
+which parameter dimensions they cut. A count is then a few array look-ups. Layers whose
+pruning is not a plain cut along dimensions (or unwrapped parameters) are not predicted:
+the caller falls back to pruning clones.
+"""
+
+from __future__ import annotations
+
+import copy
+import math
+from collections import defaultdict
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+import torch
+from torch import nn
+from torch_pruning import ops as tp_ops
+
+__all__ = ["UnpredictableError", "ParamCounter", "meta_memo"]
+
+Key = tuple[nn.Module, Any]  # a layer and one of its pruning functions
+
+
+class UnpredictableError(Exception):
+    """The parameter count of this network cannot be predicted from its groups."""
+
+
+def meta_memo(module: nn.Module) -> dict[int, Any]:
+    """A deepcopy memo that gives every parameter and buffer of `module` an empty meta twin."""
+    memo: dict[int, Any] = {}
+    for p in module.parameters():
+        memo[id(p)] = nn.Parameter(torch.empty_like(p, device="meta"), requires_grad=p.requires_grad)
+    for b in module.buffers():
+        memo[id(b)] = torch.empty_like(b, device="meta")
+    return memo
+
+
+def _cut_dims(layer: nn.Module, handler: Any) -> dict[str, tuple[int, ...]]:
+    """For each own parameter of `layer`, the dimensions `handler` cuts by one per index."""
+    before = {n: tuple(p.shape) for n, p in layer.named_parameters(recurse=False)}
+    cuts = []
+    for count in (1, 2):
+        probe = copy.deepcopy(layer, meta_memo(layer))
+        handler(probe, list(range(count)))
+        after = {n: tuple(p.shape) for n, p in probe.named_parameters(recurse=False)}
+        if after.keys() != before.keys() or any(len(after[n]) != len(before[n]) for n in before):
+            raise UnpredictableError(f"pruning {type(layer).__name__} changes its parameters' layout")
+        cuts.append({n: tuple(d for d, (a, b) in enumerate(zip(after[n], before[n])) if a != b) for n in before})
+        for n in before:
+            if any(before[n][d] - after[n][d] != count for d in cuts[-1][n]):
+                raise UnpredictableError(f"pruning {type(layer).__name__} is not a cut of one entry per channel")
+    if cuts[0] != cuts[1]:
+        raise UnpredictableError(f"pruning {type(layer).__name__} cuts different dimensions")
+    return cuts[0]
+
+
+class ParamCounter:
+    """Parameter count of the network after pruning the first `counts[g]` channels of group g."""
+
+    def __init__(self, module: nn.Module, groups: Sequence[Any], orders: Sequence[np.ndarray]) -> None:
+        self._items: list[list[tuple[Key, np.ndarray]]] = []
+        self._cuts: dict[nn.Module, dict[Any, dict[str, tuple[int, ...]]]] = defaultdict(dict)
+        for group, order in zip(groups, orders):
+            rank = np.empty(len(order), dtype=np.int64)
+            rank[order] = np.arange(len(order))
+            items = []
+            for item in group:
+                target = item.dep.target
+                if target.type == tp_ops.OPTYPE.PARAMETER:
+                    raise UnpredictableError("the network has unwrapped parameters")
+                layer, handler = target.module, item.dep.handler
+                if not isinstance(layer, nn.Module) or not any(True for _ in layer.parameters(recurse=False)):
+                    continue
+                if handler not in self._cuts[layer]:
+                    self._cuts[layer][handler] = _cut_dims(layer, handler)
+                items.append(((layer, handler), np.sort(rank[np.asarray(item.root_idxs, dtype=np.int64)])))
+            self._items.append(items)
+        self._shapes = {
+            layer: {n: tuple(p.shape) for n, p in layer.named_parameters(recurse=False)} for layer in self._cuts
+        }
+        counted = sum(math.prod(s) for shapes in self._shapes.values() for s in shapes.values())
+        self._fixed = sum(p.numel() for p in module.parameters()) - counted
+
+    def __call__(self, counts: Sequence[int]) -> int:
+        removed: dict[Key, int] = defaultdict(int)
+        for items, count in zip(self._items, counts):
+            if count:
+                for key, ranks in items:
+                    removed[key] += int(np.searchsorted(ranks, count))
+        total = self._fixed
+        for layer, shapes in self._shapes.items():
+            for name, shape in shapes.items():
+                size = list(shape)
+                for handler, cuts in self._cuts[layer].items():
+                    for dim in cuts[name]:
+                        size[dim] -= removed.get((layer, handler), 0)
+                total += math.prod(size)
+        return total

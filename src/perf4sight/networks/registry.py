@@ -1,0 +1,85 @@
+"""Torchvision classification networks by name, with the original tool's short names.
+
+The builders are looked up in `torchvision.models` when asked for (never at import);
+a few need arguments to be buildable without weights and prunable as one graph.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+import torchvision
+from torch import nn
+
+from perf4sight.errors import NetworkError
+
+__all__ = [
+    "ALIASES",
+    "BUILDER_KWARGS",
+    "DEFAULT_INPUT_SIZE",
+    "known_networks",
+    "resolve_network",
+    "is_torchvision_network",
+    "build_torchvision",
+    "default_input_size",
+]
+
+# The original perf4sight's short names.
+ALIASES: dict[str, str] = {
+    "mobilenetv2": "mobilenet_v2",
+    "mnasnet": "mnasnet1_0",
+    "squeezenet": "squeezenet1_0",
+}
+# Without auxiliary heads the network has one output (the one that is trained and pruned);
+# without weight initialisation it builds fast, and the weights are not what is measured.
+BUILDER_KWARGS: dict[str, dict[str, Any]] = {
+    "googlenet": {"aux_logits": False, "init_weights": False},
+    "inception_v3": {"aux_logits": False, "init_weights": False},
+}
+DEFAULT_INPUT_SIZE: tuple[int, int, int] = (3, 224, 224)
+_INPUT_SIZES: dict[str, tuple[int, int, int]] = {"inception_v3": (3, 299, 299)}
+
+
+def known_networks() -> list[str]:
+    """Every accepted network name: torchvision classification builders plus aliases."""
+    return sorted([*torchvision.models.list_models(module=torchvision.models), *ALIASES])
+
+
+def is_torchvision_network(name: str) -> bool:
+    """True when `name` (or its alias) names a torchvision classification builder."""
+    return ALIASES.get(name, name) in torchvision.models.list_models(module=torchvision.models)
+
+
+def resolve_network(name: str) -> tuple[str, dict[str, Any]]:
+    """The torchvision builder name and keyword arguments for a network name or alias."""
+    builder = ALIASES.get(name, name)
+    if not is_torchvision_network(builder):
+        raise NetworkError(f"unknown network '{name}'; known networks: {', '.join(known_networks())}")
+    return builder, dict(BUILDER_KWARGS.get(builder, {}))
+
+
+def default_input_size(name: str) -> tuple[int, int, int]:
+    """The input size (C, H, W) a torchvision network is built for."""
+    return _INPUT_SIZES.get(ALIASES.get(name, name), DEFAULT_INPUT_SIZE)
+
+
+def build_torchvision(
+    name: str, *, num_classes: int, device: str | torch.device = "cpu", seed: int | None = None
+) -> nn.Module:
+    """Build an untrained torchvision network; `seed` makes its initial weights reproducible.
+
+    On the meta device nothing is allocated or initialised, which is all shapes need.
+    """
+    builder, kwargs = resolve_network(name)
+    with torch.random.fork_rng(devices=[]):
+        if seed is not None:
+            torch.manual_seed(seed)
+        if torch.device(device).type == "meta":
+            try:
+                with torch.device("meta"):
+                    return getattr(torchvision.models, builder)(num_classes=num_classes, **kwargs)
+            except NotImplementedError:  # a builder that computes its widths from tensor data
+                return getattr(torchvision.models, builder)(num_classes=num_classes, **kwargs).to("meta")
+        with torch.device(device):
+            return getattr(torchvision.models, builder)(num_classes=num_classes, **kwargs)

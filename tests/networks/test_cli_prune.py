@@ -1,0 +1,45 @@
+"""`perf4sight prune`, driven in-process."""
+
+from __future__ import annotations
+
+import pandas as pd
+import pytest
+
+from perf4sight.cli import main
+from perf4sight.cli.prune import parse_input_size, parse_levels
+from perf4sight.errors import ConfigError
+
+
+def test_prune_writes_specs_and_manifest(tmp_path, capsys):
+    out = tmp_path / "models"
+    code = main(["-q", "prune", "--net", "resnet18,mobilenetv2", "--levels", "0:40:20", "--input-size", "3,32,32",
+                 "--num-classes", "10", "--seed", "4", "--out", str(out)])
+    assert code == 0
+    manifest = pd.read_csv(out / "manifest.csv")
+    assert list(manifest["name"]) == [f"{n}_{lv}" for n in ("resnet18", "mobilenetv2") for lv in (0, 20, 40)]
+    assert sorted(p.name for p in out.glob("*.json")) == sorted(f"{n}.json" for n in manifest["name"])
+    assert "mobilenetv2_40" in capsys.readouterr().out  # the table
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["--net", "resnet18", "--levels", "96"], "level 96 is outside"),
+        (["--net", "resnet19"], "unknown network 'resnet19'"),
+        (["--net", "resnet18", "--levels", "ten"], "--levels 'ten'"),
+        (["--net", "resnet18", "--input-size", "3,32"], "--input-size '3,32'"),
+        (["--net", "resnet18", "--mode", "magnitude"], "unknown mode 'magnitude'"),
+    ],
+)
+def test_bad_input_exits_2_with_one_line(tmp_path, capsys, args, message):
+    assert main(["prune", *args, "--out", str(tmp_path)]) == 2
+    err = capsys.readouterr().err
+    assert message in err and "Traceback" not in err
+
+
+def test_level_and_size_parsing():
+    assert parse_levels("0:90:10") == list(range(0, 91, 10))
+    assert parse_levels("5, 15,25") == [5, 15, 25]
+    assert parse_input_size("3x64x64") == [3, 64, 64]
+    with pytest.raises(ConfigError):
+        parse_levels("0:90:0")

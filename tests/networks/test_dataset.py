@@ -1,0 +1,79 @@
+"""create_network_dataset: specs, model files and a manifest for every network and level."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import pandas as pd
+import pytest
+
+from perf4sight.config import NetworkDatasetSettings
+from perf4sight.errors import ConfigError, NetworkError
+from perf4sight.networks import MANIFEST_COLUMNS, build_from_spec, create_network_dataset, load_network, read_spec
+
+
+def _settings(tmp_path, **changes) -> NetworkDatasetSettings:
+    base = NetworkDatasetSettings(
+        networks=["resnet18", "squeezenet"], pruning_perc=[0, 50], input_size=[3, 32, 32],
+        num_classes=10, model_path=tmp_path / "models",
+    )
+    return dataclasses.replace(base, **changes)
+
+
+def test_specs_and_manifest(tmp_path, layer_shapes):
+    settings = _settings(tmp_path, write_model_files=True)
+    manifest = create_network_dataset(settings)
+    assert list(manifest.columns) == list(MANIFEST_COLUMNS)
+    assert list(manifest["name"]) == ["resnet18_0", "resnet18_50", "squeezenet_0", "squeezenet_50"]
+    assert (abs(manifest["level_reached"] - manifest["target_level"]) <= 1).all()
+    pd.testing.assert_frame_equal(pd.read_csv(settings.model_path / "manifest.csv"), manifest, check_dtype=False)
+    for row in manifest.itertuples():
+        spec = read_spec(settings.model_path / f"{row.name}.json")
+        assert (spec["name"], spec["net"], spec["prune_level"], spec["params"]) == (row.name, row.network, row.target_level, row.params)
+        assert spec["input_size"] == [3, 32, 32] and spec["num_classes"] == 10
+        from_spec = build_from_spec(spec, device="meta")
+        from_file = load_network(settings.model_path / f"{row.name}.py").module
+        assert sum(p.numel() for p in from_spec.parameters()) == row.params
+        assert layer_shapes(from_file) == layer_shapes(from_spec)
+    squeezenet = read_spec(settings.model_path / "squeezenet_50.json")
+    assert (squeezenet["torchvision"], squeezenet["torchvision_kwargs"]) == ("squeezenet1_0", {})
+
+
+def test_same_seed_same_specs_and_l1_norm_mode(tmp_path):
+    first = create_network_dataset(_settings(tmp_path / "a", networks=["mobilenetv2"], pruning_perc=[30]))
+    again = create_network_dataset(_settings(tmp_path / "b", networks=["mobilenetv2"], pruning_perc=[30]))
+    assert read_spec(first.spec_file[0]) == read_spec(again.spec_file[0])
+    l1 = create_network_dataset(_settings(tmp_path / "c", networks=["mobilenetv2"], pruning_perc=[30], mode="l1-norm"))
+    assert abs(l1.level_reached[0] - 30) <= 1
+    assert read_spec(l1.spec_file[0])["out_channels"] != read_spec(first.spec_file[0])["out_channels"]
+
+
+def test_users_own_model_file_from_model_desc_dir(tmp_path, tinynet_file):
+    settings = _settings(tmp_path, networks=["tinynet"], pruning_perc=[0, 40], model_desc_dir=tinynet_file.parent)
+    manifest = create_network_dataset(settings)
+    spec = read_spec(settings.model_path / "tinynet_40.json")
+    assert spec["torchvision"] is None and spec["model_desc"] == str(tinynet_file)
+    assert abs(manifest.level_reached[1] - 40) <= 1
+    rebuilt = build_from_spec(spec)
+    assert sum(p.numel() for p in rebuilt.parameters()) == spec["params"] == manifest.params[1]
+    assert rebuilt.conv2.in_channels == spec["out_channels"]["conv1"]
+
+
+@pytest.mark.parametrize(
+    ("changes", "message"),
+    [
+        ({"pruning_perc": [0, 96]}, r"pruning_perc: level 96 is outside \[0, 95\]"),
+        ({"mode": "magnitude"}, r"mode: unknown mode 'magnitude'"),
+        ({"input_size": [3, 32]}, r"input_size: \[3, 32\] is not three positive integers"),
+        ({"networks": []}, r"networks: no network given"),
+    ],
+)
+def test_bad_settings_are_refused_before_any_work(tmp_path, changes, message):
+    with pytest.raises(ConfigError, match=message):
+        create_network_dataset(_settings(tmp_path, **changes))
+    assert not (tmp_path / "models").exists()
+
+
+def test_unknown_network_lists_the_known_ones(tmp_path):
+    with pytest.raises(NetworkError, match=r"unknown network 'lenet'.*known networks: alexnet"):
+        create_network_dataset(_settings(tmp_path, networks=["lenet"]))

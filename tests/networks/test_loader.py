@@ -1,0 +1,108 @@
+"""The one network loader: every kind of source, and errors that name what was wrong."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+import torchvision
+from torch import nn
+
+from perf4sight.architecture import trace_architecture
+from perf4sight.errors import DataNotFoundError, ModelFileError, NetworkError
+from perf4sight.networks import build_from_spec, load_architecture, load_network, read_spec
+
+
+def test_torchvision_name_and_alias():
+    loaded = load_network("squeezenet", num_classes=10, input_size=(3, 32, 32))
+    assert isinstance(loaded.module, torchvision.models.SqueezeNet)
+    assert (loaded.name, loaded.input_size, loaded.num_classes, loaded.spec) == ("squeezenet", (3, 32, 32), 10, None)
+    assert loaded.module.classifier[1].out_channels == 10
+    assert load_network("mobilenetv2").module.classifier[1].out_features == 1000
+    assert load_network("mnasnet").input_size == (3, 224, 224)
+
+
+def test_googlenet_has_no_auxiliary_heads():
+    module = load_network("googlenet", num_classes=10).module
+    assert module.aux1 is None and module.aux2 is None
+
+
+def test_spec_file(tx2_dir):
+    path = tx2_dir / "models" / "resnet18_30.json"
+    loaded = load_network(path)
+    spec = read_spec(path)
+    assert (loaded.name, loaded.num_classes, loaded.input_size, loaded.spec) == ("resnet18_30", 1000, (3, 224, 224), spec)
+    assert sum(p.numel() for p in loaded.module.parameters()) == spec["params"]
+    assert all(not p.is_meta for p in loaded.module.parameters())
+    with pytest.raises(NetworkError, match="1000 classes, not 10"):
+        load_network(path, num_classes=10)
+
+
+def test_architecture_of_a_spec_is_built_on_meta_and_matches_the_cpu_build(tx2_dir):
+    path = tx2_dir / "models" / "googlenet_45.json"
+    arch = load_architecture(path)
+    spec = read_spec(path)
+    assert arch == trace_architecture(build_from_spec(spec), spec["input_size"], name="googlenet_45", num_classes=1000)
+    assert arch.params == spec["params"] and arch.complete
+
+
+def test_model_file_by_network_name_and_by_explicit_factory(tinynet_file, tmp_path, layer_shapes):
+    loaded = load_network(tinynet_file, input_size=(3, 16, 16))
+    assert (loaded.name, loaded.num_classes, loaded.input_size) == ("tinynet", 10, (3, 16, 16))
+    # resnet18_50.py holds resnet18(): the level suffix is not part of the factory's name
+    levelled = tmp_path / "tinynet_50.py"
+    levelled.write_text(tinynet_file.read_text())
+    assert layer_shapes(load_network(levelled, num_classes=4).module)["fc"] == (4, 32)
+    explicit = load_network(f"{tinynet_file}:tinynet", num_classes=3)
+    assert explicit.num_classes == 3 and explicit.module.fc.out_features == 3
+
+
+def test_model_desc_dir_holds_the_users_own_networks(tinynet_file):
+    loaded = load_network("tinynet", model_desc_dir=tinynet_file.parent)
+    assert loaded.name == "tinynet" and loaded.module.conv1.out_channels == 16
+
+
+def test_module_source():
+    class Net(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.fc = nn.Linear(3 * 8 * 8, 7)
+
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            return self.fc(x.flatten(1))
+
+    net = Net()
+    loaded = load_network(net, input_size=(3, 8, 8))
+    assert loaded.module is net and (loaded.name, loaded.num_classes) == ("net", 7)
+    arch = load_architecture(net, input_size=(3, 8, 8))
+    assert arch.params == 3 * 64 * 7 + 7 and [layer.kind for layer in arch.layers] == ["linear"]
+
+
+def test_unknown_name_lists_the_known_ones(tmp_path):
+    with pytest.raises(NetworkError, match=r"unknown network 'resnet19'; known networks: .*mobilenetv2.*resnet18"):
+        load_network("resnet19")
+    with pytest.raises(NetworkError, match=r"nor resnet19\.py or resnet19\.json in"):
+        load_network("resnet19", model_desc_dir=tmp_path)
+
+
+def test_broken_model_file_names_the_file_and_the_error(tmp_path):
+    broken = tmp_path / "broken_net.py"
+    broken.write_text("import torch\nimport not_a_module_at_all\n")
+    with pytest.raises(ModelFileError, match=r"broken_net\.py: import failed: ModuleNotFoundError: .*not_a_module_at_all"):
+        load_network(broken)
+    no_factory = tmp_path / "lonely.py"
+    no_factory.write_text("def helper():\n    return 1\n")
+    with pytest.raises(ModelFileError, match=r"lonely\.py: no factory function 'lonely'; callables in the file: helper"):
+        load_network(no_factory)
+    failing = tmp_path / "failing.py"
+    failing.write_text("def failing(num_classes=10):\n    raise RuntimeError('no GPU here')\n")
+    with pytest.raises(ModelFileError, match=r"failing\.py: factory failing\(\) failed: RuntimeError: no GPU here"):
+        load_network(failing)
+    with pytest.raises(DataNotFoundError, match=r"missing\.py"):
+        load_network(tmp_path / "missing.py")
+
+
+def test_bad_input_size_and_classes_are_refused():
+    with pytest.raises(NetworkError, match=r"input size \[3, 32\] is not three positive integers"):
+        load_network("resnet18", input_size=(3, 32))
+    with pytest.raises(NetworkError, match="num_classes 0 is not a positive integer"):
+        load_network("resnet18", num_classes=0)
