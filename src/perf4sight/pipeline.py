@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 from perf4sight import console
@@ -13,19 +14,36 @@ __all__ = ["run_config"]
 def run_config(path: str | Path) -> Config:
     """Execute the sections present in the config at `path`; returns the parsed config."""
     config = load_config(path)
+    outputs: list[tuple[str, Path]] = []
     if config.create_network_dataset is not None:
         from perf4sight.networks import create_network_dataset
 
         console.info("[bold]create_network_dataset[/bold]")
         create_network_dataset(config.create_network_dataset)
+        outputs.append(("architecture specs", config.create_network_dataset.model_path))
     if config.profile is not None:
         from perf4sight.profile import profile_from_settings
 
         console.info("[bold]profile[/bold]")
         profile_from_settings(config.profile)
+        outputs.append(("profiling logs", config.profile.log_dir))
     if config.fingerprint is not None:
         from perf4sight.fit import fingerprint_device
 
         console.info("[bold]fingerprint[/bold]")
         fingerprint_device(config.fingerprint)
+        outputs.append(("fitted models", config.fingerprint.model_storedir))
+        if config.fingerprint.report is not None:
+            outputs.append(("evaluation report", config.fingerprint.report))
+    _print_outputs(outputs)
     return config
+
+
+def _print_outputs(outputs: list[tuple[str, Path]]) -> None:
+    """Where everything went, and the folder that holds it all."""
+    if not outputs:
+        return
+    resolved = [path.resolve() for _, path in outputs]
+    common = Path(os.path.commonpath(resolved))
+    console.print_table("outputs", ["what", "where"], [(what, str(path)) for what, path in outputs])
+    console.out.print(f"all outputs are under {common}")

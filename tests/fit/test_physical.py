@@ -132,3 +132,19 @@ def test_bad_input(datasets):
         PhysicalRegressor(target="latency").fit(data.features.drop(columns="layers"), data.target)
     with pytest.raises(ValueError, match="DataFrame"):
         PhysicalRegressor(target="latency").fit(data.features.to_numpy(), data.target)
+
+
+def test_cublas_footprint_only_where_the_data_tell_it_apart(datasets):
+    data = datasets["mem_used"]
+    nets = data.rows["net"].to_numpy()
+    # resnet18 has a Linear layer (cuBLAS loaded), squeezenet none: the footprint is identifiable
+    mixed = fit_method("physical", data.select(nets != "googlenet"), "mem_used")
+    assert 100 < mixed.library_mib_ < 600
+    features = data.features[nets == "googlenet"]
+    without = features.assign(linear_count=0.0)
+    np.testing.assert_allclose(
+        mixed.predict_demand(features) - mixed.predict_demand(without), mixed.library_mib_, rtol=1e-9
+    )
+    # every training network has a Linear layer: the footprint is part of the runtime
+    same = fit_method("physical", data.select(nets != "squeezenet"), "mem_used")
+    assert same.library_mib_ == 0.0

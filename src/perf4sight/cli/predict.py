@@ -8,6 +8,7 @@ from pathlib import Path
 import typer
 
 from perf4sight import console
+from perf4sight.cli.prune import parse_input_size, parse_levels
 from perf4sight.errors import UsageError
 from perf4sight.predict import LATENCY, MEMORY, Predictor, parse_duration_ms, parse_memory_mib, plan_variants
 
@@ -20,7 +21,7 @@ def _ints(text: str, what: str) -> list[int]:
 
 
 def _input_size(text: str | None) -> tuple[int, ...] | None:
-    return tuple(_ints(text, "--input-size")) if text else None
+    return tuple(parse_input_size(text)) if text else None
 
 
 def _show(table, *, title: str, as_json: bool) -> None:  # noqa: ANN001
@@ -79,8 +80,6 @@ def register(app: typer.Typer) -> None:
         as_json: bool = typer.Option(False, "--json"),
     ) -> None:
         """Pruned variants of NET that fit the budget, ranked by predicted throughput."""
-        from perf4sight.networks import parse_levels
-
         table = plan_variants(
             predictor=Predictor.load(models),
             network=net,

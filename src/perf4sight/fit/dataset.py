@@ -15,10 +15,10 @@ import numpy as np
 import pandas as pd
 
 from perf4sight import console
-from perf4sight.architecture import Architecture, trace_architecture
+from perf4sight.architecture import Architecture
 from perf4sight.errors import DataNotFoundError
 from perf4sight.features import FEATURE_SETS
-from perf4sight.networks import architecture_from_spec, build_from_spec, read_spec
+from perf4sight.networks import architecture_from_spec, load_architecture, read_spec
 
 __all__ = ["ArchitectureCatalog", "Dataset", "architecture_name", "build_dataset"]
 
@@ -55,23 +55,10 @@ class ArchitectureCatalog:
         if spec_path.is_file():
             if not self.complete:
                 return architecture_from_spec(read_spec(spec_path))
-            return _load_complete(spec_path)
+            return load_architecture(spec_path)
         if model_path.is_file():
-            return _load_complete(model_path)
+            return load_architecture(model_path)
         return None
-
-
-def _load_complete(path: Path) -> Architecture:
-    from perf4sight import networks
-
-    load_architecture = getattr(networks, "load_architecture", None)
-    if load_architecture is not None:
-        return load_architecture(path)
-    if path.suffix != ".json":
-        raise DataNotFoundError(f"{path}: reading model description files needs perf4sight.networks.load_architecture")
-    spec = read_spec(path)
-    module = build_from_spec(spec, device="meta")
-    return trace_architecture(module, spec["input_size"], name=spec["name"], num_classes=int(spec["num_classes"]))
 
 
 @dataclass(frozen=True)

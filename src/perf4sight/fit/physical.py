@@ -10,9 +10,12 @@ Memory (`mem_used`, MiB): the runtime's fixed footprint (CUDA context, libraries
 weights, gradients and momentum, plus the activations the caching allocator holds. Those
 lie between the least the backward pass needs at its worst moment (the saved tensors
 plus one layer's gradients and workspace) and every layer output the iteration
-allocates (no freed block ever reused): the model takes the midpoint and fits its scale. Measured memory also has a floor (small runs stay within what the runtime
-reserved anyway) and saturates at the device's capacity, where the system reclaims its
-caches; a demand above that capacity is predicted not to fit.
+allocates (no freed block ever reused): the model takes the midpoint and fits its scale.
+A network with a Linear layer also loads the cuBLAS library (its kernels, handle and
+workspace), a fixed amount on top of the runtime. Measured memory also has a floor (small
+runs stay within what the runtime reserved anyway) and saturates at the device's
+capacity, where the system reclaims its caches; a demand above that capacity is
+predicted not to fit.
 
 Latency (ms per iteration): a fixed cost, plus GEMM operations at the device's
 arithmetic rate, plus bytes moved by every layer at its memory rate, plus a cost per
@@ -32,7 +35,7 @@ from sklearn.utils.validation import check_is_fitted
 
 from perf4sight.errors import ConfigError
 
-__all__ = ["PhysicalRegressor", "MEMORY_TERMS", "MEMORY_EXACT", "LATENCY_TERMS", "TARGET_TERMS"]
+__all__ = ["PhysicalRegressor", "MEMORY_TERMS", "MEMORY_EXACT", "MEMORY_LIBRARY", "LATENCY_TERMS", "TARGET_TERMS"]
 
 _MIB = float(1 << 20)
 # Each term is the sum of its feature columns; the model fits one coefficient per term.
@@ -42,6 +45,10 @@ MEMORY_TERMS: dict[str, tuple[str, ...]] = {
 # Bytes the memory model adds as they are (coefficient 1): weights, gradients and momentum
 # are exact amounts, and a fitted scale on them would explode for parameter-heavy networks.
 MEMORY_EXACT = ("param_state_bytes",)
+# A network with layers of this count above zero loads cuBLAS: a fixed footprint, added to
+# the runtime and to the floor, fitted only when the training data hold networks with and
+# without such layers (otherwise it cannot be told apart from the runtime and stays 0).
+MEMORY_LIBRARY = "linear_count"
 LATENCY_TERMS: dict[str, tuple[str, ...]] = {
     "gemm": ("conv_kxk_flops", "conv_1x1_flops", "conv_grouped_flops", "linear_flops"),
     "traffic": ("conv_kxk_bytes", "conv_1x1_bytes", "conv_grouped_bytes", "conv_depthwise_bytes",
@@ -64,9 +71,13 @@ def _smooth_min(a: np.ndarray, b: np.ndarray | float) -> np.ndarray:
     return -_smooth_max(-np.asarray(a), -np.asarray(b))
 
 
-def _demand(intercept: float, coef: np.ndarray, floor: float, design: np.ndarray, offset: np.ndarray) -> np.ndarray:
-    """Memory an iteration asks for: fixed footprint, exact offset and fitted terms, above the floor."""
-    return _smooth_max(intercept + offset + design @ coef, floor)
+def _demand(
+    intercept: float, coef: np.ndarray, floor: float, library: float, design: np.ndarray, offset: np.ndarray,
+    uses_library: np.ndarray,
+) -> np.ndarray:
+    """Memory an iteration asks for: fixed footprints, exact offset and fitted terms, above the floor."""
+    fixed = intercept + library * uses_library
+    return _smooth_max(fixed + offset + design @ coef, floor + library * uses_library)
 
 
 class PhysicalRegressor(RegressorMixin, BaseEstimator):
@@ -74,7 +85,8 @@ class PhysicalRegressor(RegressorMixin, BaseEstimator):
 
     `target` picks the model: `mem_used` (MiB) or `latency` (ms). After fitting,
     `coef_` holds one coefficient per term (`terms_`) and `intercept_` the fixed cost;
-    the memory model also has `floor_mib_` and `capacity_mib_`.
+    the memory model also has `floor_mib_`, `library_mib_` (cuBLAS, for networks with a
+    Linear layer) and `capacity_mib_`.
     """
 
     feature_set = "network"
@@ -88,24 +100,26 @@ class PhysicalRegressor(RegressorMixin, BaseEstimator):
             raise ConfigError(f"PhysicalRegressor: unknown target '{self.target}'; known: {', '.join(TARGET_TERMS)}")
         return TARGET_TERMS[self.target]
 
-    def _design(self, X: Any) -> tuple[np.ndarray, np.ndarray]:  # noqa: N803 (scikit-learn's names)
-        """The term amounts, one column per term, and the exact offset (memory in MiB)."""
+    def _design(self, X: Any) -> tuple[np.ndarray, np.ndarray, np.ndarray]:  # noqa: N803 (scikit-learn's names)
+        """The term amounts, one column per term, the exact offset (memory in MiB) and
+        whether each row's network loads cuBLAS (memory; zeros for latency)."""
         if not isinstance(X, pd.DataFrame):
             raise ValueError("PhysicalRegressor needs a DataFrame of 'network' features (named columns)")
         terms = self._terms()
-        exact = MEMORY_EXACT if self.target == "mem_used" else ()
+        memory = self.target == "mem_used"
+        exact = (*MEMORY_EXACT, MEMORY_LIBRARY) if memory else ()
         missing = sorted({c for cols in terms.values() for c in cols}.union(exact) - set(X.columns))
         if missing:
             raise ValueError(f"PhysicalRegressor: feature columns missing: {', '.join(missing)}")
         design = np.column_stack([X[list(cols)].to_numpy(dtype=float).sum(axis=1) for cols in terms.values()])
-        offset = X[list(exact)].to_numpy(dtype=float).sum(axis=1) if exact else np.zeros(len(X))
-        if self.target == "mem_used":
-            design = design / _MIB / 2
-            offset = offset / _MIB
-        return design, offset
+        if not memory:
+            return design, np.zeros(len(X)), np.zeros(len(X))
+        offset = X[list(MEMORY_EXACT)].to_numpy(dtype=float).sum(axis=1) / _MIB
+        uses_library = (X[MEMORY_LIBRARY].to_numpy(dtype=float) > 0).astype(float)
+        return design / _MIB / 2, offset, uses_library
 
     def fit(self, X: Any, y: Any) -> PhysicalRegressor:  # noqa: N803
-        design, offset = self._design(X)
+        design, offset, uses_library = self._design(X)
         y = np.asarray(y, dtype=float)
         if design.shape[0] != y.shape[0] or not len(y):
             raise ValueError(f"PhysicalRegressor: {design.shape[0]} feature rows for {y.shape[0]} targets")
@@ -115,7 +129,7 @@ class PhysicalRegressor(RegressorMixin, BaseEstimator):
         self.n_features_in_ = X.shape[1]
         self.feature_names_in_ = np.asarray(X.columns, dtype=object)
         if self.target == "mem_used":
-            self._fit_memory(design, offset, y)
+            self._fit_memory(design, offset, uses_library, y)
         else:
             self._fit_additive(design, y)
         return self
@@ -130,42 +144,59 @@ class PhysicalRegressor(RegressorMixin, BaseEstimator):
         self.intercept_ = float(solution[0])
         self.coef_ = solution[1:]
 
-    def _fit_memory(self, design: np.ndarray, offset: np.ndarray, y: np.ndarray) -> None:
-        """Robust least squares on relative error: intercept, coefficients, floor, capacity.
+    def _fit_memory(self, design: np.ndarray, offset: np.ndarray, uses_library: np.ndarray, y: np.ndarray) -> None:
+        """Robust least squares on relative error: intercept, coefficients, floor, library, capacity.
 
-        The capacity is kept only when the data show it (a few runs whose demand exceeds
-        it); otherwise it would cap every prediction just above the largest run measured.
+        The library footprint is fitted only when some training networks load cuBLAS and
+        some do not. The capacity is kept only when the data show it (a few runs whose
+        demand exceeds it); otherwise it would cap every prediction just above the
+        largest run measured.
         """
         n = design.shape[1]
-        theta = self._solve(design, offset, y, np.r_[0.5 * y.min(), np.ones(n), y.min(), 1.2 * y.max()])
-        demand = _demand(theta[0], theta[1 : 1 + n], theta[1 + n], design, offset)
-        if np.count_nonzero(demand > theta[2 + n] + _CORNER_MIB) < _CAPACITY_SUPPORT_ROWS:
-            theta = np.r_[self._solve(design, offset, y, theta[: 2 + n]), np.inf]
+        data = (design, offset, uses_library)
+        free = np.ones(4 + n, dtype=bool)
+        free[2 + n] = np.unique(uses_library).size > 1
+        theta = self._solve(data, y, np.r_[0.5 * y.min(), np.ones(n), y.min(), 0.0, 1.2 * y.max()], free)
+        demand = _demand(theta[0], theta[1 : 1 + n], theta[1 + n], theta[2 + n], *data)
+        if np.count_nonzero(demand > theta[3 + n] + _CORNER_MIB) < _CAPACITY_SUPPORT_ROWS:
+            free[3 + n] = False
+            theta = self._solve(data, y, np.r_[theta[: 3 + n], np.inf], free)
         self.intercept_ = float(theta[0])
         self.coef_ = theta[1 : 1 + n]
         self.floor_mib_ = float(theta[1 + n])
-        self.capacity_mib_ = float(theta[2 + n])
+        self.library_mib_ = float(theta[2 + n])
+        self.capacity_mib_ = float(theta[3 + n])
 
     @classmethod
-    def _solve(cls, design: np.ndarray, offset: np.ndarray, y: np.ndarray, start: np.ndarray) -> np.ndarray:
-        def residual(theta: np.ndarray) -> np.ndarray:
-            return (cls._memory(theta, design, offset) - y) / y
+    def _solve(
+        cls, data: tuple[np.ndarray, np.ndarray, np.ndarray], y: np.ndarray, start: np.ndarray, free: np.ndarray
+    ) -> np.ndarray:
+        """`start` with its `free` entries fitted; the others stay as they are."""
 
-        return least_squares(residual, start, bounds=(0.0, np.inf), loss="soft_l1", f_scale=0.05).x
+        def full(x: np.ndarray) -> np.ndarray:
+            theta = start.copy()
+            theta[free] = x
+            return theta
+
+        def residual(x: np.ndarray) -> np.ndarray:
+            return (cls._memory(full(x), *data) - y) / y
+
+        return full(least_squares(residual, start[free], bounds=(0.0, np.inf), loss="soft_l1", f_scale=0.05).x)
 
     @staticmethod
-    def _memory(theta: np.ndarray, design: np.ndarray, offset: np.ndarray) -> np.ndarray:
-        """Measured memory for parameters theta (intercept, coefficients, floor[, capacity])."""
+    def _memory(theta: np.ndarray, design: np.ndarray, offset: np.ndarray, uses_library: np.ndarray) -> np.ndarray:
+        """Measured memory for parameters theta (intercept, coefficients, floor, library, capacity)."""
         n = design.shape[1]
-        measured = _demand(theta[0], theta[1 : 1 + n], theta[1 + n], design, offset)
-        return _smooth_min(measured, theta[2 + n]) if len(theta) > 2 + n else measured
+        measured = _demand(theta[0], theta[1 : 1 + n], theta[1 + n], theta[2 + n], design, offset, uses_library)
+        return _smooth_min(measured, theta[3 + n])
 
     def predict_demand(self, X: Any) -> np.ndarray:  # noqa: N803
         """What the iteration asks for, before the device's capacity caps the measurement."""
         check_is_fitted(self)
-        design, offset = self._design(X)
+        design, offset, uses_library = self._design(X)
         if self.target == "mem_used":
-            return _demand(self.intercept_, self.coef_, self.floor_mib_, design, offset)
+            fitted = (self.intercept_, self.coef_, self.floor_mib_, self.library_mib_)
+            return _demand(*fitted, design, offset, uses_library)
         return self.intercept_ + design @ self.coef_
 
     def predict(self, X: Any) -> np.ndarray:  # noqa: N803

@@ -25,7 +25,7 @@ from perf4sight.networks.registry import (
     is_torchvision_network,
     known_networks,
 )
-from perf4sight.networks.spec import build_from_spec, read_spec
+from perf4sight.networks.spec import build_from_spec, read_spec, spec_architecture
 
 __all__ = ["LoadedNetwork", "load_network", "load_architecture"]
 
@@ -62,7 +62,17 @@ def load_architecture(
     num_classes: int | None = None,
     model_desc_dir: str | Path | None = None,
 ) -> Architecture:
-    """The traced architecture of a network; names and specs are built on the meta device."""
+    """The traced architecture of a network; names and specs are built on the meta device.
+
+    A spec at its own input size is not rebuilt at all: its base network is traced once
+    per process and re-propagated to the spec's channel counts, which takes a millisecond.
+    """
+    if not isinstance(source, nn.Module) and str(source).endswith(".json"):
+        spec = read_spec(source)
+        if input_size is None or tuple(input_size) == tuple(spec["input_size"]):
+            _check_num_classes(num_classes)
+            if num_classes is None or num_classes == int(spec["num_classes"]):
+                return spec_architecture(spec)
     loaded = _load(source, input_size=input_size, num_classes=num_classes, model_desc_dir=model_desc_dir, device="meta")
     return trace_architecture(loaded.module, loaded.input_size, name=loaded.name, num_classes=loaded.num_classes)
 

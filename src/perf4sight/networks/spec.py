@@ -8,6 +8,7 @@ building any module.
 
 from __future__ import annotations
 
+import functools
 import json
 import math
 from collections.abc import Sequence
@@ -19,11 +20,19 @@ import torch_pruning as tp
 import torchvision
 from torch import nn
 
-from perf4sight.architecture import Architecture, Layer, trace_architecture
+from perf4sight.architecture import Architecture, Layer, LayerShape, trace_architecture, with_layer_shapes
 from perf4sight.errors import DataNotFoundError, NetworkError
 from perf4sight.networks.model_file import build_from_file
 
-__all__ = ["read_spec", "write_spec", "build_from_spec", "architecture_from_spec", "spec_from_module", "spec_macs"]
+__all__ = [
+    "read_spec",
+    "write_spec",
+    "build_from_spec",
+    "architecture_from_spec",
+    "spec_architecture",
+    "spec_from_module",
+    "spec_macs",
+]
 
 SPEC_KEYS = ("name", "net", "torchvision", "num_classes", "input_size", "out_channels", "layers")
 
@@ -221,3 +230,43 @@ def spec_macs(spec: dict[str, Any]) -> int:
         else:
             total += c_in * c_out
     return total
+
+
+def spec_architecture(spec: dict[str, Any]) -> Architecture:
+    """The complete architecture of a spec, without rebuilding it.
+
+    The spec's base is traced once per process (cached); its layers' shapes are then
+    propagated to the channel counts that the spec's `layers` record. Should a layer of
+    the base have no channel rule, the spec is rebuilt and traced instead.
+    """
+    template = _base_architecture(
+        spec.get("torchvision"),
+        json.dumps(spec.get("torchvision_kwargs", {}), sort_keys=True),
+        spec.get("model_desc"),
+        int(spec["num_classes"]),
+        tuple(spec["input_size"]),
+    )
+    shapes = {
+        entry["name"]: LayerShape(tuple(entry["in"]), tuple(entry["out"]), entry.get("groups", 1))
+        for entry in spec["layers"]
+    }
+    try:
+        return with_layer_shapes(template, shapes, name=spec["name"])
+    except NetworkError:
+        module = build_from_spec(spec, device="meta")
+        return trace_architecture(module, spec["input_size"], name=spec["name"], num_classes=int(spec["num_classes"]))
+
+
+@functools.lru_cache(maxsize=32)
+def _base_architecture(
+    torchvision_name: str | None, kwargs_json: str, model_desc: str | None, num_classes: int, input_size: tuple[int, ...]
+) -> Architecture:
+    spec = {
+        "name": torchvision_name or model_desc,
+        "torchvision": torchvision_name,
+        "torchvision_kwargs": json.loads(kwargs_json),
+        "model_desc": model_desc,
+        "num_classes": num_classes,
+    }
+    module = _base_module(spec, "meta")
+    return trace_architecture(module, input_size, name=str(spec["name"]), num_classes=num_classes)

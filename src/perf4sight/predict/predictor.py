@@ -111,9 +111,10 @@ class Predictor:
             raise DataNotFoundError("the loaded models have no latency model; fingerprint latency first")
         sizes = sorted(set(batch_sizes)) if batch_sizes else list(range(1, _MAX_SEARCH_BATCH + 1))
         table = self.predict(network, sizes, dataset_size=dataset_size, **load_options)
-        fits = (table[MEMORY] <= budget_mib).to_numpy()
+        fits = table[MEMORY] <= budget_mib
         if max_latency_ms is not None:
-            fits &= (table[LATENCY] <= max_latency_ms).to_numpy()
+            fits &= table[LATENCY] <= max_latency_ms
+        fits = fits.to_numpy()
         if not fits[0]:
             first = table.iloc[0]
             latency = f" and {first[LATENCY]:.0f} ms" if LATENCY in table else ""

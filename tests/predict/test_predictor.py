@@ -1,0 +1,120 @@
+"""Predictor and planning on models fitted to the TX2 data (skipped when it is absent)."""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+
+import pytest
+
+from perf4sight.cli import main
+from perf4sight.config import FingerprintSettings
+from perf4sight.errors import DataNotFoundError, UsageError
+from perf4sight.fit import fingerprint_device
+from perf4sight.predict import LATENCY, MEMORY, BudgetError, Predictor, plan_variants
+
+LEVELS = [0, 10, 20, 25, 30, 35, 45, 50, 65, 70, 75, 85, 90]
+
+
+@pytest.fixture(scope="module")
+def models_dir(tx2_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    out = tmp_path_factory.mktemp("predict")
+    fingerprint_device(
+        FingerprintSettings(
+            train_nets=["resnet18", "squeezenet"],
+            train_logs=LEVELS,
+            memory_logs=[tx2_dir / "memory"],
+            latency_logs=[tx2_dir / "latency"],
+            pruned_models_storedir=tx2_dir / "models",
+            model_storedir=out / "tx2",
+        )
+    )
+    return out / "tx2"
+
+
+@pytest.fixture(scope="module")
+def predictor(models_dir: Path) -> Predictor:
+    return Predictor.load(models_dir)
+
+
+def test_predictions_per_batch_size(predictor: Predictor, tx2_dir: Path) -> None:
+    sizes = [2, 8, 32, 128]
+    table = predictor.predict(tx2_dir / "models" / "googlenet_50.json", sizes, dataset_size=1000)
+    assert list(table["batch_size"]) == sizes
+    assert table[MEMORY].is_monotonic_increasing and table[LATENCY].is_monotonic_increasing
+    assert (table[MEMORY] > 0).all()
+    expected_epoch = [math.ceil(1000 / b) * lat / 1e3 for b, lat in zip(sizes, table[LATENCY])]
+    assert table["epoch_s"].tolist() == pytest.approx(expected_epoch)
+    assert table["images_per_s"].tolist() == pytest.approx([b / lat * 1e3 for b, lat in zip(sizes, table[LATENCY])])
+    assert not table["extrapolated"].any()
+
+
+def test_every_description_of_one_network_predicts_the_same(predictor: Predictor, tx2_dir: Path) -> None:
+    from_spec = predictor.predict(tx2_dir / "models" / "resnet18_0.json", [4, 16])
+    from_name = predictor.predict("resnet18", [4, 16])
+    assert from_spec[MEMORY].tolist() == pytest.approx(from_name[MEMORY].tolist())
+    assert from_spec[LATENCY].tolist() == pytest.approx(from_name[LATENCY].tolist())
+
+
+def test_beyond_the_fitted_range_is_flagged(predictor: Predictor) -> None:
+    table = predictor.predict("resnet18", [64, 1024])
+    assert table["extrapolated"].tolist() == [False, True]  # TX2 batch sizes stop at 256
+    assert predictor.predict("vgg16", [8])["extrapolated"].all()  # more parameters than any profiled
+
+
+def test_largest_batch_size_within_a_budget(predictor: Predictor) -> None:
+    table = predictor.predict("resnet18", [32, 33])
+    budget = float(table[MEMORY].iloc[0]) + 0.5 * float(table[MEMORY].iloc[1] - table[MEMORY].iloc[0])
+    best = predictor.max_batch_size("resnet18", budget)
+    assert best["batch_size"] == 32 and best[MEMORY] <= budget
+    with pytest.raises(BudgetError, match="no batch size fits"):
+        predictor.max_batch_size("resnet18", 1.0)
+
+
+def test_a_latency_limit_lowers_the_batch_size(predictor: Predictor) -> None:
+    free = predictor.max_batch_size("resnet18", 1e9, batch_sizes=[2, 4, 8, 16, 32, 64])
+    limit = float(predictor.predict("resnet18", [8])[LATENCY].iloc[0]) * (1 + 1e-9)
+    limited = predictor.max_batch_size("resnet18", 1e9, max_latency_ms=limit, batch_sizes=[2, 4, 8, 16, 32, 64])
+    assert free["batch_size"] == 64 and limited["batch_size"] == 8
+
+
+def test_batch_sizes_must_be_positive(predictor: Predictor) -> None:
+    with pytest.raises(UsageError, match="batch size must be 1 or more, got 0"):
+        predictor.predict("resnet18", [8, 0])
+
+
+def test_missing_models(tmp_path: Path) -> None:
+    with pytest.raises(DataNotFoundError, match="no fitted training models"):
+        Predictor.load(tmp_path)
+
+
+def test_plan_ranks_feasible_variants(predictor: Predictor) -> None:
+    budget = float(predictor.predict("resnet18", [16])[MEMORY].iloc[0])
+    table = plan_variants(predictor=predictor, network="resnet18", levels=[0, 50, 90], budget_mib=budget)
+    assert set(table["level"]) == {0, 50, 90}
+    assert table["images_per_s"].is_monotonic_decreasing
+    assert (table[MEMORY] <= budget).all()
+    by_level = table.set_index("level")
+    assert by_level.loc[0, "batch_size"] == 16  # the unpruned network just fits at 16
+    assert by_level.loc[90, "batch_size"] > by_level.loc[0, "batch_size"]
+    assert abs(by_level.loc[50, "level_reached"] - 50) <= 1
+
+
+def test_cli_predict_json_and_errors(models_dir: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["predict", "--models", str(models_dir), "--net", "resnet18", "--bs", "8,16", "--json"]) == 0
+    records = json.loads(capsys.readouterr().out)
+    assert [r["batch_size"] for r in records] == [8, 16]
+    assert main(["predict", "--models", str(models_dir), "--net", "resnet18", "--max-batch-size",
+                 "--budget", "2GiB", "--json"]) == 0
+    (best,) = json.loads(capsys.readouterr().out)
+    assert best[MEMORY] <= 2048
+    for argv, message in [
+        (["--net", "resnet18", "--bs", "0"], "batch size must be 1 or more"),
+        (["--net", "resnet18", "--max-batch-size"], "--max-batch-size needs --budget"),
+        (["--net", "resnet18", "--max-batch-size", "--budget", "1MiB"], "no batch size fits"),
+        (["--net", "resnet18", "--max-batch-size", "--budget", "lots"], "memory budget 'lots'"),
+        (["--net", "nosuchnet"], "unknown network 'nosuchnet'"),
+    ]:
+        assert main(["predict", "--models", str(models_dir), *argv]) == 2
+        assert message in capsys.readouterr().err
