@@ -23,8 +23,13 @@ from rich.table import Table
 
 __all__ = ["out", "err", "set_quiet", "is_quiet", "info", "warn", "print_table", "progress"]
 
+# Output that is not a terminal (a log file, CI) gets room for wide tables.
+_PIPE_WIDTH = 120
 out = Console(highlight=False)
 err = Console(stderr=True, highlight=False)
+for _console in (out, err):
+    if not _console.is_terminal:
+        _console.width = _PIPE_WIDTH
 _state = {"quiet": False}
 
 

@@ -129,7 +129,7 @@ def fingerprint_device(settings: FingerprintSettings) -> dict[str, Any]:
         predictions[target.kind] = _evaluate(settings, target, model, catalogs)
         report[target.kind] = summarise(target.column, predictions[target.kind])
     if report:
-        print_report(report)
+        print_report(report, predictions)
     if report and settings.report is not None:
         written = write_report(report, predictions, settings.report)
         console.info("wrote " + ", ".join(str(p) for p in written))

@@ -36,14 +36,39 @@ def summarise(target: str, predictions: pd.DataFrame) -> dict[str, Any]:
     }
 
 
-def print_report(report: Mapping[str, Any]) -> None:
-    """One table: MAPE per network and overall, for each target."""
+# Above this many evaluated tests, measured and predicted are shown per architecture.
+_MAX_ROWS_SHOWN = 60
+
+
+def print_report(report: Mapping[str, Any], predictions: Mapping[str, pd.DataFrame]) -> None:
+    """Measured against predicted, then the MAPE per network and overall, per target."""
+    _print_predictions(report, predictions)
     rows = []
     for kind, entry in report.items():
         for net, stats in entry["per_net"].items():
             rows.append((kind, entry["target"], net, stats["n"], stats["mape_pct"]))
         rows.append((kind, entry["target"], "all", entry["n"], entry["mape_pct"]))
     console.print_table("Fingerprint evaluation", ("model", "target", "net", "rows", "MAPE %"), rows)
+
+
+def _print_predictions(report: Mapping[str, Any], predictions: Mapping[str, pd.DataFrame]) -> None:
+    keys = ["net", "model", "batch_size"]
+    table = None
+    for kind, frame in predictions.items():
+        part = frame[keys + ["measured", "predicted"]].rename(
+            columns={"measured": f"{kind} measured", "predicted": f"{kind} predicted"}
+        )
+        table = part if table is None else table.merge(part, on=keys, how="outer")
+    if table is None or table.empty:
+        return
+    table = table.sort_values(keys, ignore_index=True)
+    if len(table) > _MAX_ROWS_SHOWN:  # one row per architecture: means over its batch sizes
+        table = table.drop(columns="batch_size").groupby(["net", "model"], as_index=False).mean()
+    units = {kind: "MiB" if entry["target"].startswith("mem") else "ms" for kind, entry in report.items()}
+    table = table.drop(columns="net").rename(columns={"batch_size": "bs"})
+    columns = [c if c in ("model", "bs") else f"{c} ({units[c.split()[0]]})" for c in table.columns]
+    rows = [["" if pd.isna(v) else v for v in row] for row in table.itertuples(index=False)]
+    console.print_table("Measured against predicted", columns, rows)
 
 
 def write_report(report: Mapping[str, Any], predictions: Mapping[str, pd.DataFrame], path: str | Path) -> list[Path]:

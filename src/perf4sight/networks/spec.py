@@ -97,8 +97,25 @@ def build_from_spec(spec: dict[str, Any], *, device: str | torch.device = "cpu")
     `model_desc` file). The first channels of each layer are kept; torch-pruning's
     dependency graph makes the layers that depend on a pruned Conv2d or Linear
     (BatchNorm, next inputs, residual partners, concatenations, depthwise groups) follow.
-    On the meta device nothing is allocated: shapes only, which is fast.
+    The pruning itself runs on the meta device (shapes only, fast); the result is then
+    given fresh weights on `device`, so that building never holds the unpruned weights:
+    a profiler measuring the build's memory sees the pruned network's alone.
     """
+    model = _prune_on_meta(spec)
+    if torch.device(device).type == "meta":
+        return model
+    model = model.to_empty(device=device)
+    with torch.no_grad():
+        for parameter in model.parameters():
+            nn.init.normal_(parameter, std=0.01)  # weights of modules with no initialiser
+        for module in model.modules():
+            if hasattr(module, "reset_parameters"):
+                module.reset_parameters()
+    return model
+
+
+def _prune_on_meta(spec: dict[str, Any]) -> nn.Module:
+    device = "meta"
     model = _base_module(spec, device).eval()
     example = torch.zeros(1, *spec["input_size"], device=device)
     try:

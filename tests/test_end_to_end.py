@@ -1,0 +1,94 @@
+"""The whole toolflow from one config file, on the CPU, in seconds: prune, profile, fit, predict."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+from perf4sight.cli import main
+
+ROOT = Path(__file__).resolve().parents[1]
+
+CONFIG = """
+[create_network_dataset]
+networks = ['squeezenet']
+pruning_perc = [0, 50]
+input_size = [3, 32, 32]
+num_classes = 10
+model_path = {out}/models
+
+[profile]
+network = ['squeezenet']
+bs = [2, 4]
+stage = ['training']
+profile_variables = ['memory', 'latency']
+local_model_loc = {out}/models
+device_model_loc = {out}/models
+test_config = {out}/test_config.ini
+device = cpu
+log_dir = {out}/logs
+iterations = 2
+
+[fingerprint]
+train_nets = ['squeezenet']
+train_logs = [0, 50]
+eval_logs = [50]
+memory_logs = ['{out}/logs/memory']
+latency_logs = ['{out}/logs/latency']
+pruned_models_storedir = {out}/models
+model_storedir = {out}/fitted
+report = {out}/report.json
+"""
+
+
+@pytest.fixture(scope="module")
+def run_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    out = tmp_path_factory.mktemp("e2e")
+    config = out / "config.ini"
+    config.write_text(CONFIG.format(out=out))
+    assert main(["--quiet", "run", "--config", str(config)]) == 0
+    return out
+
+
+def test_every_stage_leaves_its_output(run_dir: Path) -> None:
+    manifest = pd.read_csv(run_dir / "models" / "manifest.csv")
+    assert list(manifest["name"]) == ["squeezenet_0", "squeezenet_50"]
+    assert abs(manifest["level_reached"].iloc[1] - 50) <= 1
+    for variable in ("memory", "latency"):
+        for level in (0, 50):
+            log = pd.read_csv(run_dir / "logs" / variable / f"squeezenet_{level}-gt.csv", sep="|")
+            assert list(log["bs"]) == [2, 4] and log["passed"].all()
+    memory = pd.read_csv(run_dir / "logs" / "memory" / "squeezenet_0-gt.csv", sep="|")
+    assert (memory["mem_used"] > 0).all()
+    for target in ("mem_used", "latency"):
+        assert (run_dir / "fitted" / f"training_{target}.skops").is_file()
+    report = json.loads((run_dir / "report.json").read_text())
+    assert report["memory"]["n"] == 2 and report["latency"]["n"] == 2
+    assert report["memory"]["per_net"]["squeezenet"]["mape_pct"] >= 0
+    assert (run_dir / "report.png").read_bytes()[:4] == b"\x89PNG"
+
+
+def test_predict_from_the_fitted_models(run_dir: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    spec = run_dir / "models" / "squeezenet_50.json"
+    argv = ["predict", "--models", str(run_dir / "fitted"), "--net", str(spec), "--bs", "2,4,8", "--json"]
+    assert main(argv) == 0
+    rows = json.loads(capsys.readouterr().out)
+    assert [r["batch_size"] for r in rows] == [2, 4, 8]
+    assert [r["extrapolated"] for r in rows] == [False, False, True]
+    assert rows[0]["mem_used_mib"] > 0 and rows[0]["latency_ms"] > 0
+
+
+def test_the_original_interface_reports_bad_input_in_one_line(tmp_path: Path) -> None:
+    config = tmp_path / "config.ini"
+    config.write_text("[profile]\nbs = [2, 'four']\n")
+    result = subprocess.run(
+        [sys.executable, str(ROOT / "main.py"), "--config-file", str(config)],
+        capture_output=True, text=True, cwd=tmp_path, timeout=120,
+    )
+    assert result.returncode == 2
+    assert result.stderr.strip().splitlines() == [f"error: {config} [profile] bs: expected int, got 'four'"]
