@@ -1,19 +1,25 @@
-"""Accuracy of the fingerprinting methods on the Jetson TX2 training measurements.
+"""Accuracy of the fingerprinting methods on a device's training measurements (default: Jetson TX2).
 
 Two cases, each for memory (`mem_used`) and latency, MAPE in percent over passed rows:
   (a) the paper's protocol: per network, train on levels 0, 30, 50, 70, 90, evaluate on the rest;
-  (b) unseen network: train on two networks (all levels), evaluate on the third.
+  (b) unseen network: train on the other networks (all levels), evaluate on this one.
 
     .venv/bin/python benchmarks/tx2_accuracy.py [--method paper --method ...]
+    .venv/bin/python benchmarks/tx2_accuracy.py --logs out/demo/logs --models out/demo/models \
+        --train-levels 0,30,60,90
 
-Reads ../shared/datasets/tx2 (relative to the repository root); exits with a message when absent.
+Reads `<logs>/memory/<net>_<level>-gt.csv`, `<logs>/latency/...` and `<models>/<net>_<level>.json`;
+the networks and levels are those of the memory logs. The default is ../shared/datasets/tx2
+(relative to the repository root); exits with a message when it is absent.
 """
 
 from __future__ import annotations
 
 import argparse
+import re
 import sys
 import time
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
@@ -32,19 +38,43 @@ from perf4sight.fit import (
     predict_rows,
     read_logs,
 )
+from perf4sight.fit.logs import LOG_SUFFIX
 
 TX2_DIR = Path(__file__).resolve().parents[1].parent / "shared" / "datasets" / "tx2"
-NETS = ("resnet18", "googlenet", "squeezenet")
-LEVELS = (0, 10, 20, 25, 30, 35, 45, 50, 65, 70, 75, 85, 90)
 PROTOCOL_TRAIN_LEVELS = (0, 30, 50, 70, 90)
+_LOG_NAME = re.compile(r"(?P<net>.+)_(?P<level>\d+)" + re.escape(LOG_SUFFIX))
 
 
-def _cases() -> list[tuple[str, str, dict[str, tuple[int, ...]], dict[str, tuple[int, ...]]]]:
-    """(case, evaluated net, train {net: levels}, eval {net: levels})."""
-    held_out = tuple(level for level in LEVELS if level not in PROTOCOL_TRAIN_LEVELS)
-    cases = [("protocol", net, {net: PROTOCOL_TRAIN_LEVELS}, {net: held_out}) for net in NETS]
-    cases += [("unseen", net, {other: LEVELS for other in NETS if other != net}, {net: LEVELS}) for net in NETS]
-    return cases
+@dataclass(frozen=True)
+class Data:
+    """Where a device's measurements lie, and which networks and levels they hold."""
+
+    logs: Path
+    models: Path
+    nets: tuple[str, ...]
+    levels: tuple[int, ...]
+    train_levels: tuple[int, ...]
+
+    def cases(self) -> list[tuple[str, str, dict[str, tuple[int, ...]], dict[str, tuple[int, ...]]]]:
+        """(case, evaluated net, train {net: levels}, eval {net: levels})."""
+        held_out = tuple(level for level in self.levels if level not in self.train_levels)
+        cases = [("protocol", net, {net: self.train_levels}, {net: held_out}) for net in self.nets]
+        cases += [("unseen", net, {other: self.levels for other in self.nets if other != net}, {net: self.levels})
+                  for net in self.nets]
+        return cases
+
+
+def find_data(logs: Path, models: Path, train_levels: tuple[int, ...]) -> Data:
+    """The networks and levels of `logs/memory`; the protocol trains on the `train_levels` present."""
+    found = [_LOG_NAME.fullmatch(path.name) for path in sorted((logs / "memory").glob(f"*{LOG_SUFFIX}"))]
+    found = [match for match in found if match]
+    nets = tuple(dict.fromkeys(match["net"] for match in found))
+    levels = tuple(sorted({int(match["level"]) for match in found}))
+    train = tuple(level for level in train_levels if level in levels)
+    if len(nets) < 2 or not train or len(train) == len(levels):
+        raise SystemExit(f"{logs}: need logs of at least 2 networks and levels both in and out of the protocol's "
+                         f"training levels {list(train_levels)}; found networks {list(nets)}, levels {list(levels)}")
+    return Data(logs=logs, models=models, nets=nets, levels=levels, train_levels=train)
 
 
 def _mask(rows: pd.DataFrame, selection: dict[str, tuple[int, ...]]) -> np.ndarray:
@@ -52,39 +82,40 @@ def _mask(rows: pd.DataFrame, selection: dict[str, tuple[int, ...]]) -> np.ndarr
     return np.logical_or.reduce([(rows["net"] == net) & levels.isin(lv) for net, lv in selection.items()])
 
 
-def evaluate_method(method: str, catalogs: dict[bool, ArchitectureCatalog]) -> dict[tuple[str, str], dict[str, float]]:
+def evaluate_method(method: str, data: Data,
+                    catalogs: dict[bool, ArchitectureCatalog]) -> dict[tuple[str, str], dict[str, float]]:
     """MAPE per (case, net) and target kind for one method."""
     feature_set = METHODS[method].feature_set
     catalog = catalogs.setdefault(
         needs_complete_architecture(feature_set),
-        ArchitectureCatalog(TX2_DIR / "models", complete=needs_complete_architecture(feature_set)),
+        ArchitectureCatalog(data.models, complete=needs_complete_architecture(feature_set)),
     )
     results: dict[tuple[str, str], dict[str, float]] = {}
     for target in TARGETS:
-        logs = read_logs(NETS, LEVELS, [TX2_DIR / target.kind], [target.column])
+        logs = read_logs(data.nets, data.levels, [data.logs / target.kind], [target.column])
         full = build_dataset(logs, target=target.column, feature_set=feature_set, stage="training", catalog=catalog)
-        for case, net, train, evaluation in _cases():
+        for case, net, train, evaluation in data.cases():
             estimator = fit_method(method, full.select(_mask(full.rows, train)), target.column)
             predicted = predict_rows(estimator, full.select(_mask(full.rows, evaluation)))
             results.setdefault((case, net), {})[target.kind] = mape_pct(predicted["measured"], predicted["predicted"])
     return results
 
 
-def memory_boundary(method: str, catalog: ArchitectureCatalog) -> dict[str, tuple[float, float]]:
+def memory_boundary(method: str, data: Data, catalog: ArchitectureCatalog) -> dict[str, tuple[float, float]]:
     """Per unseen network: % of its tests (passed or not) whose fit/no-fit is predicted right,
     and % of its passed tests whose memory is under-estimated (what crashes a user's run).
 
     A method with `predict_fits` decides itself; any other fits when its prediction is at
     most the largest `mem_used` measured in training.
     """
-    logs = read_logs(NETS, LEVELS, [TX2_DIR / "memory"], ["mem_used"])
+    logs = read_logs(data.nets, data.levels, [data.logs / "memory"], ["mem_used"])
     feature_set = METHODS[method].feature_set
     passed = set(zip(logs.loc[logs["passed"], "model"].map(architecture_name), logs.loc[logs["passed"], "bs"]))
     every = build_dataset(logs, target="mem_used", feature_set=feature_set, stage="training", catalog=catalog,
                           passed_only=False)
     ok = np.array([(m, b) in passed for m, b in zip(every.rows["model"], every.rows["batch_size"])])
     out = {}
-    for net in NETS:
+    for net in data.nets:
         held_out = (every.rows["net"] == net).to_numpy()
         train = every.select(~held_out & ok)
         estimator = fit_method(method, train, "mem_used")
@@ -99,11 +130,11 @@ def memory_boundary(method: str, catalog: ArchitectureCatalog) -> dict[str, tupl
     return out
 
 
-def feature_ms(feature_set: str, catalog: ArchitectureCatalog, batch_sizes: list[int]) -> float:
+def feature_ms(feature_set: str, data: Data, catalog: ArchitectureCatalog, batch_sizes: list[int]) -> float:
     """Median time to compute one network's features for all `batch_sizes`, in ms."""
     times = []
-    for net in NETS:
-        for level in LEVELS:
+    for net in data.nets:
+        for level in data.levels:
             arch = catalog.get(f"{net}_{level}")
             start = time.perf_counter()
             FEATURE_SETS[feature_set](arch, batch_sizes, "training")
@@ -115,32 +146,47 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--method", action="append", choices=sorted(METHODS),
                         help="method to evaluate (repeatable); default: every method")
+    parser.add_argument("--logs", type=Path, default=TX2_DIR,
+                        help="folder with memory/ and latency/ logs (default: the TX2 dataset)")
+    parser.add_argument("--models", type=Path, help="folder of the specs (default: <logs>/models)")
+    parser.add_argument("--train-levels", type=_levels, default=PROTOCOL_TRAIN_LEVELS,
+                        help="protocol training levels, comma-separated (default: 0,30,50,70,90, those present)")
     args = parser.parse_args(argv)
-    if not (TX2_DIR / "models").is_dir():
-        print(f"TX2 dataset not found at {TX2_DIR}; nothing to benchmark")
+    models = args.models or args.logs / "models"
+    if not models.is_dir() or not (args.logs / "memory").is_dir():
+        print(f"no logs at {args.logs / 'memory'} or specs at {models}; nothing to benchmark")
         return 0
+    data = find_data(args.logs, models, args.train_levels)
+    device = "TX2" if args.logs == TX2_DIR else str(args.logs)
     catalogs: dict[bool, ArchitectureCatalog] = {}
     for method in args.method or list(METHODS):
         start = time.perf_counter()
-        results = evaluate_method(method, catalogs)
+        results = evaluate_method(method, data, catalogs)
         seconds = time.perf_counter() - start
         rows = [(case, net, r["memory"], r["latency"]) for (case, net), r in results.items()]
         for case in ("protocol", "unseen"):
             mem = [r["memory"] for (c, _), r in results.items() if c == case]
             lat = [r["latency"] for (c, _), r in results.items() if c == case]
             rows.append((case, "mean", float(np.mean(mem)), float(np.mean(lat))))
-        console.print_table(f"TX2 MAPE %, method = {method} ({seconds:.1f} s)",
+        console.print_table(f"{device} MAPE %, method = {method} ({seconds:.1f} s)",
                             ("case", "evaluated net", "memory (mem_used)", "latency"), rows)
         feature_set = METHODS[method].feature_set
-        boundary = memory_boundary(method, catalogs[needs_complete_architecture(feature_set)])
+        boundary = memory_boundary(method, data, catalogs[needs_complete_architecture(feature_set)])
         rows = [(net, *values) for net, values in boundary.items()]
         rows.append(("mean", *np.mean(list(boundary.values()), axis=0).tolist()))
-        console.print_table(f"TX2 memory boundary, unseen network, method = {method}",
+        console.print_table(f"{device} memory boundary, unseen network, method = {method}",
                             ("evaluated net", "fit / no fit right %", "memory under-estimated %"), rows)
         sizes = list(range(8, 208, 8))
-        ms = feature_ms(feature_set, catalogs[needs_complete_architecture(feature_set)], sizes)
+        ms = feature_ms(feature_set, data, catalogs[needs_complete_architecture(feature_set)], sizes)
         console.info(f"'{feature_set}' features of one network for {len(sizes)} batch sizes: {ms:.2f} ms (median)")
     return 0
+
+
+def _levels(text: str) -> tuple[int, ...]:
+    try:
+        return tuple(int(level) for level in text.split(","))
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected comma-separated levels such as 0,30,60,90, got {text!r}") from None
 
 
 if __name__ == "__main__":

@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+import pandas as pd
 import skops.io
 
 from perf4sight.architecture import Architecture
@@ -56,9 +57,15 @@ class FittedModel:
     def feature_names(self) -> list[str]:
         return list(self.metadata["feature_names"])
 
-    def predict(self, arch: Architecture, batch_sizes: Sequence[int]) -> np.ndarray:
-        """Predicted target for `arch` at each batch size, features computed as in training."""
-        features = FEATURE_SETS[self.metadata["feature_set"]](arch, batch_sizes, self.metadata["stage"])
+    def features(self, arch: Architecture, batch_sizes: Sequence[int]) -> pd.DataFrame:
+        """The feature table this model was fitted on, for `arch` at each batch size."""
+        return FEATURE_SETS[self.metadata["feature_set"]](arch, batch_sizes, self.metadata["stage"])
+
+    def predict(self, arch: Architecture, batch_sizes: Sequence[int], *, features: pd.DataFrame | None = None) -> np.ndarray:
+        """Predicted target for `arch` at each batch size; `features` (from `features()`)
+        can be passed to share one table between models of the same feature set."""
+        if features is None:
+            features = self.features(arch, batch_sizes)
         return self.estimator.predict(features[self.feature_names])
 
 

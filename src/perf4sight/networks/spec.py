@@ -23,6 +23,7 @@ from torch import nn
 from perf4sight.architecture import Architecture, Layer, LayerShape, trace_architecture, with_layer_shapes
 from perf4sight.errors import DataNotFoundError, NetworkError
 from perf4sight.networks.model_file import build_from_file
+from perf4sight.networks.registry import build_on_meta
 
 __all__ = [
     "read_spec",
@@ -162,8 +163,11 @@ def _base_module(spec: dict[str, Any], device: str | torch.device) -> nn.Module:
         builder = getattr(torchvision.models, spec["torchvision"], None)
         if builder is None:
             raise NetworkError(f"spec {spec['name']}: unknown torchvision builder '{spec['torchvision']}'")
+        kwargs = dict(spec.get("torchvision_kwargs") or {})
+        if torch.device(device).type == "meta":
+            return build_on_meta(lambda: builder(num_classes=num_classes, **kwargs))
         with torch.device(device):
-            return builder(num_classes=num_classes, **dict(spec.get("torchvision_kwargs") or {}))
+            return builder(num_classes=num_classes, **kwargs)
     if spec.get("model_desc"):
         return build_from_file(spec["model_desc"], num_classes=num_classes).to(device)
     raise NetworkError(f"spec {spec['name']}: names neither a torchvision builder nor a model_desc file")

@@ -77,8 +77,12 @@ class Predictor:
         arch = self.describe(network, **load_options)
         table = pd.DataFrame({"batch_size": sizes})
         extrapolated = np.zeros(len(sizes), dtype=bool)
+        features: dict[str, pd.DataFrame] = {}  # one table per feature set
         for column, model in self.models.items():
-            table[column] = model.predict(arch, sizes)
+            key = model.metadata["feature_set"]
+            if key not in features:
+                features[key] = model.features(arch, sizes)
+            table[column] = model.predict(arch, sizes, features=features[key])
             extrapolated |= _outside_range(model, arch, sizes)
         if dataset_size is not None and LATENCY in table:
             iterations = np.ceil(dataset_size / table["batch_size"])

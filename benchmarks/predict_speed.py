@@ -1,0 +1,132 @@
+"""Prediction speed: memory and latency at 25 batch sizes for a set of pruned networks.
+
+Each network is a spec written by the network-dataset stage (224x224, 1000 classes), with
+its standalone model file for the original way. Both ways predict the same 25 batch sizes
+with models fitted on the TX2 data (skipped when ../shared/datasets/tx2 is absent):
+
+- perf4sight: `Predictor.predict(spec, batch_sizes)` with the default method, cold: once
+  with the per-process trace of the base networks cleared before every network (each
+  prediction describes its network from nothing), once over the whole set from a cleared
+  state (each base traced once, inside the timed run, then shared by its pruned variants).
+- the original way: import the model file and build the network, run a forward pass at
+  batch size 8 on a 224x224 input with hooks that read each Conv2d's shapes, then the
+  paper's features one batch size at a time, then the paper's ExtraTrees models.
+
+Setup (pruning, writing specs and model files, fitting) is not timed.
+
+    .venv/bin/python benchmarks/predict_speed.py [--networks resnet18 ...] [--levels 0 50 90]
+"""
+
+from __future__ import annotations
+
+import argparse
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import torch
+from torch import nn
+
+from perf4sight.config import FingerprintSettings, NetworkDatasetSettings
+from perf4sight.features import FEATURE_SETS
+from perf4sight.fit import fingerprint_device, load_model
+from perf4sight.networks import architecture_from_spec, create_network_dataset, read_spec
+from perf4sight.networks.model_file import build_from_file
+from perf4sight.networks.spec import _base_architecture
+from perf4sight.predict import Predictor
+
+TX2 = Path(__file__).resolve().parents[1].parent / "shared" / "datasets" / "tx2"
+BATCH_SIZES = list(range(8, 8 * 25 + 1, 8))
+NETWORKS = ["resnet18", "resnet50", "mobilenet_v2", "squeezenet1_0", "googlenet", "vgg11", "mnasnet1_0"]
+
+
+def fit(out: Path, method: str) -> Path:
+    """Models of `method` fitted on every TX2 network and level, stored under `out`."""
+    storedir = out / method
+    fingerprint_device(
+        FingerprintSettings(
+            train_nets=["resnet18", "googlenet", "squeezenet"],
+            train_logs=[0, 10, 20, 25, 30, 35, 45, 50, 65, 70, 75, 85, 90],
+            memory_logs=[TX2 / "memory"],
+            latency_logs=[TX2 / "latency"],
+            pruned_models_storedir=TX2 / "models",
+            model_storedir=storedir,
+            method=method,
+        )
+    )
+    return storedir
+
+
+def original_way(model_file: Path, net: str, models: list) -> np.ndarray:
+    """The original tool's route: a real network and a forward pass to read the shapes."""
+    module = build_from_file(f"{model_file}:{net}")
+    layers = []
+
+    def record(layer: nn.Conv2d, inputs: tuple, output: torch.Tensor) -> None:
+        layers.append({
+            "name": str(len(layers)), "type": "Conv2d", "in": list(inputs[0].shape[1:]),
+            "out": list(output.shape[1:]), "kernel": list(layer.kernel_size), "stride": list(layer.stride),
+            "padding": list(layer.padding), "groups": layer.groups, "bias": layer.bias is not None,
+        })
+
+    handles = [m.register_forward_hook(record) for m in module.modules() if isinstance(m, nn.Conv2d)]
+    with torch.no_grad():
+        module(torch.randn(8, 3, 224, 224))
+    for handle in handles:
+        handle.remove()
+    arch = architecture_from_spec({"name": net, "input_size": [3, 224, 224], "num_classes": 1000,
+                                   "layers": layers, "params": sum(p.numel() for p in module.parameters())})
+    features = pd.concat([FEATURE_SETS["paper"](arch, [bs], "training") for bs in BATCH_SIZES], ignore_index=True)
+    return np.stack([m.estimator.predict(features[m.feature_names]) for m in models])
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--networks", nargs="+", default=NETWORKS)
+    parser.add_argument("--levels", nargs="+", type=int, default=[0, 25, 50, 75, 90])
+    args = parser.parse_args()
+    if not (TX2 / "models").is_dir():
+        print(f"TX2 dataset not found at {TX2}: nothing to fit the models on, skipping")
+        return
+    torch.manual_seed(0)
+    with tempfile.TemporaryDirectory() as tmp:
+        out = Path(tmp)
+        create_network_dataset(NetworkDatasetSettings(
+            networks=args.networks, pruning_perc=args.levels, model_path=out / "nets", write_model_files=True,
+        ))
+        predictor = Predictor.load(fit(out, "default"))
+        paper_dir = fit(out, "paper")
+        paper = [load_model(paper_dir, stage="training", target=t) for t in ("mem_used", "latency")]
+        specs = sorted((out / "nets").glob("*.json"))
+        nets = [read_spec(path)["net"] for path in specs]
+        cold, original = [], []
+        for spec_path, net in zip(specs, nets):
+            _base_architecture.cache_clear()
+            start = time.perf_counter()
+            predictor.predict(spec_path, BATCH_SIZES)
+            cold.append(time.perf_counter() - start)
+            start = time.perf_counter()
+            original_way(spec_path.with_suffix(".py"), net, paper)
+            original.append(time.perf_counter() - start)
+        _base_architecture.cache_clear()
+        start = time.perf_counter()
+        for spec_path in specs:
+            predictor.predict(spec_path, BATCH_SIZES)
+        whole_set = time.perf_counter() - start
+    print(f"{len(specs)} networks ({', '.join(args.networks)} at levels {args.levels}), "
+          f"{len(BATCH_SIZES)} batch sizes each, torch threads {torch.get_num_threads()}")
+    print(f"{'network':<18}{'perf4sight ms':>15}{'original ms':>13}{'ratio':>8}")
+    for spec_path, ours, theirs in zip(specs, cold, original):
+        print(f"{spec_path.stem:<18}{ours * 1e3:>15.1f}{theirs * 1e3:>13.1f}{theirs / ours:>8.1f}")
+    n, total_original = len(specs), sum(original)
+    print(f"original way: {n / total_original:.2f} networks/s")
+    print(f"perf4sight, each network cold (its base traced anew): {n / sum(cold):.1f} networks/s, "
+          f"{total_original / sum(cold):.1f}x the original")
+    print(f"perf4sight, the whole set cold (each base traced once, in the timed run): {n / whole_set:.1f} "
+          f"networks/s, {total_original / whole_set:.1f}x the original")
+
+
+if __name__ == "__main__":
+    main()
