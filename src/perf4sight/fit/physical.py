@@ -12,15 +12,18 @@ lie between the least the backward pass needs at its worst moment (the saved ten
 plus one layer's gradients and workspace) and every layer output the iteration
 allocates (no freed block ever reused): the model takes the midpoint and fits its scale.
 A network with a Linear layer also loads the cuBLAS library (its kernels, handle and
-workspace), a fixed amount on top of the runtime. Measured memory also has a floor (small
-runs stay within what the runtime reserved anyway) and saturates at the device's
+workspace), a fixed amount on top of the runtime. Measured memory may also have a floor
+(small runs stay within what the runtime reserved anyway) and saturate at the device's
 capacity, where the system reclaims its caches; a demand above that capacity is
-predicted not to fit.
+predicted not to fit. Each of these is fitted only when the training data show it, so
+a device without it (a CPU: no CUDA context, no cuBLAS, nothing reserved ahead) fits it
+to nothing, and the corners between them are relative (a few percent wide), since
+devices differ in scale by orders of magnitude.
 
 Latency (ms per iteration): a fixed cost, plus GEMM operations at the device's
-arithmetic rate, plus bytes moved by every layer at its memory rate, plus a cost per
-layer (kernel launches), plus a cost per parameter byte (the optimizer step, which does
-not depend on the batch size); fitted with non-negative least squares on relative error.
+arithmetic rate, plus bytes moved at its memory rate (every layer, and the optimizer
+step's passes over the parameters, which do not depend on the batch size), plus a cost
+per layer (kernel launches); fitted with non-negative least squares on relative error.
 """
 
 from __future__ import annotations
@@ -35,12 +38,16 @@ from sklearn.utils.validation import check_is_fitted
 
 from perf4sight.errors import ConfigError
 
-__all__ = ["PhysicalRegressor", "MEMORY_TERMS", "MEMORY_EXACT", "MEMORY_LIBRARY", "LATENCY_TERMS", "TARGET_TERMS"]
+__all__ = [
+    "PhysicalRegressor", "MEMORY_TERMS", "MEMORY_EXACT", "MEMORY_LIBRARY", "LATENCY_TERMS", "OPTIMIZER_PASSES",
+    "TARGET_TERMS",
+]
 
 _MIB = float(1 << 20)
-# Each term is the sum of its feature columns; the model fits one coefficient per term.
-MEMORY_TERMS: dict[str, tuple[str, ...]] = {
-    "activations": ("activation_peak_bytes", "output_bytes"),  # halved: the midpoint of the two bounds
+# Each term is a weighted sum of feature columns; the model fits one coefficient per term.
+MEMORY_TERMS: dict[str, dict[str, float]] = {
+    # the midpoint of the two bounds on what the allocator holds
+    "activations": {"activation_peak_bytes": 0.5, "output_bytes": 0.5},
 }
 # Bytes the memory model adds as they are (coefficient 1): weights, gradients and momentum
 # are exact amounts, and a fitted scale on them would explode for parameter-heavy networks.
@@ -49,26 +56,46 @@ MEMORY_EXACT = ("param_state_bytes",)
 # the runtime and to the floor, fitted only when the training data hold networks with and
 # without such layers (otherwise it cannot be told apart from the runtime and stays 0).
 MEMORY_LIBRARY = "linear_count"
-LATENCY_TERMS: dict[str, tuple[str, ...]] = {
-    "gemm": ("conv_kxk_flops", "conv_1x1_flops", "conv_grouped_flops", "linear_flops"),
-    "traffic": ("conv_kxk_bytes", "conv_1x1_bytes", "conv_grouped_bytes", "conv_depthwise_bytes",
-                "linear_bytes", "norm_bytes", "act_bytes", "pool_bytes", "elementwise_bytes", "other_bytes"),
-    "launches": ("layers",),
-    "optimizer": ("param_bytes",),  # the SGD step and gradient zeroing touch every parameter
+# Passes over the parameter bytes the optimizer step costs, at the memory rate. SGD with
+# momentum and weight decay runs kernels touching 11 parameter-sized tensors, on contiguous
+# data that streams faster than the layers' activations; fitted with a rate of its own on
+# all the TX2 or all the CPU data, the step costs 5.4-5.6 passes at the layers' rate. Tied
+# to the memory rate it needs no networks with large parameter counts in the training data.
+OPTIMIZER_PASSES = 6.0
+LATENCY_TERMS: dict[str, dict[str, float]] = {
+    "gemm": dict.fromkeys(("conv_kxk_flops", "conv_1x1_flops", "conv_grouped_flops", "linear_flops"), 1.0),
+    "traffic": {
+        **dict.fromkeys(("conv_kxk_bytes", "conv_1x1_bytes", "conv_grouped_bytes", "conv_depthwise_bytes",
+                         "linear_bytes", "norm_bytes", "act_bytes", "pool_bytes", "elementwise_bytes",
+                         "other_bytes"), 1.0),
+        "param_bytes": OPTIMIZER_PASSES,
+    },
+    "launches": {"layers": 1.0},
 }
 TARGET_TERMS = {"mem_used": MEMORY_TERMS, "latency": LATENCY_TERMS}
-# Width (MiB) of the smooth corners at the memory floor and capacity.
-_CORNER_MIB = 30.0
-# Training runs that must exceed the fitted capacity for it to be kept.
-_CAPACITY_SUPPORT_ROWS = 3
+# Sharpness of the smooth corners at the memory floor and capacity: a p-norm of this
+# exponent, so a corner is about 1 % of the memory wide (2 ** (1 / 60) - 1 above both
+# sides where they meet) whatever the device's scale.
+_CORNER_EXPONENT = 60.0
+_CORNER_FACTOR = 2 ** (1 / _CORNER_EXPONENT)
+# Training runs that must lie beyond the fitted floor or capacity for it to be kept.
+_SUPPORT_ROWS = 3
 
 
 def _smooth_max(a: np.ndarray, b: np.ndarray | float) -> np.ndarray:
-    return _CORNER_MIB * np.logaddexp(np.asarray(a) / _CORNER_MIB, np.asarray(b) / _CORNER_MIB)
+    """(a^p + b^p)^(1/p) of non-negative a and b: their maximum with a relative corner."""
+    a, b = np.broadcast_arrays(np.asarray(a, dtype=float), np.asarray(b, dtype=float))
+    high, low = np.maximum(a, b), np.minimum(a, b)
+    ratio = np.divide(low, high, out=np.zeros_like(high), where=high > 0)
+    return high * (1 + ratio**_CORNER_EXPONENT) ** (1 / _CORNER_EXPONENT)
 
 
 def _smooth_min(a: np.ndarray, b: np.ndarray | float) -> np.ndarray:
-    return -_smooth_max(-np.asarray(a), -np.asarray(b))
+    """(a^-p + b^-p)^(-1/p) of non-negative a and b (b may be infinite): their minimum."""
+    a, b = np.broadcast_arrays(np.asarray(a, dtype=float), np.asarray(b, dtype=float))
+    high, low = np.maximum(a, b), np.minimum(a, b)
+    ratio = np.divide(low, high, out=np.zeros_like(high), where=np.isfinite(high) & (high > 0))
+    return low * (1 + ratio**_CORNER_EXPONENT) ** (-1 / _CORNER_EXPONENT)
 
 
 def _demand(
@@ -76,8 +103,15 @@ def _demand(
     uses_library: np.ndarray,
 ) -> np.ndarray:
     """Memory an iteration asks for: fixed footprints, exact offset and fitted terms, above the floor."""
-    fixed = intercept + library * uses_library
-    return _smooth_max(fixed + offset + design @ coef, floor + library * uses_library)
+    return _smooth_max(_unfloored(intercept, coef, library, design, offset, uses_library),
+                       floor + library * uses_library)
+
+
+def _unfloored(
+    intercept: float, coef: np.ndarray, library: float, design: np.ndarray, offset: np.ndarray,
+    uses_library: np.ndarray,
+) -> np.ndarray:
+    return intercept + library * uses_library + offset + design @ coef
 
 
 class PhysicalRegressor(RegressorMixin, BaseEstimator):
@@ -95,7 +129,7 @@ class PhysicalRegressor(RegressorMixin, BaseEstimator):
     def __init__(self, target: str = "mem_used") -> None:
         self.target = target
 
-    def _terms(self) -> dict[str, tuple[str, ...]]:
+    def _terms(self) -> dict[str, dict[str, float]]:
         if self.target not in TARGET_TERMS:
             raise ConfigError(f"PhysicalRegressor: unknown target '{self.target}'; known: {', '.join(TARGET_TERMS)}")
         return TARGET_TERMS[self.target]
@@ -111,12 +145,14 @@ class PhysicalRegressor(RegressorMixin, BaseEstimator):
         missing = sorted({c for cols in terms.values() for c in cols}.union(exact) - set(X.columns))
         if missing:
             raise ValueError(f"PhysicalRegressor: feature columns missing: {', '.join(missing)}")
-        design = np.column_stack([X[list(cols)].to_numpy(dtype=float).sum(axis=1) for cols in terms.values()])
+        design = np.column_stack(
+            [X[list(cols)].to_numpy(dtype=float) @ np.array(list(cols.values())) for cols in terms.values()]
+        )
         if not memory:
             return design, np.zeros(len(X)), np.zeros(len(X))
         offset = X[list(MEMORY_EXACT)].to_numpy(dtype=float).sum(axis=1) / _MIB
         uses_library = (X[MEMORY_LIBRARY].to_numpy(dtype=float) > 0).astype(float)
-        return design / _MIB / 2, offset, uses_library
+        return design / _MIB, offset, uses_library
 
     def fit(self, X: Any, y: Any) -> PhysicalRegressor:  # noqa: N803
         design, offset, uses_library = self._design(X)
@@ -150,7 +186,9 @@ class PhysicalRegressor(RegressorMixin, BaseEstimator):
         The library footprint is fitted only when some training networks load cuBLAS and
         some do not. The capacity is kept only when the data show it (a few runs whose
         demand exceeds it); otherwise it would cap every prediction just above the
-        largest run measured.
+        largest run measured. The floor likewise (a few runs whose demand lies below it):
+        started at the smallest run, it would otherwise stay there on a device without
+        one, raising every prediction below it.
         """
         n = design.shape[1]
         data = (design, offset, uses_library)
@@ -158,9 +196,17 @@ class PhysicalRegressor(RegressorMixin, BaseEstimator):
         free[2 + n] = np.unique(uses_library).size > 1
         theta = self._solve(data, y, np.r_[0.5 * y.min(), np.ones(n), y.min(), 0.0, 1.2 * y.max()], free)
         demand = _demand(theta[0], theta[1 : 1 + n], theta[1 + n], theta[2 + n], *data)
-        if np.count_nonzero(demand > theta[3 + n] + _CORNER_MIB) < _CAPACITY_SUPPORT_ROWS:
-            free[3 + n] = False
-            theta = self._solve(data, y, np.r_[theta[: 3 + n], np.inf], free)
+        unfloored = _unfloored(theta[0], theta[1 : 1 + n], theta[2 + n], *data)
+        floor = theta[1 + n] + theta[2 + n] * uses_library
+        supported = {  # floor, capacity
+            1 + n: np.count_nonzero(unfloored * _CORNER_FACTOR < floor) >= _SUPPORT_ROWS,
+            3 + n: np.count_nonzero(demand > theta[3 + n] * _CORNER_FACTOR) >= _SUPPORT_ROWS,
+        }
+        dropped = [index for index, kept in supported.items() if not kept]
+        if dropped:
+            free[dropped] = False
+            theta[dropped] = [{1 + n: 0.0, 3 + n: np.inf}[index] for index in dropped]
+            theta = self._solve(data, y, theta, free)
         self.intercept_ = float(theta[0])
         self.coef_ = theta[1 : 1 + n]
         self.floor_mib_ = float(theta[1 + n])

@@ -27,6 +27,7 @@ from perf4sight.errors import DataNotFoundError, FittedModelError
 from perf4sight.features import FEATURE_SETS
 from perf4sight.fit.dataset import Dataset
 from perf4sight.fit.methods import METHODS, trusted_types
+from perf4sight.jsonfile import read_json
 
 __all__ = ["FittedModel", "library_versions", "model_path", "save_model", "load_model"]
 
@@ -109,13 +110,9 @@ def load_model(storedir: str | Path, *, stage: str, target: str) -> FittedModel:
     """Load the model for `stage` and `target`, refusing one that does not fit this run."""
     path = model_path(storedir, stage, target)
     meta_path = path.with_suffix(".json")
-    for needed in (path, meta_path):
-        if not needed.is_file():
-            raise DataNotFoundError(f"fitted model not found: {needed} (fingerprint with evaluate = False first)")
-    try:
-        metadata = json.loads(meta_path.read_text())
-    except json.JSONDecodeError as exc:
-        raise FittedModelError(f"{meta_path}: not valid JSON: {exc}") from None
+    if not path.is_file():
+        raise DataNotFoundError(f"fitted model not found: {path} (fingerprint with evaluate = False first)")
+    metadata = read_json(meta_path, what="fitted model metadata", error=FittedModelError)
     if not isinstance(metadata, dict) or metadata.get("format") != _FORMAT:
         raise FittedModelError(f"{meta_path}: not perf4sight model metadata of format {_FORMAT}")
     for key, wanted in (("stage", stage), ("target", target)):

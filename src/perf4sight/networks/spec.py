@@ -21,7 +21,8 @@ import torchvision
 from torch import nn
 
 from perf4sight.architecture import Architecture, Layer, LayerShape, trace_architecture, with_layer_shapes
-from perf4sight.errors import DataNotFoundError, NetworkError
+from perf4sight.errors import NetworkError
+from perf4sight.jsonfile import read_json
 from perf4sight.networks.model_file import build_from_file
 from perf4sight.networks.registry import build_on_meta
 
@@ -40,13 +41,7 @@ SPEC_KEYS = ("name", "net", "torchvision", "num_classes", "input_size", "out_cha
 
 def read_spec(path: str | Path) -> dict[str, Any]:
     """Load and check a spec JSON; errors name the file and the missing key."""
-    path = Path(path)
-    if not path.is_file():
-        raise DataNotFoundError(f"architecture spec not found: {path}")
-    try:
-        spec = json.loads(path.read_text())
-    except json.JSONDecodeError as exc:
-        raise NetworkError(f"{path}: not valid JSON: {exc}") from None
+    spec = read_json(path, what="architecture spec", error=NetworkError)
     missing = [k for k in SPEC_KEYS if k not in spec]
     if missing:
         raise NetworkError(f"{path}: spec lacks key '{missing[0]}'")
