@@ -316,11 +316,12 @@ def _run(
 ) -> tuple[_Recorder, Any]:
     """One recorded training-mode forward pass of `model` with uninitialised stand-ins for
     its parameters and buffers (no copy of the model or of its tensors)."""
+    # torch.empty, not empty_like: the latter goes through Python for meta tensors.
     tensors: dict[str, torch.Tensor] = {
-        name: torch.empty_like(b, device=device) for name, b in model.named_buffers()
+        name: torch.empty(b.shape, dtype=b.dtype, device=device) for name, b in model.named_buffers()
     }
     for name, p in model.named_parameters():
-        tensors[name] = torch.empty_like(p, device=device).requires_grad_(p.requires_grad)
+        tensors[name] = torch.empty(p.shape, dtype=p.dtype, device=device, requires_grad=p.requires_grad)
     recorder = _Recorder(model, batch, params={id(t) for t in tensors.values()})
     x = torch.empty((batch, *input_size), device=device)
     handles = [
