@@ -42,6 +42,8 @@ from perf4sight.fit.logs import LOG_SUFFIX
 
 TX2_DIR = Path(__file__).resolve().parents[1].parent / "shared" / "datasets" / "tx2"
 PROTOCOL_TRAIN_LEVELS = (0, 30, 50, 70, 90)
+# The TX2 README's order: the trees' random draws, hence the `paper` figures, follow the row order.
+TX2_NETS = ("resnet18", "googlenet", "squeezenet")
 _LOG_NAME = re.compile(r"(?P<net>.+)_(?P<level>\d+)" + re.escape(LOG_SUFFIX))
 
 
@@ -64,11 +66,13 @@ class Data:
         return cases
 
 
-def find_data(logs: Path, models: Path, train_levels: tuple[int, ...]) -> Data:
-    """The networks and levels of `logs/memory`; the protocol trains on the `train_levels` present."""
+def find_data(logs: Path, models: Path, train_levels: tuple[int, ...], order: tuple[str, ...] = ()) -> Data:
+    """The networks and levels of `logs/memory`, networks named in `order` first in that order;
+    the protocol trains on the `train_levels` present."""
     found = [_LOG_NAME.fullmatch(path.name) for path in sorted((logs / "memory").glob(f"*{LOG_SUFFIX}"))]
     found = [match for match in found if match]
-    nets = tuple(dict.fromkeys(match["net"] for match in found))
+    present = {match["net"] for match in found}
+    nets = tuple(net for net in order if net in present) + tuple(sorted(present - set(order)))
     levels = tuple(sorted({int(match["level"]) for match in found}))
     train = tuple(level for level in train_levels if level in levels)
     if len(nets) < 2 or not train or len(train) == len(levels):
@@ -156,7 +160,7 @@ def main(argv: list[str] | None = None) -> int:
     if not models.is_dir() or not (args.logs / "memory").is_dir():
         print(f"no logs at {args.logs / 'memory'} or specs at {models}; nothing to benchmark")
         return 0
-    data = find_data(args.logs, models, args.train_levels)
+    data = find_data(args.logs, models, args.train_levels, TX2_NETS)
     device = "TX2" if args.logs == TX2_DIR else str(args.logs)
     catalogs: dict[bool, ArchitectureCatalog] = {}
     for method in args.method or list(METHODS):

@@ -17,7 +17,7 @@ workspace), a fixed amount on top of the runtime. Measured memory may also have 
 capacity, where the system reclaims its caches; a demand above that capacity is
 predicted not to fit. Each of these is fitted only when the training data show it, so
 a device without it (a CPU: no CUDA context, no cuBLAS, nothing reserved ahead) fits it
-to nothing, and the corners between them are relative (a few percent wide), since
+to nothing, and the corners between them are relative (about 1 % wide), since
 devices differ in scale by orders of magnitude.
 
 Latency (ms per iteration): a fixed cost, plus GEMM operations at the device's
