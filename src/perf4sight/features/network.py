@@ -15,6 +15,8 @@ floating-point operations or counts, so a model can weigh it with a physical mea
 
 from __future__ import annotations
 
+import math
+
 from collections.abc import Sequence
 
 import numpy as np
@@ -68,7 +70,7 @@ def layer_group(layer: Layer) -> str:
 
 
 def _numel(shape: Sequence[int]) -> int:
-    return int(np.prod(shape, dtype=np.int64))
+    return math.prod(shape)
 
 
 def _round_up(value: np.ndarray, step: float) -> np.ndarray:
