@@ -118,3 +118,22 @@ def test_cli_predict_json_and_errors(models_dir: Path, capsys: pytest.CaptureFix
     ]:
         assert main(["predict", "--models", str(models_dir), *argv]) == 2
         assert message in capsys.readouterr().err
+
+
+def test_cli_refuses_networks_it_cannot_describe(
+    models_dir: Path, tx2_dir: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    model_file = tmp_path / "mine.py"
+    model_file.write_text("import torch\n\ndef other(num_classes=1000):\n    return torch.nn.Linear(3, num_classes)\n")
+    spec = json.loads((tx2_dir / "models" / "resnet18_50.json").read_text())
+    spec["out_channels"]["layer1.0.conv1"] = 9999
+    next(e for e in spec["layers"] if e["name"] == "layer1.0.conv1")["out"][0] = 9999
+    bad_spec = tmp_path / "resnet18_bad.json"
+    bad_spec.write_text(json.dumps(spec))
+    for net, message in [
+        (f"{model_file}:mine", "mine.py"),
+        (str(bad_spec), "layer1.0.conv1"),
+    ]:
+        assert main(["predict", "--models", str(models_dir), "--net", net]) == 2
+        err = capsys.readouterr().err
+        assert message in err and "Traceback" not in err
