@@ -88,7 +88,9 @@ def with_layer_shapes(
         except (ValueError, IndexError) as exc:
             raise NetworkError(f"layer '{layer.name}' of {template.name}: {exc}") from None
         new_outputs.append(output)
-        layers.append(_resized(layer, tuple(inputs), output, groups))
+        inputs_tuple = tuple(inputs)
+        unchanged = inputs_tuple == layer.inputs and output == layer.output and groups == layer.groups
+        layers.append(layer if unchanged else _resized(layer, inputs_tuple, output, groups))
     params = sum(layer.params for layer in layers)
     unowned = template.params - sum(layer.params for layer in template.layers)
     bn_old = sum(l.output[0] for l in template.layers if l.kind == "batch_norm")

@@ -114,11 +114,11 @@ class _Pending:
 
 
 class _Recorder(TorchDispatchMode):
-    def __init__(self, model: nn.Module, batch: int, params: set[int]) -> None:
+    def __init__(self, modules: list[tuple[str, nn.Module]], batch: int, params: set[int]) -> None:
         super().__init__()
         self.batch = batch
-        self.names = {id(m): n for n, m in model.named_modules()}
-        self.leaves = {id(m) for m in model.modules() if next(m.children(), None) is None}
+        self.names = {id(m): n for n, m in modules}
+        self.leaves = {id(m) for _, m in modules if next(m.children(), None) is None}
         self.params = params
         self.stack: list[nn.Module] = []
         self.layers: list[_Pending] = []
@@ -297,8 +297,9 @@ def trace_architecture(
                 **(_conv_fields(module) if module is not None else {}),
             )
         )
-    params = sum(p.numel() for p in model.parameters())
-    trainable = sum(p.numel() for p in model.parameters() if p.requires_grad)
+    parameters = list(model.parameters())
+    params = sum(p.numel() for p in parameters)
+    trainable = sum(p.numel() for p in parameters if p.requires_grad)
     classes = num_classes if num_classes is not None else (int(outs[0].shape[-1]) if outs else 0)
     return Architecture(
         name=name or type(model).__name__.lower(),
@@ -322,14 +323,15 @@ def _run(
     }
     for name, p in model.named_parameters():
         tensors[name] = torch.empty(p.shape, dtype=p.dtype, device=device, requires_grad=p.requires_grad)
-    recorder = _Recorder(model, batch, params={id(t) for t in tensors.values()})
+    modules = list(model.named_modules())
+    recorder = _Recorder(modules, batch, params={id(t) for t in tensors.values()})
     x = torch.empty((batch, *input_size), device=device)
     handles = [
         nn.modules.module.register_module_forward_pre_hook(recorder.pre_hook),
         nn.modules.module.register_module_forward_hook(recorder.post_hook),
     ]
     try:
-        with _training_without_running_stats(model), torch.autograd.graph.saved_tensors_hooks(
+        with _training_without_running_stats([m for _, m in modules]), torch.autograd.graph.saved_tensors_hooks(
             recorder.pack, lambda t: t
         ), recorder:
             out = torch.func.functional_call(model, tensors, (x,))
@@ -340,16 +342,17 @@ def _run(
 
 
 @contextlib.contextmanager
-def _training_without_running_stats(model: nn.Module) -> Iterator[None]:
+def _training_without_running_stats(modules: list[nn.Module]) -> Iterator[None]:
     """Training mode with BatchNorm's running-statistics updates off, restored afterwards.
 
     The updates save nothing for backward but cost most of a meta forward pass (and an
     empty batch has no statistics); without them the shapes and saved tensors are the same.
     """
-    modes = [(m, m.training) for m in model.modules()]
-    norms = [m for m in model.modules() if isinstance(m, nn.modules.batchnorm._BatchNorm)]
+    modes = [(m, m.training) for m in modules]
+    norms = [m for m in modules if isinstance(m, nn.modules.batchnorm._BatchNorm)]
     tracking = [m.track_running_stats for m in norms]
-    model.train()
+    for m in modules:
+        m.training = True
     for m in norms:
         m.track_running_stats = False
     try:
