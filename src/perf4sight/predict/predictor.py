@@ -75,22 +75,22 @@ class Predictor:
         fitted range (a bigger network or batch than any profiled)."""
         sizes = _check_batch_sizes(batch_sizes)
         arch = self.describe(network, **load_options)
-        table = pd.DataFrame({"batch_size": sizes})
+        batch = np.asarray(sizes)
+        columns: dict[str, np.ndarray] = {"batch_size": batch}
         extrapolated = np.zeros(len(sizes), dtype=bool)
         features: dict[str, pd.DataFrame] = {}  # one table per feature set
         for column, model in self.models.items():
             key = model.metadata["feature_set"]
             if key not in features:
                 features[key] = model.features(arch, sizes)
-            table[column] = model.predict(arch, sizes, features=features[key])
-            extrapolated |= _outside_range(model, arch, sizes)
-        if dataset_size is not None and LATENCY in table:
-            iterations = np.ceil(dataset_size / table["batch_size"])
-            table["epoch_s"] = iterations * table[LATENCY] / 1e3
-        if LATENCY in table:
-            table["images_per_s"] = table["batch_size"] / table[LATENCY] * 1e3
-        table["extrapolated"] = extrapolated
-        return table
+            columns[column] = model.predict(arch, sizes, features=features[key])
+            extrapolated |= _outside_range(model, arch, batch)
+        if LATENCY in columns:
+            if dataset_size is not None:
+                columns["epoch_s"] = np.ceil(dataset_size / batch) * columns[LATENCY] / 1e3
+            columns["images_per_s"] = batch / columns[LATENCY] * 1e3
+        columns["extrapolated"] = extrapolated
+        return pd.DataFrame(columns)
 
     def max_batch_size(
         self,
@@ -141,13 +141,12 @@ def _check_batch_sizes(batch_sizes: Sequence[int]) -> list[int]:
     return sizes
 
 
-def _outside_range(model: FittedModel, arch: Architecture, sizes: list[int]) -> np.ndarray:
-    """True where a batch size, the parameter count or a feature exceeds what was fitted on."""
+def _outside_range(model: FittedModel, arch: Architecture, batch: np.ndarray) -> np.ndarray:
+    """True where the batch size or the parameter count exceeds what was fitted on."""
     ranges = model.metadata.get("training_ranges", {})
-    sizes_arr = np.asarray(sizes)
-    outside = np.zeros(len(sizes), dtype=bool)
+    outside = np.zeros(len(batch), dtype=bool)
     if "batch_size" in ranges:
-        outside |= sizes_arr > ranges["batch_size"][1]
+        outside |= batch > ranges["batch_size"][1]
     if "params" in ranges and arch.params > ranges["params"][1]:
         outside |= True
     return outside
