@@ -137,3 +137,11 @@ def test_cli_refuses_networks_it_cannot_describe(
         assert main(["predict", "--models", str(models_dir), "--net", net]) == 2
         err = capsys.readouterr().err
         assert message in err and "Traceback" not in err
+
+
+def test_the_devices_out_of_memory_boundary(predictor: Predictor, tx2_dir: Path) -> None:
+    # The TX2's unified 8 GB: googlenet_0 ran at batch size 90 and failed from 100 on.
+    table = predictor.predict(tx2_dir / "models" / "googlenet_0.json", [8, 32, 64, 128, 256])
+    assert table["fits_device"].tolist() == [True, True, True, False, False]
+    best = predictor.max_batch_size(tx2_dir / "models" / "googlenet_0.json", 1e9)
+    assert 64 <= best["batch_size"] < 100 and best["fits_device"]

@@ -29,7 +29,8 @@ def _show(table, *, title: str, as_json: bool) -> None:  # noqa: ANN001
         console.out.print_json(json.dumps(table.to_dict(orient="records")))
         return
     names = {MEMORY: "memory (MiB)", LATENCY: "latency (ms)", "epoch_s": "epoch (s)",
-             "images_per_s": "images/s", "batch_size": "batch size", "level_reached": "level reached"}
+             "images_per_s": "images/s", "batch_size": "batch size", "level_reached": "level reached",
+             "fits_device": "fits device"}
     columns = [c for c in table.columns if c != "extrapolated"]
     rows = [
         [row[c] for c in columns] + (["extrapolated"] if row["extrapolated"] else [""])

@@ -71,8 +71,10 @@ class Predictor:
         **load_options: Any,
     ) -> pd.DataFrame:
         """One row per batch size: predicted memory (MiB), latency per iteration (ms), and
-        with `dataset_size` the time per epoch (s); `extrapolated` marks rows outside the
-        fitted range (a bigger network or batch than any profiled)."""
+        with `dataset_size` the time per epoch (s); `fits_device` (when the memory model
+        learned the device's capacity) whether training fits on the profiled device;
+        `extrapolated` marks rows outside the fitted range (a bigger network or batch than
+        any profiled)."""
         sizes = _check_batch_sizes(batch_sizes)
         arch = self.describe(network, **load_options)
         batch = np.asarray(sizes)
@@ -85,6 +87,9 @@ class Predictor:
                 features[key] = model.features(arch, sizes)
             columns[column] = model.predict(arch, sizes, features=features[key])
             extrapolated |= _outside_range(model, arch, batch)
+            if column == MEMORY and hasattr(model.estimator, "predict_fits"):
+                # the device's own out-of-memory boundary, learned from its failed runs
+                columns["fits_device"] = model.estimator.predict_fits(features[key][model.feature_names])
         if LATENCY in columns:
             if dataset_size is not None:
                 columns["epoch_s"] = np.ceil(dataset_size / batch) * columns[LATENCY] / 1e3
@@ -102,8 +107,8 @@ class Predictor:
         dataset_size: int | None = None,
         **load_options: Any,
     ) -> pd.Series:
-        """The row of the largest batch size predicted to fit in `budget_mib` (and, when
-        given, to take at most `max_latency_ms` per iteration).
+        """The row of the largest batch size predicted to fit in `budget_mib` and on the
+        profiled device (and, when given, to take at most `max_latency_ms` per iteration).
 
         Batch sizes are tried in increasing order (all of 1..4096 unless given) and the
         search stops at the first that does not fit: memory and latency rise with the
@@ -116,6 +121,8 @@ class Predictor:
         sizes = sorted(set(batch_sizes)) if batch_sizes else list(range(1, _MAX_SEARCH_BATCH + 1))
         table = self.predict(network, sizes, dataset_size=dataset_size, **load_options)
         fits = table[MEMORY] <= budget_mib
+        if "fits_device" in table:
+            fits &= table["fits_device"]
         if max_latency_ms is not None:
             fits &= table[LATENCY] <= max_latency_ms
         fits = fits.to_numpy()
