@@ -145,13 +145,17 @@ class PhysicalRegressor(RegressorMixin, BaseEstimator):
         missing = sorted({c for cols in terms.values() for c in cols}.union(exact) - set(X.columns))
         if missing:
             raise ValueError(f"PhysicalRegressor: feature columns missing: {', '.join(missing)}")
+        # One array for the whole frame: selecting a sub-frame per term costs more than the
+        # arithmetic.
+        values = X.to_numpy(dtype=float)
+        column = {name: values[:, i] for i, name in enumerate(X.columns)}
         design = np.column_stack(
-            [X[list(cols)].to_numpy(dtype=float) @ np.array(list(cols.values())) for cols in terms.values()]
+            [sum(column[name] * weight for name, weight in cols.items()) for cols in terms.values()]
         )
         if not memory:
             return design, np.zeros(len(X)), np.zeros(len(X))
-        offset = X[list(MEMORY_EXACT)].to_numpy(dtype=float).sum(axis=1) / _MIB
-        uses_library = (X[MEMORY_LIBRARY].to_numpy(dtype=float) > 0).astype(float)
+        offset = sum(column[name] for name in MEMORY_EXACT) / _MIB
+        uses_library = (column[MEMORY_LIBRARY] > 0).astype(float)
         return design / _MIB, offset, uses_library
 
     def fit(self, X: Any, y: Any) -> PhysicalRegressor:  # noqa: N803
