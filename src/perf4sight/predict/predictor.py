@@ -86,7 +86,7 @@ class Predictor:
             if key not in features:
                 features[key] = model.features(arch, sizes)
             columns[column] = model.predict(arch, sizes, features=features[key])
-            extrapolated |= _outside_range(model, arch, batch)
+            extrapolated |= _outside_range(model, arch, batch, features[key])
             if column == MEMORY and hasattr(model.estimator, "predict_fits"):
                 # the device's own out-of-memory boundary, learned from its failed runs
                 columns["fits_device"] = model.estimator.predict_fits(features[key][model.feature_names])
@@ -148,12 +148,16 @@ def _check_batch_sizes(batch_sizes: Sequence[int]) -> list[int]:
     return sizes
 
 
-def _outside_range(model: FittedModel, arch: Architecture, batch: np.ndarray) -> np.ndarray:
-    """True where the batch size or the parameter count exceeds what was fitted on."""
+def _outside_range(model: FittedModel, arch: Architecture, batch: np.ndarray, features: pd.DataFrame) -> np.ndarray:
+    """True where the batch size, the parameter count or any feature exceeds what the model
+    was fitted on: a bigger batch, a bigger network, or a kind of layer it never saw."""
     ranges = model.metadata.get("training_ranges", {})
     outside = np.zeros(len(batch), dtype=bool)
     if "batch_size" in ranges:
         outside |= batch > ranges["batch_size"][1]
     if "params" in ranges and arch.params > ranges["params"][1]:
         outside |= True
+    for name in model.feature_names:
+        if name in ranges:
+            outside |= features[name].to_numpy() > ranges[name][1] * (1 + 1e-9)
     return outside
