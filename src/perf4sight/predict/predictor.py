@@ -157,7 +157,7 @@ def _outside_range(model: FittedModel, arch: Architecture, batch: np.ndarray, fe
         outside |= batch > ranges["batch_size"][1]
     if "params" in ranges and arch.params > ranges["params"][1]:
         outside |= True
-    for name in model.feature_names:
-        if name in ranges:
-            outside |= features[name].to_numpy() > ranges[name][1] * (1 + 1e-9)
+    names = [name for name in model.feature_names if name in ranges]
+    highest = np.array([ranges[name][1] for name in names]) * (1 + 1e-9)
+    outside |= (features[names].to_numpy(dtype=float) > highest).any(axis=1)
     return outside
