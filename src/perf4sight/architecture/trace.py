@@ -317,28 +317,52 @@ def _run(
 ) -> tuple[_Recorder, Any]:
     """One recorded training-mode forward pass of `model` with uninitialised stand-ins for
     its parameters and buffers (no copy of the model or of its tensors)."""
-    # torch.empty, not empty_like: the latter goes through Python for meta tensors.
-    tensors: dict[str, torch.Tensor] = {
-        name: torch.empty(b.shape, dtype=b.dtype, device=device) for name, b in model.named_buffers()
-    }
-    for name, p in model.named_parameters():
-        tensors[name] = torch.empty(p.shape, dtype=p.dtype, device=device, requires_grad=p.requires_grad)
     modules = list(model.named_modules())
-    recorder = _Recorder(modules, batch, params={id(t) for t in tensors.values()})
+    leaves = [m for _, m in modules]
     x = torch.empty((batch, *input_size), device=device)
-    handles = [
-        nn.modules.module.register_module_forward_pre_hook(recorder.pre_hook),
-        nn.modules.module.register_module_forward_hook(recorder.post_hook),
-    ]
-    try:
-        with _training_without_running_stats([m for _, m in modules]), torch.autograd.graph.saved_tensors_hooks(
-            recorder.pack, lambda t: t
-        ), recorder:
-            out = torch.func.functional_call(model, tensors, (x,))
-    finally:
-        for handle in handles:
-            handle.remove()
+    with _stand_ins(leaves, device) as stand_ins, _training_without_running_stats(leaves):
+        recorder = _Recorder(modules, batch, params=stand_ins)
+        handles = [
+            nn.modules.module.register_module_forward_pre_hook(recorder.pre_hook),
+            nn.modules.module.register_module_forward_hook(recorder.post_hook),
+        ]
+        try:
+            with torch.autograd.graph.saved_tensors_hooks(recorder.pack, lambda t: t), recorder:
+                out = model(x)
+        finally:
+            for handle in handles:
+                handle.remove()
     return recorder, out
+
+
+@contextlib.contextmanager
+def _stand_ins(modules: list[nn.Module], device: str) -> Iterator[set[int]]:
+    """Swap every parameter and buffer for an uninitialised tensor on `device` (a shared
+    tensor for a shared one), restored afterwards; yields the stand-ins' ids.
+
+    torch.empty rather than empty_like, which goes through Python for meta tensors; the
+    module dicts directly rather than functional_call, whose bookkeeping costs a third of
+    a trace.
+    """
+    made: dict[int, torch.Tensor] = {}
+    swapped: list[tuple[dict[str, Any], str, Any]] = []
+    for module in modules:
+        for table in (module._parameters, module._buffers):
+            for name, tensor in table.items():
+                if tensor is None:
+                    continue
+                if id(tensor) not in made:
+                    made[id(tensor)] = torch.empty(
+                        tensor.shape, dtype=tensor.dtype, device=device,
+                        requires_grad=isinstance(tensor, nn.Parameter) and tensor.requires_grad,
+                    )
+                swapped.append((table, name, tensor))
+                table[name] = made[id(tensor)]
+    try:
+        yield {id(t) for t in made.values()}
+    finally:
+        for table, name, tensor in swapped:
+            table[name] = tensor
 
 
 @contextlib.contextmanager
