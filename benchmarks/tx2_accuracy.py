@@ -26,11 +26,12 @@ import numpy as np
 import pandas as pd
 
 from perf4sight import console
-from perf4sight.features import FEATURE_SETS, needs_complete_architecture
+from perf4sight.features import FEATURE_SETS
 from perf4sight.fit import (
     METHODS,
     TARGETS,
     ArchitectureCatalog,
+    ArchitectureCatalogs,
     architecture_name,
     build_dataset,
     fit_method,
@@ -86,14 +87,9 @@ def _mask(rows: pd.DataFrame, selection: dict[str, tuple[int, ...]]) -> np.ndarr
     return np.logical_or.reduce([(rows["net"] == net) & levels.isin(lv) for net, lv in selection.items()])
 
 
-def evaluate_method(method: str, data: Data,
-                    catalogs: dict[bool, ArchitectureCatalog]) -> dict[tuple[str, str], dict[str, float]]:
+def evaluate_method(method: str, data: Data, catalog: ArchitectureCatalog) -> dict[tuple[str, str], dict[str, float]]:
     """MAPE per (case, net) and target kind for one method."""
     feature_set = METHODS[method].feature_set
-    catalog = catalogs.setdefault(
-        needs_complete_architecture(feature_set),
-        ArchitectureCatalog(data.models, complete=needs_complete_architecture(feature_set)),
-    )
     results: dict[tuple[str, str], dict[str, float]] = {}
     for target in TARGETS:
         logs = read_logs(data.nets, data.levels, [data.logs / target.kind], [target.column])
@@ -162,10 +158,12 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     data = find_data(args.logs, models, args.train_levels, TX2_NETS)
     device = "TX2" if args.logs == TX2_DIR else str(args.logs)
-    catalogs: dict[bool, ArchitectureCatalog] = {}
+    catalogs = ArchitectureCatalogs(data.models)
     for method in args.method or list(METHODS):
+        feature_set = METHODS[method].feature_set
+        catalog = catalogs.for_feature_set(feature_set)
         start = time.perf_counter()
-        results = evaluate_method(method, data, catalogs)
+        results = evaluate_method(method, data, catalog)
         seconds = time.perf_counter() - start
         rows = [(case, net, r["memory"], r["latency"]) for (case, net), r in results.items()]
         for case in ("protocol", "unseen"):
@@ -174,14 +172,13 @@ def main(argv: list[str] | None = None) -> int:
             rows.append((case, "mean", float(np.mean(mem)), float(np.mean(lat))))
         console.print_table(f"{device} MAPE %, method = {method} ({seconds:.1f} s)",
                             ("case", "evaluated net", "memory (mem_used)", "latency"), rows)
-        feature_set = METHODS[method].feature_set
-        boundary = memory_boundary(method, data, catalogs[needs_complete_architecture(feature_set)])
+        boundary = memory_boundary(method, data, catalog)
         rows = [(net, *values) for net, values in boundary.items()]
         rows.append(("mean", *np.mean(list(boundary.values()), axis=0).tolist()))
         console.print_table(f"{device} memory boundary, unseen network, method = {method}",
                             ("evaluated net", "fit / no fit right %", "memory under-estimated %"), rows)
         sizes = list(range(8, 208, 8))
-        ms = feature_ms(feature_set, data, catalogs[needs_complete_architecture(feature_set)], sizes)
+        ms = feature_ms(feature_set, data, catalog, sizes)
         console.info(f"'{feature_set}' features of one network for {len(sizes)} batch sizes: {ms:.2f} ms (median)")
     return 0
 

@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import pytest
 
 from perf4sight.cli import main
-from perf4sight.config import load_config
+from perf4sight.config import ProfileSettings, load_config, load_section
 from perf4sight.errors import ConfigError
 
 VALID = """
@@ -63,6 +64,13 @@ def test_sections_are_optional(tmp_path: Path) -> None:
     config = load_config(write(tmp_path, "[profile]\nbs = [8]\n"))
     assert config.sections() == ["profile"]
     assert config.create_network_dataset is None
+
+
+def test_load_section_names_the_file_and_the_absent_section(tmp_path: Path) -> None:
+    path = write(tmp_path, "[profile]\nbs = [8]\n")
+    assert load_section(path, "profile") == ProfileSettings(bs=[8])
+    with pytest.raises(ConfigError, match=rf"^{re.escape(str(path))}: no \[fingerprint\] section$"):
+        load_section(path, "fingerprint")
 
 
 @pytest.mark.parametrize(

@@ -28,6 +28,7 @@ __all__ = [
     "Config",
     "SECTIONS",
     "load_config",
+    "load_section",
     "parse_section",
     "read_ini",
 ]
@@ -134,6 +135,14 @@ def load_config(path: str | Path) -> Config:
         if parser.has_section(name)
     }
     return Config(path=path, **values)
+
+
+def load_section(path: str | Path, name: str) -> Any:
+    """The settings of section `name` of the config at `path`; ConfigError when it is absent."""
+    settings = getattr(load_config(path), name)
+    if settings is None:
+        raise ConfigError(f"{path}: no [{name}] section")
+    return settings
 
 
 def read_ini(path: Path, *, kind: str = "config file") -> configparser.ConfigParser:

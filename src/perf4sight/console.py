@@ -21,7 +21,7 @@ from rich.progress import (
 )
 from rich.table import Table
 
-__all__ = ["out", "err", "set_quiet", "is_quiet", "info", "warn", "print_table", "progress"]
+__all__ = ["out", "err", "set_quiet", "info", "warn", "print_table", "progress"]
 
 # Output that is not a terminal (a log file, CI) gets room for wide tables.
 _PIPE_WIDTH = 120
@@ -36,10 +36,6 @@ _state = {"quiet": False}
 def set_quiet(quiet: bool) -> None:
     """Silence informational messages and progress bars (tables and errors still show)."""
     _state["quiet"] = quiet
-
-
-def is_quiet() -> bool:
-    return _state["quiet"]
 
 
 def info(message: str) -> None:

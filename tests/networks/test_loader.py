@@ -106,3 +106,11 @@ def test_bad_input_size_and_classes_are_refused():
         load_network("resnet18", input_size=(3, 32))
     with pytest.raises(NetworkError, match="num_classes 0 is not a positive integer"):
         load_network("resnet18", num_classes=0)
+
+
+def test_a_module_that_cannot_take_the_input_size_is_named():
+    net = nn.Sequential(nn.Flatten(), nn.Linear(3 * 8 * 8, 7))
+    assert load_architecture(net, input_size=(3, 8, 8)).num_classes == 7
+    for load in (load_network, load_architecture):
+        with pytest.raises(NetworkError, match=r"sequential: does not run on inputs of size \[3, 9, 9\]"):
+            load(net, input_size=(3, 9, 9))

@@ -24,7 +24,7 @@ from torch.utils._python_dispatch import TorchDispatchMode
 
 from perf4sight.architecture.ir import Architecture, Layer
 
-__all__ = ["trace_architecture"]
+__all__ = ["module_kind", "trace_architecture"]
 
 # Batch sizes of the two tracing routes: zero samples on the CPU, else two on meta.
 _EMPTY_BATCH = 0
@@ -317,11 +317,11 @@ def _run(
 ) -> tuple[_Recorder, Any]:
     """One recorded training-mode forward pass of `model` with uninitialised stand-ins for
     its parameters and buffers (no copy of the model or of its tensors)."""
-    modules = list(model.named_modules())
-    leaves = [m for _, m in modules]
+    named = list(model.named_modules())
+    modules = [m for _, m in named]
     x = torch.empty((batch, *input_size), device=device)
-    with _stand_ins(leaves, device) as stand_ins, _training_without_running_stats(leaves):
-        recorder = _Recorder(modules, batch, params=stand_ins)
+    with _stand_ins(modules, device) as stand_ins, _training_without_running_stats(modules):
+        recorder = _Recorder(named, batch, params=stand_ins)
         handles = [
             nn.modules.module.register_module_forward_pre_hook(recorder.pre_hook),
             nn.modules.module.register_module_forward_hook(recorder.post_hook),

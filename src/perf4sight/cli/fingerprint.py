@@ -6,8 +6,9 @@ from pathlib import Path
 
 import typer
 
-from perf4sight.config import load_config
-from perf4sight.errors import ConfigError
+from perf4sight.config import load_section
+
+__all__ = ["register"]
 
 
 def register(app: typer.Typer) -> None:
@@ -20,7 +21,4 @@ def register(app: typer.Typer) -> None:
         """Fit the device's memory and latency models from its logs and evaluate them."""
         from perf4sight.fit import fingerprint_device
 
-        settings = load_config(config).fingerprint
-        if settings is None:
-            raise ConfigError(f"{config}: no [fingerprint] section")
-        fingerprint_device(settings)
+        fingerprint_device(load_section(config, "fingerprint"))

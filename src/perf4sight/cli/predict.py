@@ -4,13 +4,18 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import typer
 
 from perf4sight import console
 from perf4sight.cli.prune import parse_input_size, parse_levels
 from perf4sight.errors import UsageError
-from perf4sight.predict import LATENCY, MEMORY, Predictor, parse_duration_ms, parse_memory_mib, plan_variants
+
+if TYPE_CHECKING:
+    import pandas as pd
+
+__all__ = ["register"]
 
 
 def _ints(text: str, what: str) -> list[int]:
@@ -24,7 +29,9 @@ def _input_size(text: str | None) -> tuple[int, ...] | None:
     return tuple(parse_input_size(text)) if text else None
 
 
-def _show(table, *, title: str, as_json: bool) -> None:  # noqa: ANN001
+def _show(table: pd.DataFrame, *, title: str, as_json: bool) -> None:
+    from perf4sight.predict import LATENCY, MEMORY
+
     if as_json:
         console.out.print_json(json.dumps(table.to_dict(orient="records")))
         return
@@ -56,6 +63,8 @@ def register(app: typer.Typer) -> None:
         as_json: bool = typer.Option(False, "--json", help="Print JSON records instead of a table."),
     ) -> None:
         """Predicted memory and latency per iteration of NET at each batch size."""
+        from perf4sight.predict import Predictor, parse_memory_mib
+
         predictor = Predictor.load(models, stage=stage)
         options = {"input_size": _input_size(input_size), "num_classes": num_classes}
         if max_batch_size:
@@ -81,6 +90,8 @@ def register(app: typer.Typer) -> None:
         as_json: bool = typer.Option(False, "--json"),
     ) -> None:
         """Pruned variants of NET that fit the budget, ranked by predicted throughput."""
+        from perf4sight.predict import Predictor, parse_duration_ms, parse_memory_mib, plan_variants
+
         table = plan_variants(
             predictor=Predictor.load(models),
             network=net,

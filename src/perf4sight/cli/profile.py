@@ -7,8 +7,7 @@ from pathlib import Path
 import typer
 
 from perf4sight import console
-from perf4sight.config import ProfileSettings, load_config
-from perf4sight.errors import ConfigError
+from perf4sight.config import ProfileSettings, load_section
 
 __all__ = ["register"]
 
@@ -16,10 +15,7 @@ _CONFIG = typer.Option(..., "--config", "-c", help="config.ini with a [profile] 
 
 
 def _settings(path: Path) -> ProfileSettings:
-    config = load_config(path)
-    if config.profile is None:
-        raise ConfigError(f"{path}: no [profile] section")
-    return config.profile
+    return load_section(path, "profile")
 
 
 def register(app: typer.Typer) -> None:

@@ -8,6 +8,8 @@ import typer
 
 from perf4sight.pipeline import run_config
 
+__all__ = ["register"]
+
 
 def register(app: typer.Typer) -> None:
     """Add `run` to the perf4sight app."""

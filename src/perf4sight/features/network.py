@@ -48,8 +48,7 @@ KIND_GROUPS: dict[str, str] = {
         "elementwise",
     ),
 }
-_GEMM_KINDS = ("conv2d", "linear")
-_GROUPS = ("norm", "act", "pool", "elementwise")
+_GROUPS = tuple(dict.fromkeys(KIND_GROUPS.values()))  # norm, act, pool, elementwise
 
 # The CUDA caching allocator serves tensors over 1 MiB from segments rounded to 2 MiB.
 _LARGE_ALLOC_BYTES = 1 << 20
@@ -87,8 +86,8 @@ def _gemm_flops(layer: Layer, tile: int = 1) -> int:
     c_out = layer.output[-1] if linear else layer.output[0]
     spatial = _numel(layer.output[:-1] if linear else layer.output[1:])
     if layer.groups == 1:
-        c_in = int(_round_up(np.array(c_in), tile))
-    c_out = int(_round_up(np.array(c_out), tile))
+        c_in = -(-c_in // tile) * tile
+    c_out = -(-c_out // tile) * tile
     return 2 * c_out * c_in * (1 if linear else _numel(layer.kernel)) * spatial
 
 

@@ -1,6 +1,6 @@
 """Fitting: datasets built from profiling logs, regression methods, stored models, evaluation."""
 
-from perf4sight.fit.dataset import ArchitectureCatalog, Dataset, architecture_name, build_dataset
+from perf4sight.fit.dataset import ArchitectureCatalog, ArchitectureCatalogs, Dataset, architecture_name, build_dataset
 from perf4sight.fit.fingerprint import TARGETS, fingerprint_device, fit_method, predict_rows
 from perf4sight.fit.logs import find_logs, read_log, read_logs
 from perf4sight.fit.methods import DEFAULT_METHOD, METHODS, PaperExtraTrees, resolve_method
@@ -9,6 +9,7 @@ from perf4sight.fit.store import FittedModel, load_model, model_path, save_model
 
 __all__ = [
     "ArchitectureCatalog",
+    "ArchitectureCatalogs",
     "Dataset",
     "DEFAULT_METHOD",
     "FittedModel",

@@ -17,10 +17,10 @@ import pandas as pd
 from perf4sight import console
 from perf4sight.architecture import Architecture
 from perf4sight.errors import DataNotFoundError
-from perf4sight.features import FEATURE_SETS
+from perf4sight.features import FEATURE_SETS, needs_complete_architecture
 from perf4sight.networks import architecture_from_spec, load_architecture, read_spec
 
-__all__ = ["ArchitectureCatalog", "Dataset", "architecture_name", "build_dataset"]
+__all__ = ["ArchitectureCatalog", "ArchitectureCatalogs", "Dataset", "architecture_name", "build_dataset"]
 
 
 def architecture_name(model: str) -> str:
@@ -59,6 +59,21 @@ class ArchitectureCatalog:
         if model_path.is_file():
             return load_architecture(model_path)
         return None
+
+
+class ArchitectureCatalogs:
+    """The catalog each feature set needs (spec tables or complete descriptions) of one
+    folder, so that feature sets needing the same kind share its loaded architectures."""
+
+    def __init__(self, storedir: str | Path) -> None:
+        self.storedir = Path(storedir)
+        self._by_complete: dict[bool, ArchitectureCatalog] = {}
+
+    def for_feature_set(self, feature_set: str) -> ArchitectureCatalog:
+        complete = needs_complete_architecture(feature_set)
+        if complete not in self._by_complete:
+            self._by_complete[complete] = ArchitectureCatalog(self.storedir, complete=complete)
+        return self._by_complete[complete]
 
 
 @dataclass(frozen=True)

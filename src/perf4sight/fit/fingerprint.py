@@ -19,8 +19,7 @@ import pandas as pd
 from perf4sight import console
 from perf4sight.config import FingerprintSettings
 from perf4sight.errors import ConfigError
-from perf4sight.features import needs_complete_architecture
-from perf4sight.fit.dataset import ArchitectureCatalog, Dataset, build_dataset
+from perf4sight.fit.dataset import ArchitectureCatalogs, Dataset, build_dataset
 from perf4sight.fit.logs import read_logs
 from perf4sight.fit.methods import METHODS, resolve_method
 from perf4sight.fit.report import print_report, summarise, write_report
@@ -51,20 +50,6 @@ def predict_rows(estimator: Any, dataset: Dataset) -> pd.DataFrame:
     return dataset.rows.assign(predicted=estimator.predict(dataset.features))
 
 
-class _Catalogs:
-    """One architecture catalog per kind of description needed, shared by all targets."""
-
-    def __init__(self, storedir: Path) -> None:
-        self.storedir = storedir
-        self._by_complete: dict[bool, ArchitectureCatalog] = {}
-
-    def for_feature_set(self, feature_set: str) -> ArchitectureCatalog:
-        complete = needs_complete_architecture(feature_set)
-        if complete not in self._by_complete:
-            self._by_complete[complete] = ArchitectureCatalog(self.storedir, complete=complete)
-        return self._by_complete[complete]
-
-
 def _log_dirs(settings: FingerprintSettings, kind: str, *, evaluation: bool) -> list[Path]:
     train_dirs = getattr(settings, f"{kind}_logs")
     dirs = (getattr(settings, f"eval_{kind}_logs") or train_dirs) if evaluation else train_dirs
@@ -73,14 +58,14 @@ def _log_dirs(settings: FingerprintSettings, kind: str, *, evaluation: bool) -> 
     return dirs
 
 
-def _dataset(settings: FingerprintSettings, target: _Target, feature_set: str, catalogs: _Catalogs,
+def _dataset(settings: FingerprintSettings, target: _Target, feature_set: str, catalogs: ArchitectureCatalogs,
              nets: Sequence[str], levels: Sequence[int], *, evaluation: bool) -> Dataset:
     logs = read_logs(nets, levels, _log_dirs(settings, target.kind, evaluation=evaluation), [target.column])
     return build_dataset(logs, target=target.column, feature_set=feature_set, stage=settings.stage,
                          catalog=catalogs.for_feature_set(feature_set))
 
 
-def _train(settings: FingerprintSettings, target: _Target, method: str, catalogs: _Catalogs) -> None:
+def _train(settings: FingerprintSettings, target: _Target, method: str, catalogs: ArchitectureCatalogs) -> None:
     path = model_path(settings.model_storedir, settings.stage, target.column)
     if path.is_file() and not settings.overwrite:
         console.info(f"{target.kind} model already stored at {path}; kept (overwrite = False)")
@@ -95,7 +80,7 @@ def _train(settings: FingerprintSettings, target: _Target, method: str, catalogs
 
 
 def _evaluate(settings: FingerprintSettings, target: _Target, model: FittedModel,
-              catalogs: _Catalogs) -> pd.DataFrame:
+              catalogs: ArchitectureCatalogs) -> pd.DataFrame:
     dataset = _dataset(settings, target, model.metadata["feature_set"], catalogs,
                        settings.eval_nets or settings.train_nets, settings.eval_logs, evaluation=True)
     return predict_rows(model.estimator, Dataset(dataset.features[model.feature_names], dataset.target, dataset.rows))
@@ -109,7 +94,7 @@ def fingerprint_device(settings: FingerprintSettings) -> dict[str, Any]:
     set, written there as JSON with the per-row predictions (CSV) and a plot (PNG) beside it.
     """
     method = resolve_method(settings.method)
-    catalogs = _Catalogs(Path(settings.pruned_models_storedir))
+    catalogs = ArchitectureCatalogs(settings.pruned_models_storedir)
     enabled = [t for t in TARGETS if getattr(settings, f"{t.kind}_model")]
     for target in TARGETS:
         if target not in enabled:

@@ -199,9 +199,9 @@ class PhysicalRegressor(RegressorMixin, BaseEstimator):
         free = np.ones(4 + n, dtype=bool)
         free[2 + n] = np.unique(uses_library).size > 1
         theta = self._solve(data, y, np.r_[0.5 * y.min(), np.ones(n), y.min(), 0.0, 1.2 * y.max()], free)
-        demand = _demand(theta[0], theta[1 : 1 + n], theta[1 + n], theta[2 + n], *data)
         unfloored = _unfloored(theta[0], theta[1 : 1 + n], theta[2 + n], *data)
         floor = theta[1 + n] + theta[2 + n] * uses_library
+        demand = _smooth_max(unfloored, floor)  # as `_demand`, from the parts just computed
         supported = {  # floor, capacity
             1 + n: np.count_nonzero(unfloored * _CORNER_FACTOR < floor) >= _SUPPORT_ROWS,
             3 + n: np.count_nonzero(demand > theta[3 + n] * _CORNER_FACTOR) >= _SUPPORT_ROWS,

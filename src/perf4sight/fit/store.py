@@ -78,8 +78,8 @@ def _ranges(dataset: Dataset) -> dict[str, list[float]]:
     return {name: [float(values.min()), float(values.max())] for name, values in columns.items()}
 
 
-def _sha256(path: Path) -> str:
-    return hashlib.sha256(path.read_bytes()).hexdigest()
+def _sha256(data: bytes) -> str:
+    return hashlib.sha256(data).hexdigest()
 
 
 def save_model(estimator: Any, *, method: str, storedir: str | Path, stage: str, target: str,
@@ -100,7 +100,7 @@ def save_model(estimator: Any, *, method: str, storedir: str | Path, stage: str,
         "train_nets": sorted(dataset.rows["net"].unique().tolist()),
         "training_ranges": _ranges(dataset),
         "versions": library_versions(),
-        "sha256": _sha256(path),
+        "sha256": _sha256(path.read_bytes()),
     }
     path.with_suffix(".json").write_text(json.dumps(metadata, indent=2) + "\n")
     return path
@@ -127,12 +127,14 @@ def load_model(storedir: str | Path, *, stage: str, target: str) -> FittedModel:
             )
     if metadata.get("method") not in METHODS:
         raise FittedModelError(f"{path}: method '{metadata.get('method')}' is not one of {', '.join(METHODS)}")
-    if _sha256(path) != metadata.get("sha256"):
+    data = path.read_bytes()  # checked and loaded from these same bytes
+    if _sha256(data) != metadata.get("sha256"):
         raise FittedModelError(f"{path}: the model file does not match its metadata {meta_path.name}")
-    untrusted = set(skops.io.get_untrusted_types(file=path)) - set(trusted_types())
+    trusted = trusted_types()
+    untrusted = set(skops.io.get_untrusted_types(data=data)) - set(trusted)
     if untrusted:
         raise FittedModelError(f"{path}: holds types no perf4sight method uses: {', '.join(sorted(untrusted))}")
-    estimator = skops.io.load(path, trusted=trusted_types())
+    estimator = skops.io.loads(data, trusted=trusted)
     expected = METHODS[metadata["method"]]
     if type(estimator) is not expected:
         raise FittedModelError(f"{path}: holds a {type(estimator).__name__}, method '{metadata['method']}' "

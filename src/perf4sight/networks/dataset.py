@@ -72,11 +72,9 @@ def _base_network(network: str, settings: NetworkDatasetSettings) -> tuple[str, 
                 "model_desc": loaded.spec.get("model_desc")}
         return loaded.spec["net"], loaded.module, base
     if is_model_file(network):
-        source = network
-    else:  # found as <model_desc_dir>/<network>.py
-        source = str(Path(settings.model_desc_dir) / f"{network}.py")
-    name = network if not is_model_file(network) else split_model_source(network)[0].stem
-    return name, loaded.module, {"model_desc": source}
+        return split_model_source(network)[0].stem, loaded.module, {"model_desc": network}
+    # found as <model_desc_dir>/<network>.py
+    return network, loaded.module, {"model_desc": str(Path(settings.model_desc_dir) / f"{network}.py")}
 
 
 def create_network_dataset(settings: NetworkDatasetSettings) -> pd.DataFrame:

@@ -20,6 +20,7 @@ from perf4sight.architecture import Architecture, trace_architecture
 from perf4sight.errors import NetworkError
 from perf4sight.networks.model_file import build_from_file, is_model_file, split_model_source
 from perf4sight.networks.registry import (
+    DEFAULT_INPUT_SIZE,
     build_torchvision,
     default_input_size,
     is_torchvision_network,
@@ -69,12 +70,21 @@ def load_architecture(
     """
     if not isinstance(source, nn.Module) and str(source).endswith(".json"):
         spec = read_spec(source)
-        if input_size is None or tuple(input_size) == tuple(spec["input_size"]):
-            _check_num_classes(num_classes)
-            if num_classes is None or num_classes == int(spec["num_classes"]):
-                return spec_architecture(spec)
-    loaded = _load(source, input_size=input_size, num_classes=num_classes, model_desc_dir=model_desc_dir, device="meta")
-    return trace_architecture(loaded.module, loaded.input_size, name=loaded.name, num_classes=loaded.num_classes)
+        _check_num_classes(num_classes)
+        same_size = input_size is None or tuple(input_size) == tuple(spec["input_size"])
+        if same_size and (num_classes is None or num_classes == int(spec["num_classes"])):
+            return spec_architecture(spec)
+        loaded = _from_spec(spec, input_size, num_classes, "meta")
+    else:
+        # The trace finds the classes itself: no separate forward pass for them.
+        loaded = _load(
+            source, input_size=input_size, num_classes=num_classes, model_desc_dir=model_desc_dir,
+            device="meta", find_classes=False,
+        )
+    try:
+        return trace_architecture(loaded.module, loaded.input_size, name=loaded.name, num_classes=loaded.num_classes)
+    except Exception as exc:
+        raise _does_not_run(loaded.name, loaded.input_size, exc) from exc
 
 
 def _check_input_size(input_size: Sequence[int]) -> tuple[int, int, int]:
@@ -96,24 +106,30 @@ def _load(
     num_classes: int | None,
     model_desc_dir: str | Path | None,
     device: str,
+    find_classes: bool = True,
 ) -> LoadedNetwork:
+    """The network of `source`; without `find_classes`, a module's classes may stay None
+    (for the caller that traces the module anyway)."""
     _check_num_classes(num_classes)
     if isinstance(source, nn.Module):
-        return _finish(source, type(source).__name__.lower(), input_size, num_classes)
+        return _finish(source, type(source).__name__.lower(), input_size, num_classes, find_classes)
     text = str(source)
     if text.endswith(".json"):
         return _from_spec(read_spec(text), input_size, num_classes, device)
     if is_model_file(text):
         module = build_from_file(text, num_classes=num_classes)
-        return _finish(module, split_model_source(text)[0].stem, input_size, num_classes)
+        return _finish(module, split_model_source(text)[0].stem, input_size, num_classes, find_classes)
     if is_torchvision_network(text):
         classes = num_classes if num_classes is not None else 1000
         module = build_torchvision(text, num_classes=classes, device=device)
-        return _finish(module, text, input_size or default_input_size(text), classes)
+        return _finish(module, text, input_size or default_input_size(text), classes, find_classes)
     if model_desc_dir is not None:
         for candidate in (Path(model_desc_dir) / f"{text}.py", Path(model_desc_dir) / f"{text}.json"):
             if candidate.is_file():
-                return _load(candidate, input_size=input_size, num_classes=num_classes, model_desc_dir=None, device=device)
+                return _load(
+                    candidate, input_size=input_size, num_classes=num_classes, model_desc_dir=None,
+                    device=device, find_classes=find_classes,
+                )
     where = f" (nor {text}.py or {text}.json in {model_desc_dir})" if model_desc_dir is not None else ""
     raise NetworkError(f"unknown network '{text}'{where}; known networks: {', '.join(known_networks())}")
 
@@ -129,13 +145,13 @@ def _from_spec(
 
 
 def _finish(
-    module: nn.Module, name: str, input_size: Sequence[int] | None, num_classes: int | None
+    module: nn.Module, name: str, input_size: Sequence[int] | None, num_classes: int | None, find_classes: bool
 ) -> LoadedNetwork:
     """Fill in the input size (224x224 by default) and the classes the module outputs."""
-    size = _check_input_size(input_size if input_size is not None else (3, 224, 224))
-    if num_classes is None:
+    size = _check_input_size(input_size if input_size is not None else DEFAULT_INPUT_SIZE)
+    if num_classes is None and find_classes:
         num_classes = _output_classes(module, size, name)
-    return LoadedNetwork(module, size, num_classes, name)
+    return LoadedNetwork(module, size, num_classes, name)  # type: ignore[arg-type]
 
 
 def _output_classes(module: nn.Module, input_size: tuple[int, int, int], name: str) -> int:
@@ -145,7 +161,11 @@ def _output_classes(module: nn.Module, input_size: tuple[int, int, int], name: s
             meta = module if all(p.is_meta for p in module.parameters()) else copy.deepcopy(module).to("meta")
             out = meta.eval()(torch.empty((1, *input_size), device="meta"))
     except Exception as exc:
-        raise NetworkError(f"{name}: does not run on inputs of size {list(input_size)}: {type(exc).__name__}: {exc}") from exc
+        raise _does_not_run(name, input_size, exc) from exc
     out = out[0] if isinstance(out, (tuple, list)) else out
     return int(out.shape[-1])
+
+
+def _does_not_run(name: str, input_size: Sequence[int], exc: Exception) -> NetworkError:
+    return NetworkError(f"{name}: does not run on inputs of size {list(input_size)}: {type(exc).__name__}: {exc}")
 

@@ -6,8 +6,8 @@ a few need arguments to be buildable without weights and prunable as one graph.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable
-
 from typing import Any
 
 import torch
@@ -24,6 +24,7 @@ __all__ = [
     "resolve_network",
     "is_torchvision_network",
     "build_on_meta",
+    "call_builder",
     "build_torchvision",
     "default_input_size",
 ]
@@ -109,7 +110,16 @@ def build_torchvision(
     with torch.random.fork_rng(devices=[]):
         if seed is not None:
             torch.manual_seed(seed)
-        if torch.device(device).type == "meta":
-            return build_on_meta(lambda: getattr(torchvision.models, builder)(num_classes=num_classes, **kwargs))
-        with torch.device(device):
-            return getattr(torchvision.models, builder)(num_classes=num_classes, **kwargs)
+        return call_builder(builder, kwargs, num_classes=num_classes, device=device)
+
+
+def call_builder(
+    builder: str, kwargs: dict[str, Any], *, num_classes: int, device: str | torch.device = "cpu"
+) -> nn.Module:
+    """Call the torchvision builder named `builder` (no alias) on `device`; meta builds skip
+    weight initialisation."""
+    factory = functools.partial(getattr(torchvision.models, builder), num_classes=num_classes, **kwargs)
+    if torch.device(device).type == "meta":
+        return build_on_meta(factory)
+    with torch.device(device):
+        return factory()

@@ -24,7 +24,7 @@ from perf4sight.architecture import Architecture, Layer, LayerShape, trace_archi
 from perf4sight.errors import NetworkError
 from perf4sight.jsonfile import read_json
 from perf4sight.networks.model_file import build_from_file
-from perf4sight.networks.registry import build_on_meta
+from perf4sight.networks.registry import call_builder
 
 __all__ = [
     "read_spec",
@@ -155,14 +155,10 @@ def _base_module(spec: dict[str, Any], device: str | torch.device) -> nn.Module:
     """The unpruned network a spec was cut from, built on `device`."""
     num_classes = int(spec["num_classes"])
     if spec.get("torchvision"):
-        builder = getattr(torchvision.models, spec["torchvision"], None)
-        if builder is None:
+        if getattr(torchvision.models, spec["torchvision"], None) is None:
             raise NetworkError(f"spec {spec['name']}: unknown torchvision builder '{spec['torchvision']}'")
         kwargs = dict(spec.get("torchvision_kwargs") or {})
-        if torch.device(device).type == "meta":
-            return build_on_meta(lambda: builder(num_classes=num_classes, **kwargs))
-        with torch.device(device):
-            return builder(num_classes=num_classes, **kwargs)
+        return call_builder(spec["torchvision"], kwargs, num_classes=num_classes, device=device)
     if spec.get("model_desc"):
         return build_from_file(spec["model_desc"], num_classes=num_classes).to(device)
     raise NetworkError(f"spec {spec['name']}: names neither a torchvision builder nor a model_desc file")

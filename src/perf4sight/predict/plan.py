@@ -40,7 +40,7 @@ def plan_variants(
     infeasible = []
     with console.progress("planning", total=len(levels)) as bar:
         for level in levels:
-            pruned = pruner.prune(level)
+            pruned = pruner.prune(level, meta=True)  # shapes are all a prediction needs
             arch = trace_architecture(
                 pruned.module, loaded.input_size, name=f"{loaded.name}_{level:g}", num_classes=loaded.num_classes
             )

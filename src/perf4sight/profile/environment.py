@@ -18,6 +18,8 @@ import psutil
 import torch
 import torchvision
 
+from perf4sight.profile.memory import BYTES_PER_MIB
+
 __all__ = ["environment_record", "write_environment"]
 
 
@@ -32,7 +34,7 @@ def environment_record(worker_facts: dict[str, Any], settings: dict[str, Any]) -
         "hostname": platform.node(),
         "cpu_cores_logical": os.cpu_count(),
         "cpu_cores_physical": psutil.cpu_count(logical=False),
-        "memory_total_mib": psutil.virtual_memory().total / 2**20,
+        "memory_total_mib": psutil.virtual_memory().total / BYTES_PER_MIB,
         "torch": torch.__version__,
         "torchvision": torchvision.__version__,
         "torch_cuda": torch.version.cuda,

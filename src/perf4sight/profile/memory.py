@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import ctypes
 import ctypes.util
+import functools
 import gc
 import threading
 from collections.abc import Callable
@@ -35,7 +36,9 @@ _M_MMAP_THRESHOLD = -3
 _MMAP_THRESHOLD_BYTES = 128 * 1024
 
 
+@functools.cache
 def _libc() -> ctypes.CDLL | None:
+    """glibc, looked up once: `find_library` runs `ldconfig`, and memory is released after every test."""
     name = ctypes.util.find_library("c")
     try:
         libc = ctypes.CDLL(name)
@@ -157,6 +160,10 @@ def read_meminfo(path: str | Path = "/proc/meminfo") -> dict[str, float]:
     return values
 
 
+def _used_mib(meminfo: dict[str, float]) -> float:
+    return meminfo["MemTotal"] - meminfo["MemAvailable"]
+
+
 class UnifiedMemoryMeter:
     """System memory used (MemTotal - MemAvailable) on a device whose CPU and GPU share it.
 
@@ -171,12 +178,11 @@ class UnifiedMemoryMeter:
         self.idle: dict[str, float] = {}
 
     def used_mib(self) -> float:
-        info = read_meminfo(self.meminfo_path)
-        return info["MemTotal"] - info["MemAvailable"]
+        return _used_mib(read_meminfo(self.meminfo_path))
 
     def begin(self) -> None:
         self.idle = read_meminfo(self.meminfo_path)
-        self.idle_used_mib = self.idle["MemTotal"] - self.idle["MemAvailable"]
+        self.idle_used_mib = _used_mib(self.idle)
         self._sampler.start()
 
     def end(self) -> float:

@@ -24,6 +24,7 @@ from typing import IO, Any
 import psutil
 
 from perf4sight.errors import ConfigError, Perf4sightError
+from perf4sight.profile.memory import BYTES_PER_MIB
 from perf4sight.profile.test_config import ProfileTest
 from perf4sight.profile.workload import TestOutcome
 
@@ -124,7 +125,7 @@ class WorkerProcess:
         if self.memory_limit_mib is None or self._proc is None:
             return
         try:
-            rss_mib = psutil.Process(self._proc.pid).memory_info().rss / 2**20
+            rss_mib = psutil.Process(self._proc.pid).memory_info().rss / BYTES_PER_MIB
         except psutil.Error:
             return
         if rss_mib > self.memory_limit_mib:
