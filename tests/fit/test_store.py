@@ -80,6 +80,16 @@ def test_another_library_version_is_refused(stored, tmp_path):
         load_model(tmp_path, stage="training", target="latency")
 
 
+def test_an_older_storage_format_is_refused(stored, tmp_path):
+    _, path = stored
+    meta_path = path.with_suffix(".json")
+    meta = json.loads(meta_path.read_text())
+    meta["format"] = 1
+    meta_path.write_text(json.dumps(meta))
+    with pytest.raises(FittedModelError, match="stored in format 1, this perf4sight reads format 2; fingerprint again"):
+        load_model(tmp_path, stage="training", target="latency")
+
+
 def test_a_replaced_model_file_is_refused(dataset, stored, tmp_path):
     _, path = stored
     other = PaperExtraTrees(n_estimators=3).fit(dataset.features, dataset.target)

@@ -113,8 +113,13 @@ def load_model(storedir: str | Path, *, stage: str, target: str) -> FittedModel:
     if not path.is_file():
         raise DataNotFoundError(f"fitted model not found: {path} (fingerprint with evaluate = False first)")
     metadata = read_json(meta_path, what="fitted model metadata", error=FittedModelError)
-    if not isinstance(metadata, dict) or metadata.get("format") != _FORMAT:
-        raise FittedModelError(f"{meta_path}: not perf4sight model metadata of format {_FORMAT}")
+    if not isinstance(metadata, dict) or "format" not in metadata:
+        raise FittedModelError(f"{meta_path}: not perf4sight model metadata")
+    if metadata["format"] != _FORMAT:
+        raise FittedModelError(
+            f"{meta_path}: stored in format {metadata['format']}, this perf4sight reads format {_FORMAT}; "
+            "fingerprint again (overwrite = True) to refit"
+        )
     for key, wanted in (("stage", stage), ("target", target)):
         if metadata.get(key) != wanted:
             raise FittedModelError(f"{path}: fitted for {key} '{metadata.get(key)}', this run needs '{wanted}'")
