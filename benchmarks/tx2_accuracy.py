@@ -39,13 +39,13 @@ from perf4sight.fit import (
     predict_rows,
     read_logs,
 )
-from perf4sight.fit.logs import LOG_SUFFIX
+from perf4sight.profile.logs import GT_SUFFIX
 
 TX2_DIR = Path(__file__).resolve().parents[1].parent / "shared" / "datasets" / "tx2"
 PROTOCOL_TRAIN_LEVELS = (0, 30, 50, 70, 90)
 # The TX2 README's order: the trees' random draws, hence the `paper` figures, follow the row order.
 TX2_NETS = ("resnet18", "googlenet", "squeezenet")
-_LOG_NAME = re.compile(r"(?P<net>.+)_(?P<level>\d+)" + re.escape(LOG_SUFFIX))
+_LOG_NAME = re.compile(r"(?P<net>.+)_(?P<level>\d+)" + re.escape(GT_SUFFIX))
 
 
 @dataclass(frozen=True)
@@ -70,7 +70,7 @@ class Data:
 def find_data(logs: Path, models: Path, train_levels: tuple[int, ...], order: tuple[str, ...] = ()) -> Data:
     """The networks and levels of `logs/memory`, networks named in `order` first in that order;
     the protocol trains on the `train_levels` present."""
-    found = [_LOG_NAME.fullmatch(path.name) for path in sorted((logs / "memory").glob(f"*{LOG_SUFFIX}"))]
+    found = [_LOG_NAME.fullmatch(path.name) for path in sorted((logs / "memory").glob(f"*{GT_SUFFIX}"))]
     found = [match for match in found if match]
     present = {match["net"] for match in found}
     nets = tuple(net for net in order if net in present) + tuple(sorted(present - set(order)))

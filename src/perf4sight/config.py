@@ -27,11 +27,16 @@ __all__ = [
     "FingerprintSettings",
     "Config",
     "SECTIONS",
+    "STAGES",
     "load_config",
     "load_section",
     "parse_section",
     "read_ini",
 ]
+
+
+# The stages a network is profiled and modelled in.
+STAGES = ("training", "inference")
 
 
 @dataclass(frozen=True)

@@ -22,11 +22,11 @@ import numpy as np
 import pandas as pd
 
 from perf4sight.architecture import Architecture
+from perf4sight.config import STAGES
 from perf4sight.errors import ConfigError, NetworkError
 
 __all__ = ["STAGES", "paper_features"]
 
-STAGES = ("training", "inference")
 _WINOGRAD_TILES = ((4, 3), (3, 2))
 
 

@@ -15,17 +15,17 @@ from pathlib import Path
 import pandas as pd
 
 from perf4sight.errors import DataNotFoundError, LogFormatError
+from perf4sight.profile.logs import GT_SUFFIX
 
-__all__ = ["LOG_SUFFIX", "REQUIRED_COLUMNS", "log_path", "find_logs", "read_log", "read_logs"]
+__all__ = ["REQUIRED_COLUMNS", "log_path", "find_logs", "read_log", "read_logs"]
 
-LOG_SUFFIX = "-gt.csv"
 REQUIRED_COLUMNS = ("passed", "bs", "model")
 _MISSING = {"", "none", "nan", "null"}
 
 
 def log_path(log_dir: str | Path, net: str, level: int | str) -> Path:
     """Where the profiler writes the log of `<net>_<level>` in `log_dir`."""
-    return Path(log_dir) / f"{net}_{level}{LOG_SUFFIX}"
+    return Path(log_dir) / f"{net}_{level}{GT_SUFFIX}"
 
 
 def find_logs(nets: Sequence[str], levels: Sequence[int], log_dirs: Sequence[str | Path]) -> list[tuple[str, Path]]:

@@ -25,6 +25,7 @@ from perf4sight.profile.test_config import ProfileTest
 __all__ = [
     "COLUMNS",
     "GT_COLUMNS",
+    "GT_SUFFIX",
     "LogRow",
     "log_path",
     "gt_path",
@@ -44,6 +45,8 @@ GT_COLUMNS: dict[str, list[str]] = {
     "latency": ["passed", "latency", *_PARAM_COLUMNS, "latency_iters_ms", "status", "error"],
 }
 SEPARATOR = "|"
+# `<model>-gt.csv`: the expanded log that fingerprinting reads.
+GT_SUFFIX = "-gt.csv"
 
 LogRow = dict[str, Any]
 """A row: column -> value (None for an empty field); `params` is the original's dict."""
@@ -54,7 +57,7 @@ def log_path(log_dir: Path, test: ProfileTest) -> Path:
 
 
 def gt_path(path: Path) -> Path:
-    return path.with_name(f"{path.stem}-gt.csv")
+    return path.with_name(f"{path.stem}{GT_SUFFIX}")
 
 
 def read_log(path: Path, *, repair: bool = False) -> list[LogRow]:

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from perf4sight.config import ProfileSettings, read_ini
+from perf4sight.config import STAGES, ProfileSettings, read_ini
 from perf4sight.errors import ConfigError
 
 __all__ = [
@@ -37,7 +37,6 @@ DATASETS: dict[str, tuple[tuple[int, int, int], int] | None] = {
     "cifar100": ((3, 32, 32), 100),
 }
 TEST_VARIABLES = ("memory", "latency")
-STAGES = ("training", "inference")
 _KEYS = ("test_var", "bs", "dataset", "net_name", "exec_stage", "model")
 _MODEL_SUFFIXES = (".py", ".json")
 
