@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from pathlib import Path
 
@@ -57,6 +58,12 @@ def test_tracing_leaves_the_model_untouched() -> None:
     after = model.state_dict()
     assert all(torch.equal(before[k], after[k]) for k in before)
     assert next(model.parameters()).device.type == "cpu"
+    model.eval()
+    trace_architecture(model, (3, 16, 16))
+    assert not any(m.training for m in model.modules()) and model.bn.track_running_stats
+    model.bn.train()
+    trace_architecture(model, (3, 16, 16))
+    assert [m.training for m in model.modules()] == [False, False, True, False, False, False]
 
 
 @pytest.mark.parametrize("builder", ["mobilenet_v2", "squeezenet1_1", "googlenet", "vgg11"])
@@ -135,3 +142,14 @@ def test_dropout_and_batch_norm_keep_what_they_save_in_training() -> None:
     model.eval()
     trace_architecture(model, (32,))
     assert not model.training
+
+
+def test_a_replaced_layer_copies_every_other_field_and_refuses_unknown_ones() -> None:
+    arch = trace_architecture(Small(), (3, 16, 16))
+    conv = arch.layers[0]
+    wider = conv.replaced(output=(16, 16, 16), params=432)
+    assert (wider.output, wider.params) == ((16, 16, 16), 432)
+    assert wider == dataclasses.replace(conv, output=(16, 16, 16), params=432)
+    assert conv.output == (8, 16, 16)  # the original is unchanged
+    with pytest.raises(TypeError, match="no field"):
+        conv.replaced(channels=3)

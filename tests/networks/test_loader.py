@@ -45,6 +45,15 @@ def test_architecture_of_a_spec_is_built_on_meta_and_matches_the_cpu_build(tx2_d
     assert arch.params == spec["params"] and arch.complete
 
 
+@pytest.mark.parametrize("name", ["resnet18", "mobilenet_v2", "googlenet"])
+def test_a_name_is_traced_from_an_uninitialised_cpu_build_as_from_a_real_one(name):
+    initialisers = {n: getattr(nn.init, n) for n in ("kaiming_normal_", "normal_", "ones_", "zeros_")}
+    arch = load_architecture(name)
+    assert {n: getattr(nn.init, n) for n in initialisers} == initialisers  # restored
+    real = load_network(name).module
+    assert arch == trace_architecture(real, (3, 224, 224), name=name, num_classes=1000)
+
+
 def test_model_file_by_network_name_and_by_explicit_factory(tinynet_file, tmp_path, layer_shapes):
     loaded = load_network(tinynet_file, input_size=(3, 16, 16))
     assert (loaded.name, loaded.num_classes, loaded.input_size) == ("tinynet", 10, (3, 16, 16))

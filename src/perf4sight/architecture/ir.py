@@ -8,6 +8,7 @@ per sample (the batch dimension is dropped): features scale them by the batch si
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 __all__ = ["Layer", "Architecture"]
 
@@ -49,6 +50,17 @@ class Layer:
     def in_shape(self) -> Shape:
         """Shape of the first input, the one most layers have."""
         return self.inputs[0] if self.inputs else ()
+
+    def replaced(self, **changes: Any) -> Layer:
+        """A copy with `changes` (fields by name), as `dataclasses.replace` but without
+        re-running `__init__`: propagating a pruned variant copies every layer, and
+        `replace` would cost most of that."""
+        unknown = changes.keys() - self.__dict__.keys()
+        if unknown:
+            raise TypeError(f"Layer has no field(s) {', '.join(sorted(unknown))}")
+        copy = object.__new__(Layer)
+        copy.__dict__.update(self.__dict__, **changes)
+        return copy
 
 
 @dataclass(frozen=True)

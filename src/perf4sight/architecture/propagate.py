@@ -118,16 +118,18 @@ def _resized(layer: Layer, inputs: tuple[Shape, ...], output: Shape, groups: int
         params = output[0] * new_in[0] + (output[0] if layer.bias else 0)
     else:
         params = _scaled(layer.params, output[:1], layer.output[:1])
-    saved_in = _scaled(layer.saved_input_bytes, new_in, old_in)
-    saved_out = _scaled(layer.saved_output_bytes, output, layer.output)
-    other = _scaled(layer.saved_bytes - layer.saved_input_bytes - layer.saved_output_bytes, output, layer.output)
-    return dataclasses.replace(
-        layer,
+    in_new, in_old = _numel(new_in), _numel(old_in)
+    out_new, out_old = _numel(output), _numel(layer.output)
+    other = layer.saved_bytes - layer.saved_input_bytes - layer.saved_output_bytes
+    saved_in = layer.saved_input_bytes * in_new // in_old if in_old else layer.saved_input_bytes
+    saved_out = layer.saved_output_bytes * out_new // out_old if out_old else layer.saved_output_bytes
+    saved_other = other * out_new // out_old if out_old else other
+    return layer.replaced(
         inputs=inputs,
         output=output,
         groups=groups,
         params=params,
-        saved_bytes=saved_in + saved_out + other,
+        saved_bytes=saved_in + saved_out + saved_other,
         saved_input_bytes=saved_in,
         saved_output_bytes=saved_out,
         saved_fixed_bytes=_scaled(layer.saved_fixed_bytes, output[:1], layer.output[:1]),

@@ -12,6 +12,7 @@ attributed to the layer that saved them, each tensor counted once.
 from __future__ import annotations
 
 import contextlib
+import functools
 import math
 import re
 from collections.abc import Iterator, Sequence
@@ -74,8 +75,12 @@ def _snake(name: str) -> str:
 
 def module_kind(module: nn.Module) -> str:
     """The normalised kind of a leaf module."""
-    cls = type(module).__name__
-    return _MODULE_KINDS.get(cls, _snake(cls))
+    return _class_kind(type(module).__name__)
+
+
+@functools.lru_cache(maxsize=None)
+def _class_kind(cls: str) -> str:
+    return _MODULE_KINDS.get(cls) or _snake(cls)
 
 
 def _is_view(func: Any) -> bool:
@@ -199,11 +204,10 @@ class _Recorder(TorchDispatchMode):
 
     # aten ops ------------------------------------------------------------------
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):  # noqa: ANN001
-        kwargs = kwargs or {}
-        out = func(*args, **kwargs)
-        op = func.overloadpacket.__name__
+        out = func(*args, **(kwargs or {}))
         if self._in_leaf():
             return out
+        op = func.overloadpacket.__name__
         base = op.rstrip("_")
         tensors = _tensors(args)
         outs = _tensors(out)
@@ -257,11 +261,13 @@ def trace_architecture(
     The model's weights are neither read nor changed: the forward pass runs with empty
     stand-ins, and the model's training mode is restored afterwards.
     """
+    named = list(model.named_modules())
     try:
-        recorder, out = _run(model, input_size, device="cpu", batch=_EMPTY_BATCH)
+        recorder, out = _run(model, named, input_size, device="cpu", batch=_EMPTY_BATCH)
     except Exception:  # noqa: BLE001 - e.g. x.view(x.size(0), -1) is ambiguous for 0 samples
-        recorder, out = _run(model, input_size, device="meta", batch=_META_BATCH)
-    buffers = sum(b.numel() * b.element_size() for b in model.buffers())
+        recorder, out = _run(model, named, input_size, device="meta", batch=_META_BATCH)
+    modules = [m for _, m in named]
+    buffers = sum(b.numel() * b.element_size() for b in _unique(modules, "_buffers"))
     outs = _tensors(out)
     layers = []
     # Identity layers are dropped; their consumers take their producer as source.
@@ -280,7 +286,7 @@ def trace_architecture(
             b for shape, b in p.saved
             if math.prod(shape) not in in_sizes and math.prod(shape) == math.prod(p.output)
         )
-        owned = sum(t.numel() for t in module.parameters(recurse=False)) if module is not None else 0
+        owned = sum(t.numel() for t in module._parameters.values() if t is not None) if module is not None else 0
         layers.append(
             Layer(
                 name=p.name,
@@ -297,7 +303,7 @@ def trace_architecture(
                 **(_conv_fields(module) if module is not None else {}),
             )
         )
-    parameters = list(model.parameters())
+    parameters = _unique(modules, "_parameters")
     params = sum(p.numel() for p in parameters)
     trainable = sum(p.numel() for p in parameters if p.requires_grad)
     classes = num_classes if num_classes is not None else (int(outs[0].shape[-1]) if outs else 0)
@@ -312,12 +318,17 @@ def trace_architecture(
     )
 
 
+def _unique(modules: list[nn.Module], table: str) -> list[torch.Tensor]:
+    """The tensors in each module's `_parameters` or `_buffers`, a shared one once (as
+    `parameters()` and `buffers()`, without walking the module tree again)."""
+    return list({id(t): t for m in modules for t in getattr(m, table).values() if t is not None}.values())
+
+
 def _run(
-    model: nn.Module, input_size: Sequence[int], *, device: str, batch: int
+    model: nn.Module, named: list[tuple[str, nn.Module]], input_size: Sequence[int], *, device: str, batch: int
 ) -> tuple[_Recorder, Any]:
     """One recorded training-mode forward pass of `model` with uninitialised stand-ins for
     its parameters and buffers (no copy of the model or of its tensors)."""
-    named = list(model.named_modules())
     modules = [m for _, m in named]
     x = torch.empty((batch, *input_size), device=device)
     with _stand_ins(modules, device) as stand_ins, _training_without_running_stats(modules):
@@ -372,17 +383,17 @@ def _training_without_running_stats(modules: list[nn.Module]) -> Iterator[None]:
     The updates save nothing for backward but cost most of a meta forward pass (and an
     empty batch has no statistics); without them the shapes and saved tensors are the same.
     """
-    modes = [(m, m.training) for m in modules]
-    norms = [m for m in modules if isinstance(m, nn.modules.batchnorm._BatchNorm)]
-    tracking = [m.track_running_stats for m in norms]
-    for m in modules:
+    # Only what differs is set: a module's __setattr__ costs more than its empty forward.
+    evaluating = [m for m in modules if not m.training]
+    norms = [m for m in modules if isinstance(m, nn.modules.batchnorm._BatchNorm) and m.track_running_stats]
+    for m in evaluating:
         m.training = True
     for m in norms:
         m.track_running_stats = False
     try:
         yield
     finally:
-        for m, flag in zip(norms, tracking):
-            m.track_running_stats = flag
-        for m, training in modes:
-            m.training = training
+        for m in norms:
+            m.track_running_stats = True
+        for m in evaluating:
+            m.training = False

@@ -49,6 +49,7 @@ KIND_GROUPS: dict[str, str] = {
     ),
 }
 _GROUPS = tuple(dict.fromkeys(KIND_GROUPS.values()))  # norm, act, pool, elementwise
+_GEMM_GROUPS = ("conv_kxk", "conv_1x1", "conv_depthwise", "conv_grouped", "linear")
 
 # The CUDA caching allocator serves tensors over 1 MiB from segments rounded to 2 MiB.
 _LARGE_ALLOC_BYTES = 1 << 20
@@ -124,11 +125,25 @@ def network_features(arch: Architecture, batch_sizes: Sequence[int], stage: str 
         warn(f"network '{arch.name}': {len(unknown)} layer kind(s) without a cost group, counted as "
              f"memory-bound: {', '.join(unknown)}")
 
-    in_bytes = np.array([sum(_numel(s) for s in layer.inputs) * dtype for layer in layers], dtype=float)
-    out_bytes = np.array([_numel(layer.output) * dtype for layer in layers], dtype=float)
-    saved = np.array([layer.saved_bytes for layer in layers], dtype=float) if training else np.zeros(len(layers))
+    passes = 3.0 if training else 1.0  # forward, gradient of the input, gradient of the weights
+    # One pass over the layers, one row of per-sample amounts each; then sums per group.
+    per_layer = np.array(
+        [
+            (
+                sum(_numel(s) for s in layer.inputs) * dtype,
+                _numel(layer.output) * dtype,
+                layer.saved_bytes if training else 0,
+                _im2col_bytes(layer, dtype),
+                _gemm_flops(layer) * _passes(layer, passes) if group in _GEMM_GROUPS else 0,
+                _gemm_flops(layer, _CHANNEL_TILE) * _passes(layer, passes) if group in _GEMM_GROUPS else 0,
+                (_numel(layer.in_shape) + _numel(layer.output)) * dtype * passes if group in _GEMM_GROUPS else 0,
+            )
+            for layer, group in zip(layers, groups)
+        ],
+        dtype=float,
+    )
+    in_bytes, out_bytes, saved, im2col, flops, padded, moved = per_layer.T
     saved_fixed = float(sum(layer.saved_fixed_bytes for layer in layers)) if training else 0.0
-    im2col = np.array([_im2col_bytes(layer, dtype) for layer in layers], dtype=float)
     param_bytes = float(arch.params * dtype)
     trainable_bytes = float(arch.trainable_params * dtype) if training else 0.0
     param_layers = sum(1 for layer in layers if layer.params)
@@ -142,13 +157,12 @@ def network_features(arch: Architecture, batch_sizes: Sequence[int], stage: str 
         peak = (alive_saved + transient).max(axis=1) + saved_fixed
     else:
         peak = ((in_bytes + out_bytes + im2col)[None, :] * batch).max(axis=1)
-    fresh_outputs = float(sum(b for b, layer in zip(out_bytes, layers) if not layer.inplace))
+    fresh_outputs = float(out_bytes[[not layer.inplace for layer in layers]].sum())
     big = saved[None, :] * batch
     rounded = np.where(big > _LARGE_ALLOC_BYTES, _round_up(big, _SEGMENT_BYTES), big).sum(axis=1)
 
-    passes = 3.0 if training else 1.0  # forward, gradient of the input, gradient of the weights
     columns: dict[str, np.ndarray | float] = {
-        "batch_size": bs.astype(int),
+        "batch_size": bs,
         "param_bytes": param_bytes,
         "param_state_bytes": param_bytes + 2 * trainable_bytes,  # weights, gradients, momentum
         "buffer_bytes": float(arch.buffer_bytes),
@@ -161,21 +175,24 @@ def network_features(arch: Architecture, batch_sizes: Sequence[int], stage: str 
         "layers": float(len(layers)),
         "param_layers": float(param_layers),
     }
-    for group in ("conv_kxk", "conv_1x1", "conv_depthwise", "conv_grouped", "linear"):
-        members = [layer for layer, g in zip(layers, groups) if g == group]
-        flops = sum(_gemm_flops(layer) * _passes(layer, passes) for layer in members)
-        padded = sum(_gemm_flops(layer, _CHANNEL_TILE) * _passes(layer, passes) for layer in members)
-        moved = sum(_numel(layer.in_shape) + _numel(layer.output) for layer in members) * dtype * passes
-        columns[f"{group}_flops"] = bs * flops
-        columns[f"{group}_padded_flops"] = bs * padded
-        columns[f"{group}_bytes"] = bs * moved
-        columns[f"{group}_count"] = float(len(members))
+    group_of = np.array(groups)
+    for group in _GEMM_GROUPS:
+        mask = group_of == group
+        columns[f"{group}_flops"] = bs * flops[mask].sum()
+        columns[f"{group}_padded_flops"] = bs * padded[mask].sum()
+        columns[f"{group}_bytes"] = bs * moved[mask].sum()
+        columns[f"{group}_count"] = float(mask.sum())
     memory_passes = 2.0 if training else 1.0
     for group in (*_GROUPS, "other"):
-        mask = np.array([g == group for g in groups], dtype=bool)
+        mask = group_of == group
         columns[f"{group}_bytes"] = bs * (in_bytes[mask].sum() + out_bytes[mask].sum()) * memory_passes
         columns[f"{group}_count"] = float(mask.sum())
-    return pd.DataFrame({key: np.broadcast_to(value, bs.shape) for key, value in columns.items()})
+    # One float block: a frame of 45 separate columns costs more to build and read than
+    # the features themselves.
+    table = np.empty((len(bs), len(columns)))
+    for index, value in enumerate(columns.values()):
+        table[:, index] = value
+    return pd.DataFrame(table, columns=list(columns))
 
 
 def _passes(layer: Layer, passes: float) -> float:

@@ -142,13 +142,13 @@ class PhysicalRegressor(RegressorMixin, BaseEstimator):
         terms = self._terms()
         memory = self.target == "mem_used"
         exact = (*MEMORY_EXACT, MEMORY_LIBRARY) if memory else ()
-        missing = sorted({c for cols in terms.values() for c in cols}.union(exact) - set(X.columns))
+        missing = sorted({c for cols in terms.values() for c in cols}.union(exact) - set(X.columns.tolist()))
         if missing:
             raise ValueError(f"PhysicalRegressor: feature columns missing: {', '.join(missing)}")
         # One array for the whole frame: selecting a sub-frame per term costs more than the
         # arithmetic.
         values = X.to_numpy(dtype=float)
-        column = {name: values[:, i] for i, name in enumerate(X.columns)}
+        column = {name: values[:, i] for i, name in enumerate(X.columns.tolist())}
         design = np.column_stack(
             [sum(column[name] * weight for name, weight in cols.items()) for cols in terms.values()]
         )

@@ -62,12 +62,20 @@ class FittedModel:
         """The feature table this model was fitted on, for `arch` at each batch size."""
         return FEATURE_SETS[self.metadata["feature_set"]](arch, batch_sizes, self.metadata["stage"])
 
+    def select(self, features: pd.DataFrame) -> pd.DataFrame:
+        """The model's columns of a feature table, in its order (the table itself when it
+        holds exactly those: selecting columns costs more than predicting)."""
+        names = self.metadata["feature_names"]
+        if features.columns.tolist() == names:
+            return features
+        return features[names]
+
     def predict(self, arch: Architecture, batch_sizes: Sequence[int], *, features: pd.DataFrame | None = None) -> np.ndarray:
         """Predicted target for `arch` at each batch size; `features` (from `features()`)
         can be passed to share one table between models of the same feature set."""
         if features is None:
             features = self.features(arch, batch_sizes)
-        return self.estimator.predict(features[self.feature_names])
+        return self.estimator.predict(self.select(features))
 
 
 def _ranges(dataset: Dataset) -> dict[str, list[float]]:

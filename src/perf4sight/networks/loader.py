@@ -63,7 +63,8 @@ def load_architecture(
     num_classes: int | None = None,
     model_desc_dir: str | Path | None = None,
 ) -> Architecture:
-    """The traced architecture of a network; names and specs are built on the meta device.
+    """The traced architecture of a network; torchvision networks are built without
+    initialising their weights, specs on the meta device.
 
     A spec at its own input size is not rebuilt at all: its base network is traced once
     per process and re-propagated to the spec's channel counts, which takes a millisecond.
@@ -79,7 +80,7 @@ def load_architecture(
         # The trace finds the classes itself: no separate forward pass for them.
         loaded = _load(
             source, input_size=input_size, num_classes=num_classes, model_desc_dir=model_desc_dir,
-            device="meta", find_classes=False,
+            device="cpu", initialise=False, find_classes=False,
         )
     try:
         return trace_architecture(loaded.module, loaded.input_size, name=loaded.name, num_classes=loaded.num_classes)
@@ -106,29 +107,31 @@ def _load(
     num_classes: int | None,
     model_desc_dir: str | Path | None,
     device: str,
+    initialise: bool = True,
     find_classes: bool = True,
 ) -> LoadedNetwork:
-    """The network of `source`; without `find_classes`, a module's classes may stay None
-    (for the caller that traces the module anyway)."""
+    """The network of `source`; without `find_classes`, a module's classes may stay None,
+    and without `initialise` its weights may be anything (for the caller that traces the
+    module anyway)."""
     _check_num_classes(num_classes)
     if isinstance(source, nn.Module):
         return _finish(source, type(source).__name__.lower(), input_size, num_classes, find_classes)
     text = str(source)
     if text.endswith(".json"):
-        return _from_spec(read_spec(text), input_size, num_classes, device)
+        return _from_spec(read_spec(text), input_size, num_classes, device if initialise else "meta")
     if is_model_file(text):
         module = build_from_file(text, num_classes=num_classes)
         return _finish(module, split_model_source(text)[0].stem, input_size, num_classes, find_classes)
     if is_torchvision_network(text):
         classes = num_classes if num_classes is not None else 1000
-        module = build_torchvision(text, num_classes=classes, device=device)
+        module = build_torchvision(text, num_classes=classes, device=device, initialise=initialise)
         return _finish(module, text, input_size or default_input_size(text), classes, find_classes)
     if model_desc_dir is not None:
         for candidate in (Path(model_desc_dir) / f"{text}.py", Path(model_desc_dir) / f"{text}.json"):
             if candidate.is_file():
                 return _load(
                     candidate, input_size=input_size, num_classes=num_classes, model_desc_dir=None,
-                    device=device, find_classes=find_classes,
+                    device=device, initialise=initialise, find_classes=find_classes,
                 )
     where = f" (nor {text}.py or {text}.json in {model_desc_dir})" if model_desc_dir is not None else ""
     raise NetworkError(f"unknown network '{text}'{where}; known networks: {', '.join(known_networks())}")

@@ -6,8 +6,9 @@ a few need arguments to be buildable without weights and prunable as one graph.
 
 from __future__ import annotations
 
+import contextlib
 import functools
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import torch
@@ -24,6 +25,7 @@ __all__ = [
     "resolve_network",
     "is_torchvision_network",
     "build_on_meta",
+    "build_uninitialised",
     "call_builder",
     "build_torchvision",
     "default_input_size",
@@ -75,19 +77,33 @@ def build_on_meta(factory: Callable[[], nn.Module]) -> nn.Module:
     tensors, would cost three quarters of the build. A factory that computes its widths
     from tensor data is built on the CPU and moved.
     """
-    saved = {name: getattr(nn.init, name) for name in _INITIALISERS}
-    try:
-        for name in _INITIALISERS:
-            setattr(nn.init, name, _keep)
+    with _initialisers_off():
         try:
             with torch.device("meta"):
                 return factory()
         except NotImplementedError:
             pass
+        return factory().to("meta")
+
+
+def build_uninitialised(factory: Callable[[], nn.Module]) -> nn.Module:
+    """Call `factory` on the CPU with weight initialisation off: for a module that is only
+    traced. Its weights are reserved but never written, so they cost no memory (untouched
+    pages), and the build skips the meta device's Python dispatch (a third faster)."""
+    with _initialisers_off():
+        return factory()
+
+
+@contextlib.contextmanager
+def _initialisers_off() -> Iterator[None]:
+    saved = {name: getattr(nn.init, name) for name in _INITIALISERS}
+    try:
+        for name in _INITIALISERS:
+            setattr(nn.init, name, _keep)
+        yield
     finally:
         for name, function in saved.items():
             setattr(nn.init, name, function)
-    return factory().to("meta")
 
 
 _INITIALISERS = tuple(
@@ -100,26 +116,34 @@ def _keep(tensor: torch.Tensor, *args: Any, **kwargs: Any) -> torch.Tensor:
 
 
 def build_torchvision(
-    name: str, *, num_classes: int, device: str | torch.device = "cpu", seed: int | None = None
+    name: str, *, num_classes: int, device: str | torch.device = "cpu", seed: int | None = None,
+    initialise: bool = True,
 ) -> nn.Module:
     """Build an untrained torchvision network; `seed` makes its initial weights reproducible.
 
-    On the meta device nothing is allocated or initialised, which is all shapes need.
+    On the meta device nothing is allocated or initialised, which is all shapes need;
+    `initialise=False` builds on the CPU without initialising (see `build_uninitialised`).
     """
     builder, kwargs = resolve_network(name)
     with torch.random.fork_rng(devices=[]):
         if seed is not None:
             torch.manual_seed(seed)
-        return call_builder(builder, kwargs, num_classes=num_classes, device=device)
+        return call_builder(builder, kwargs, num_classes=num_classes, device=device, initialise=initialise)
 
 
 def call_builder(
-    builder: str, kwargs: dict[str, Any], *, num_classes: int, device: str | torch.device = "cpu"
+    builder: str, kwargs: dict[str, Any], *, num_classes: int, device: str | torch.device = "cpu",
+    initialise: bool = True,
 ) -> nn.Module:
     """Call the torchvision builder named `builder` (no alias) on `device`; meta builds skip
-    weight initialisation."""
+    weight initialisation, as do CPU builds with `initialise=False`."""
     factory = functools.partial(getattr(torchvision.models, builder), num_classes=num_classes, **kwargs)
-    if torch.device(device).type == "meta":
+    device = torch.device(device)
+    if device.type == "meta":
         return build_on_meta(factory)
-    with torch.device(device):
+    if not initialise:
+        if device.type != "cpu":
+            raise ValueError(f"an uninitialised build is on the CPU, not {device}")
+        return build_uninitialised(factory)
+    with device:
         return factory()

@@ -151,14 +151,17 @@ def _base_name(spec: dict[str, Any]) -> str:
     return spec.get("torchvision") or spec.get("model_desc") or "its base"
 
 
-def _base_module(spec: dict[str, Any], device: str | torch.device) -> nn.Module:
-    """The unpruned network a spec was cut from, built on `device`."""
+def _base_module(spec: dict[str, Any], device: str | torch.device, *, initialise: bool = True) -> nn.Module:
+    """The unpruned network a spec was cut from, built on `device` (a torchvision base
+    without initialising its weights on the CPU, when `initialise` is False)."""
     num_classes = int(spec["num_classes"])
     if spec.get("torchvision"):
         if getattr(torchvision.models, spec["torchvision"], None) is None:
             raise NetworkError(f"spec {spec['name']}: unknown torchvision builder '{spec['torchvision']}'")
         kwargs = dict(spec.get("torchvision_kwargs") or {})
-        return call_builder(spec["torchvision"], kwargs, num_classes=num_classes, device=device)
+        return call_builder(
+            spec["torchvision"], kwargs, num_classes=num_classes, device=device, initialise=initialise
+        )
     if spec.get("model_desc"):
         return build_from_file(spec["model_desc"], num_classes=num_classes).to(device)
     raise NetworkError(f"spec {spec['name']}: names neither a torchvision builder nor a model_desc file")
@@ -280,5 +283,5 @@ def _base_architecture(
         "model_desc": model_desc,
         "num_classes": num_classes,
     }
-    module = _base_module(spec, "meta")
+    module = _base_module(spec, "cpu", initialise=False)
     return trace_architecture(module, input_size, name=str(spec["name"]), num_classes=num_classes)

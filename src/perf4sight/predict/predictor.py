@@ -80,16 +80,17 @@ class Predictor:
         batch = np.asarray(sizes)
         columns: dict[str, np.ndarray] = {"batch_size": batch}
         extrapolated = np.zeros(len(sizes), dtype=bool)
-        features: dict[str, pd.DataFrame] = {}  # one table per feature set
+        tables: dict[str, pd.DataFrame] = {}  # one feature table per feature set
         for column, model in self.models.items():
             key = model.metadata["feature_set"]
-            if key not in features:
-                features[key] = model.features(arch, sizes)
-            columns[column] = model.predict(arch, sizes, features=features[key])
-            extrapolated |= _outside_range(model, arch, batch, features[key])
+            if key not in tables:
+                tables[key] = model.features(arch, sizes)
+            features = model.select(tables[key])
+            columns[column] = model.estimator.predict(features)
+            extrapolated |= _outside_range(model, arch, batch, features)
             if column == MEMORY and hasattr(model.estimator, "predict_fits"):
                 # the device's own out-of-memory boundary, learned from its failed runs
-                columns["fits_device"] = model.estimator.predict_fits(features[key][model.feature_names])
+                columns["fits_device"] = model.estimator.predict_fits(features)
         if LATENCY in columns:
             if dataset_size is not None:
                 columns["epoch_s"] = np.ceil(dataset_size / batch) * columns[LATENCY] / 1e3
@@ -150,14 +151,14 @@ def _check_batch_sizes(batch_sizes: Sequence[int]) -> list[int]:
 
 def _outside_range(model: FittedModel, arch: Architecture, batch: np.ndarray, features: pd.DataFrame) -> np.ndarray:
     """True where the batch size, the parameter count or any feature exceeds what the model
-    was fitted on: a bigger batch, a bigger network, or a kind of layer it never saw."""
+    was fitted on: a bigger batch, a bigger network, or a kind of layer it never saw.
+    `features` holds the model's columns in its order (`FittedModel.select`)."""
     ranges = model.metadata.get("training_ranges", {})
     outside = np.zeros(len(batch), dtype=bool)
     if "batch_size" in ranges:
         outside |= batch > ranges["batch_size"][1]
     if "params" in ranges and arch.params > ranges["params"][1]:
         outside |= True
-    names = [name for name in model.feature_names if name in ranges]
-    highest = np.array([ranges[name][1] for name in names]) * (1 + 1e-9)
-    outside |= (features[names].to_numpy(dtype=float) > highest).any(axis=1)
+    highest = np.array([ranges.get(name, (0.0, np.inf))[1] for name in features.columns.tolist()], dtype=float)
+    outside |= (features.to_numpy(dtype=float) > highest * (1 + 1e-9)).any(axis=1)
     return outside
