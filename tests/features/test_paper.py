@@ -115,8 +115,9 @@ def test_registered_as_the_paper_feature_set():
 def test_bad_inputs_are_refused(small_arch):
     with pytest.raises(ConfigError, match="unknown stage 'eval'"):
         paper_features(small_arch, [2], "eval")
-    with pytest.raises(NetworkError, match="batch sizes"):
-        paper_features(small_arch, [0, 2])
+    for sizes in ([0, 2], [1.5], []):  # refused as the whole-network features refuse them
+        with pytest.raises(NetworkError, match="batch sizes must be positive integers"):
+            paper_features(small_arch, sizes)
     mlp = trace_architecture(nn.Sequential(nn.Flatten(), nn.Linear(12, 2)), (3, 2, 2), name="mlp")
     with pytest.raises(NetworkError, match="mlp: no Conv2d"):
         paper_features(mlp, [2])

@@ -65,6 +65,17 @@ def test_model_file_by_network_name_and_by_explicit_factory(tinynet_file, tmp_pa
     assert explicit.num_classes == 3 and explicit.module.fc.out_features == 3
 
 
+def test_a_model_file_is_traced_without_initialising_its_weights(tinynet_file, monkeypatch):
+    real = load_network(tinynet_file, input_size=(3, 16, 16))
+    expected = trace_architecture(real.module, (3, 16, 16), name="tinynet", num_classes=10)
+    calls = []
+    monkeypatch.setattr(nn.init, "kaiming_uniform_", lambda t, *a, **k: calls.append(t) or t)
+    assert load_architecture(tinynet_file, input_size=(3, 16, 16)) == expected
+    assert not calls  # no initialiser ran
+    load_network(tinynet_file, input_size=(3, 16, 16))
+    assert calls  # a network to run is initialised
+
+
 def test_model_desc_dir_holds_the_users_own_networks(tinynet_file):
     loaded = load_network("tinynet", model_desc_dir=tinynet_file.parent)
     assert loaded.name == "tinynet" and loaded.module.conv1.out_channels == 16
@@ -84,6 +95,27 @@ def test_module_source():
     assert loaded.module is net and (loaded.name, loaded.num_classes) == ("net", 7)
     arch = load_architecture(net, input_size=(3, 8, 8))
     assert arch.params == 3 * 64 * 7 + 7 and [layer.kind for layer in arch.layers] == ["linear"]
+
+
+def test_classes_of_a_module_are_found_without_touching_it():
+    class Viewed(nn.Module):  # x.view(x.size(0), -1) cannot take an empty batch
+        def __init__(self) -> None:
+            super().__init__()
+            self.conv = nn.Conv2d(3, 4, 3)
+            self.bn = nn.BatchNorm2d(4)
+            self.fc = nn.Linear(4 * 6 * 6, 5)
+
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            return self.fc(self.bn(self.conv(x)).view(x.size(0), -1))
+
+    for net in (Viewed().eval(), nn.Sequential(nn.Conv2d(3, 2, 1), nn.Flatten(), nn.Linear(128, 9))):
+        before = {k: v.clone() for k, v in net.state_dict().items()}
+        modes = [m.training for m in net.modules()]
+        classes = load_network(net, input_size=(3, 8, 8)).num_classes
+        assert classes == (5 if isinstance(net, Viewed) else 9)
+        assert [m.training for m in net.modules()] == modes
+        assert all(torch.equal(before[k], v) for k, v in net.state_dict().items())
+        assert next(net.parameters()).device.type == "cpu"
 
 
 def test_unknown_name_lists_the_known_ones(tmp_path):

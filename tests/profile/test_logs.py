@@ -9,7 +9,7 @@ import pytest
 
 from perf4sight.errors import LogFormatError
 from perf4sight.profile import ProfileTest
-from perf4sight.profile.logs import GT_COLUMNS, append_row, gt_path, log_path, read_log, write_gt
+from perf4sight.profile.logs import GT_COLUMNS, append_gt_row, append_row, gt_path, log_path, read_log, write_gt
 
 TX2_MEMORY_COLUMNS = ["passed", "mem_alloc", "mem_reserved", "mem_used", "mem_avail", "free", "capacity",
                       "test_var", "bs", "dataset", "net_name", "model"]
@@ -39,6 +39,18 @@ def test_rows_round_trip_and_expand(tmp_path: Path) -> None:
     assert list(gt.columns[:12]) == TX2_MEMORY_COLUMNS
     assert gt["stage"].tolist() == ["training", "training"]
     assert gt["bs"].tolist() == [2, 4] and gt["passed"].tolist() == [True, False]
+
+
+def test_gt_rows_appended_one_by_one_equal_the_rewritten_file(tmp_path: Path) -> None:
+    path = log_path(tmp_path, _test(2))
+    for bs, passed in ((2, True), (4, True), (8, False)):
+        row = {"passed": passed, "mem_used": 10.0 * bs if passed else None,
+               "status": "ok" if passed else "error", "params": _test(bs).params()}
+        append_row(path, "memory", row)
+        append_gt_row(path, "memory", row)
+    appended = gt_path(path).read_text()
+    assert appended.count("\n") == 4 and appended.startswith("|".join(GT_COLUMNS["memory"]))
+    assert write_gt(path, "memory").read_text() == appended
 
 
 def test_latency_log_keeps_each_iteration(tmp_path: Path) -> None:

@@ -25,7 +25,7 @@ from torch.utils._python_dispatch import TorchDispatchMode
 
 from perf4sight.architecture.ir import Architecture, Layer
 
-__all__ = ["module_kind", "trace_architecture"]
+__all__ = ["module_kind", "output_shape", "trace_architecture"]
 
 # Batch sizes of the two tracing routes: zero samples on the CPU, else two on meta.
 _EMPTY_BATCH = 0
@@ -262,10 +262,7 @@ def trace_architecture(
     stand-ins, and the model's training mode is restored afterwards.
     """
     named = list(model.named_modules())
-    try:
-        recorder, out = _run(model, named, input_size, device="cpu", batch=_EMPTY_BATCH)
-    except Exception:  # noqa: BLE001 - e.g. x.view(x.size(0), -1) is ambiguous for 0 samples
-        recorder, out = _run(model, named, input_size, device="meta", batch=_META_BATCH)
+    recorder, out, _ = _forward(model, named, input_size, record=True)
     modules = [m for _, m in named]
     buffers = sum(b.numel() * b.element_size() for b in _unique(modules, "_buffers"))
     outs = _tensors(out)
@@ -324,14 +321,39 @@ def _unique(modules: list[nn.Module], table: str) -> list[torch.Tensor]:
     return list({id(t): t for m in modules for t in getattr(m, table).values() if t is not None}.values())
 
 
+def output_shape(model: nn.Module, input_size: Sequence[int]) -> tuple[int, ...]:
+    """The per-sample shape of `model`'s (first) output for inputs of `input_size`, found as
+    a trace finds it: no copy of the model, no arithmetic, its weights untouched."""
+    with torch.no_grad():
+        _, out, batch = _forward(model, list(model.named_modules()), input_size, record=False)
+    outs = _tensors(out)
+    if not outs:
+        raise ValueError("the model returns no tensor")
+    return _per_sample(outs[0].shape, batch)
+
+
+def _forward(
+    model: nn.Module, named: list[tuple[str, nn.Module]], input_size: Sequence[int], *, record: bool
+) -> tuple[_Recorder | None, Any, int]:
+    """The forward pass of `_run` on an empty CPU batch, else on the meta device; also
+    returns the batch size it ran with."""
+    try:
+        return (*_run(model, named, input_size, device="cpu", batch=_EMPTY_BATCH, record=record), _EMPTY_BATCH)
+    except Exception:  # noqa: BLE001 - e.g. x.view(x.size(0), -1) is ambiguous for 0 samples
+        return (*_run(model, named, input_size, device="meta", batch=_META_BATCH, record=record), _META_BATCH)
+
+
 def _run(
-    model: nn.Module, named: list[tuple[str, nn.Module]], input_size: Sequence[int], *, device: str, batch: int
-) -> tuple[_Recorder, Any]:
-    """One recorded training-mode forward pass of `model` with uninitialised stand-ins for
-    its parameters and buffers (no copy of the model or of its tensors)."""
+    model: nn.Module, named: list[tuple[str, nn.Module]], input_size: Sequence[int], *, device: str, batch: int,
+    record: bool = True,
+) -> tuple[_Recorder | None, Any]:
+    """One training-mode forward pass of `model` with uninitialised stand-ins for its
+    parameters and buffers (no copy of the model or of its tensors), recorded if `record`."""
     modules = [m for _, m in named]
     x = torch.empty((batch, *input_size), device=device)
     with _stand_ins(modules, device) as stand_ins, _training_without_running_stats(modules):
+        if not record:
+            return None, model(x)
         recorder = _Recorder(named, batch, params=stand_ins)
         handles = [
             nn.modules.module.register_module_forward_pre_hook(recorder.pre_hook),

@@ -12,8 +12,9 @@ from collections.abc import Callable, Sequence
 import pandas as pd
 
 from perf4sight.architecture import Architecture
+from perf4sight.config import STAGES
 from perf4sight.features.network import network_features
-from perf4sight.features.paper import STAGES, paper_features
+from perf4sight.features.paper import paper_features
 
 __all__ = [
     "FEATURE_SETS", "FeatureFunction", "STAGES", "needs_complete_architecture", "network_features", "paper_features",

@@ -16,7 +16,6 @@ floating-point operations or counts, so a model can weigh it with a physical mea
 from __future__ import annotations
 
 import math
-
 from collections.abc import Sequence
 
 import numpy as np
@@ -24,8 +23,8 @@ import pandas as pd
 
 from perf4sight.architecture import Architecture, Layer
 from perf4sight.console import warn
-from perf4sight.errors import ConfigError, NetworkError
-from perf4sight.features.paper import STAGES
+from perf4sight.errors import NetworkError
+from perf4sight.features.inputs import checked_batch_sizes
 
 __all__ = ["KIND_GROUPS", "network_features", "layer_group"]
 
@@ -104,8 +103,7 @@ def network_features(arch: Architecture, batch_sizes: Sequence[int], stage: str 
 
     Needs a complete architecture (every layer traced), not a spec's Conv2d/Linear table.
     """
-    if stage not in STAGES:
-        raise ConfigError(f"unknown stage '{stage}'; expected one of: {', '.join(STAGES)}")
+    bs = checked_batch_sizes(arch, batch_sizes, stage)
     if not arch.complete:
         raise NetworkError(
             f"network '{arch.name}': whole-network features need every layer; trace the built module "
@@ -113,9 +111,6 @@ def network_features(arch: Architecture, batch_sizes: Sequence[int], stage: str 
         )
     if not arch.layers:
         raise NetworkError(f"network '{arch.name}': the architecture has no layers")
-    bs = np.asarray(batch_sizes, dtype=float)
-    if bs.ndim != 1 or not len(bs) or (bs < 1).any() or (bs != np.round(bs)).any():
-        raise NetworkError(f"network '{arch.name}': batch sizes must be positive integers, got {list(batch_sizes)}")
     training = stage == "training"
     dtype = arch.dtype_bytes
     layers = arch.layers

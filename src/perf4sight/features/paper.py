@@ -22,10 +22,10 @@ import numpy as np
 import pandas as pd
 
 from perf4sight.architecture import Architecture
-from perf4sight.config import STAGES
-from perf4sight.errors import ConfigError, NetworkError
+from perf4sight.errors import NetworkError
+from perf4sight.features.inputs import checked_batch_sizes
 
-__all__ = ["STAGES", "paper_features"]
+__all__ = ["paper_features"]
 
 _WINOGRAD_TILES = ((4, 3), (3, 2))
 
@@ -185,14 +185,9 @@ def paper_features(arch: Architecture, batch_sizes: Sequence[int], stage: str = 
 
     Needs only the Conv2d layers' shapes, so an incomplete Architecture (from a spec) will do.
     """
-    if stage not in _STAGE_FEATURES:
-        raise ConfigError(f"unknown stage '{stage}'; expected one of: {', '.join(STAGES)}")
-    convs = _Convs(arch)
-    bs = np.asarray(batch_sizes, dtype=np.float64).reshape(-1, 1)
-    if bs.size and (bs < 1).any():
-        raise NetworkError(f"network {arch.name}: batch sizes must be >= 1, got {list(batch_sizes)}")
-    per_layer = _STAGE_FEATURES[stage](convs, bs)
-    columns = {"batch_size": np.asarray(batch_sizes, dtype=np.int64)}
+    bs = checked_batch_sizes(arch, batch_sizes, stage)
+    per_layer = _STAGE_FEATURES[stage](_Convs(arch), bs.reshape(-1, 1))
+    columns = {"batch_size": bs.astype(np.int64)}
     columns.update({name: values.sum(axis=1) for name, values in per_layer.items()})
     return pd.DataFrame(columns)
 

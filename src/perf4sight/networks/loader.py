@@ -7,21 +7,21 @@ not torchvision's is looked for as `<model_desc_dir>/<name>.py`, then `<name>.js
 
 from __future__ import annotations
 
-import copy
+import functools
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import torch
 from torch import nn
 
-from perf4sight.architecture import Architecture, trace_architecture
+from perf4sight.architecture import Architecture, output_shape, trace_architecture
 from perf4sight.errors import NetworkError
 from perf4sight.networks.model_file import build_from_file, is_model_file, split_model_source
 from perf4sight.networks.registry import (
     DEFAULT_INPUT_SIZE,
     build_torchvision,
+    build_uninitialised,
     default_input_size,
     is_torchvision_network,
     known_networks,
@@ -63,8 +63,8 @@ def load_architecture(
     num_classes: int | None = None,
     model_desc_dir: str | Path | None = None,
 ) -> Architecture:
-    """The traced architecture of a network; torchvision networks are built without
-    initialising their weights, specs on the meta device.
+    """The traced architecture of a network; torchvision networks and model files are
+    built without initialising their weights, specs on the meta device.
 
     A spec at its own input size is not rebuilt at all: its base network is traced once
     per process and re-propagated to the spec's channel counts, which takes a millisecond.
@@ -120,7 +120,8 @@ def _load(
     if text.endswith(".json"):
         return _from_spec(read_spec(text), input_size, num_classes, device if initialise else "meta")
     if is_model_file(text):
-        module = build_from_file(text, num_classes=num_classes)
+        factory = functools.partial(build_from_file, text, num_classes=num_classes)
+        module = factory() if initialise else build_uninitialised(factory)
         return _finish(module, split_model_source(text)[0].stem, input_size, num_classes, find_classes)
     if is_torchvision_network(text):
         classes = num_classes if num_classes is not None else 1000
@@ -160,13 +161,9 @@ def _finish(
 def _output_classes(module: nn.Module, input_size: tuple[int, int, int], name: str) -> int:
     """The length of the module's output for one input, found without computing."""
     try:
-        with torch.no_grad():
-            meta = module if all(p.is_meta for p in module.parameters()) else copy.deepcopy(module).to("meta")
-            out = meta.eval()(torch.empty((1, *input_size), device="meta"))
+        return output_shape(module, input_size)[-1]
     except Exception as exc:
         raise _does_not_run(name, input_size, exc) from exc
-    out = out[0] if isinstance(out, (tuple, list)) else out
-    return int(out.shape[-1])
 
 
 def _does_not_run(name: str, input_size: Sequence[int], exc: Exception) -> NetworkError:

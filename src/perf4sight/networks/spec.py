@@ -24,7 +24,7 @@ from perf4sight.architecture import Architecture, Layer, LayerShape, trace_archi
 from perf4sight.errors import NetworkError
 from perf4sight.jsonfile import read_json
 from perf4sight.networks.model_file import build_from_file
-from perf4sight.networks.registry import call_builder
+from perf4sight.networks.registry import build_uninitialised, call_builder
 
 __all__ = [
     "read_spec",
@@ -152,8 +152,8 @@ def _base_name(spec: dict[str, Any]) -> str:
 
 
 def _base_module(spec: dict[str, Any], device: str | torch.device, *, initialise: bool = True) -> nn.Module:
-    """The unpruned network a spec was cut from, built on `device` (a torchvision base
-    without initialising its weights on the CPU, when `initialise` is False)."""
+    """The unpruned network a spec was cut from, built on `device` (on the CPU without
+    initialising its weights, when `initialise` is False)."""
     num_classes = int(spec["num_classes"])
     if spec.get("torchvision"):
         if getattr(torchvision.models, spec["torchvision"], None) is None:
@@ -163,7 +163,8 @@ def _base_module(spec: dict[str, Any], device: str | torch.device, *, initialise
             spec["torchvision"], kwargs, num_classes=num_classes, device=device, initialise=initialise
         )
     if spec.get("model_desc"):
-        return build_from_file(spec["model_desc"], num_classes=num_classes).to(device)
+        factory = functools.partial(build_from_file, spec["model_desc"], num_classes=num_classes)
+        return (factory() if initialise else build_uninitialised(factory)).to(device)
     raise NetworkError(f"spec {spec['name']}: names neither a torchvision builder nor a model_desc file")
 
 

@@ -20,7 +20,7 @@ from perf4sight.config import ProfileSettings
 from perf4sight.errors import ConfigError
 from perf4sight.profile.backends import backend_name
 from perf4sight.profile.environment import environment_record, write_environment
-from perf4sight.profile.logs import LogRow, append_row, log_path, read_log, write_gt
+from perf4sight.profile.logs import LogRow, append_gt_row, append_row, log_path, read_log, write_gt
 from perf4sight.profile.test_config import ProfileTest, create_test_config, read_test_config
 from perf4sight.profile.worker import WorkerCrashed, WorkerProcess
 from perf4sight.profile.workload import TestOutcome
@@ -125,8 +125,9 @@ def profile_campaign(
             summary.results.append(result)
             if save:
                 path = log_path(log_dir, test)
-                append_row(path, test.test_var, _row(result))
-                write_gt(path, test.test_var)
+                row = _row(result)
+                append_row(path, test.test_var, row)
+                append_gt_row(path, test.test_var, row)
                 if path not in summary.log_files:
                     summary.log_files.append(path)
             bar.advance(label)

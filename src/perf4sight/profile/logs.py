@@ -2,9 +2,10 @@
 
 `<log_dir>/<memory|latency>/<model>.csv` is the journal: rows are appended and fsynced
 one at a time, the last column is the original's `params` dict, and it is what a resumed
-campaign reads to skip recorded tests. `<model>-gt.csv` beside it is rewritten from the
-journal after every row (atomically): the same rows with `params` expanded into columns,
-as the original's clean-up step did, with `exec_stage` named `stage`.
+campaign reads to skip recorded tests. `<model>-gt.csv` beside it gets the same rows with
+`params` expanded into columns, as the original's clean-up step made it, with `exec_stage`
+named `stage`: appended after each journalled row, and rewritten from the journal when a
+campaign resumes.
 
 Columns beyond the original's: `mem_context` (MiB of runtime context in mem_used),
 `latency_iters_ms` (each timed iteration, a list literal), `status` (`ok`; `error` for
@@ -30,6 +31,7 @@ __all__ = [
     "log_path",
     "gt_path",
     "read_log",
+    "append_gt_row",
     "append_row",
     "write_gt",
 ]
@@ -141,12 +143,28 @@ def write_gt(path: Path, test_var: str) -> Path:
     """Rewrite `<model>-gt.csv` from the journal at `path`; returns the gt path."""
     target = gt_path(path)
     lines = [SEPARATOR.join(GT_COLUMNS[test_var])]
-    for row in read_log(path):
-        params = row["params"]
-        expanded = {**row, **{k: v for k, v in params.items() if k != "exec_stage"}}
-        expanded["stage"] = params["exec_stage"]
-        lines.append(SEPARATOR.join(_field(expanded.get(c)) for c in GT_COLUMNS[test_var]))
+    lines.extend(_gt_line(row, test_var) for row in read_log(path))
     temporary = target.with_name(target.name + ".tmp")
     temporary.write_text("\n".join(lines) + "\n", encoding="utf-8")
     os.replace(temporary, target)
     return target
+
+
+def append_gt_row(path: Path, test_var: str, row: LogRow) -> None:
+    """Append the row just journalled at `path` to `<model>-gt.csv` (header first for a new
+    file). Not synced: should a crash lose it, the resumed campaign rewrites the file from
+    the journal."""
+    target = gt_path(path)
+    text = _gt_line(row, test_var) + "\n"
+    if not target.exists() or target.stat().st_size == 0:
+        text = SEPARATOR.join(GT_COLUMNS[test_var]) + "\n" + text
+    with open(target, "a", encoding="utf-8") as handle:
+        handle.write(text)
+
+
+def _gt_line(row: LogRow, test_var: str) -> str:
+    """A journal row with `params` expanded into columns and `exec_stage` named `stage`."""
+    params = row["params"]
+    expanded = {**row, **{k: v for k, v in params.items() if k != "exec_stage"}}
+    expanded["stage"] = params["exec_stage"]
+    return SEPARATOR.join(_field(expanded.get(c)) for c in GT_COLUMNS[test_var])
