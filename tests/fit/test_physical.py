@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import numpy as np
+import pandas as pd
 import pytest
 from sklearn.base import clone
 from sklearn.exceptions import NotFittedError
@@ -13,10 +14,12 @@ from perf4sight.fit import (
     DEFAULT_METHOD,
     METHODS,
     ArchitectureCatalog,
+    Dataset,
     build_dataset,
     fit_method,
     load_model,
     mape_pct,
+    network_weights,
     read_logs,
     save_model,
 )
@@ -159,7 +162,7 @@ def test_memory_model_has_no_absolute_scale(datasets):
     model = fit_method("physical", data, "mem_used")
     byte_columns = [c for c in data.features.columns if c.endswith("_bytes")]
     small = data.features.assign(**{c: data.features[c] / 16 for c in byte_columns})
-    scaled = PhysicalRegressor(target="mem_used").fit(small, data.target / 16)
+    scaled = fit_method("physical", Dataset(small, data.target / 16, data.rows), "mem_used")
     np.testing.assert_allclose(16 * scaled.predict(small), model.predict(data.features), rtol=1e-4)
     np.testing.assert_allclose(16 * scaled.floor_mib_, model.floor_mib_, rtol=1e-4)
 
@@ -174,3 +177,26 @@ def test_optimizer_step_costs_memory_traffic(datasets):
     assert rate > 0
     heavier = data.features.assign(param_bytes=data.features["param_bytes"] + 1e8)
     np.testing.assert_allclose(model.predict(heavier) - model.predict(data.features), 1e8 * OPTIMIZER_PASSES * rate)
+
+
+@pytest.mark.parametrize("column", ["mem_used", "latency"])
+def test_rows_weighted_zero_are_left_out_of_the_fit(datasets, column):
+    data = datasets[column]
+    kept = (data.rows["net"] != "squeezenet").to_numpy()
+    weighted = PhysicalRegressor(target=column).fit(data.features, data.target, sample_weight=kept.astype(float))
+    subset = data.select(kept)
+    alone = PhysicalRegressor(target=column).fit(subset.features, subset.target)
+    np.testing.assert_allclose(weighted.predict(data.features), alone.predict(data.features), rtol=1e-3)
+    with pytest.raises(ValueError, match="sample_weight"):
+        PhysicalRegressor(target=column).fit(data.features, data.target, sample_weight=-np.ones(len(data.target)))
+
+
+def test_fitting_weighs_each_network_equally(datasets):
+    data = datasets["latency"].select((datasets["latency"].rows["net"] != "googlenet").to_numpy())
+    weights = network_weights(data.rows["net"])
+    per_net = pd.Series(weights).groupby(data.rows["net"].to_numpy()).sum()
+    assert np.allclose(per_net, per_net.iloc[0]) and weights.mean() == pytest.approx(1.0)
+    assert data.rows["net"].value_counts().nunique() > 1  # the networks passed different numbers of runs
+    expected = PhysicalRegressor(target="latency").fit(data.features, data.target, sample_weight=weights)
+    np.testing.assert_allclose(fit_method("physical", data, "latency").coef_, expected.coef_)
+    assert fit_method("paper", data, "latency").predict(data.features).shape == (len(data.target),)

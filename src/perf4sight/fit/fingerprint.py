@@ -14,7 +14,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pandas as pd
+from sklearn.utils.validation import has_fit_parameter
 
 from perf4sight import console
 from perf4sight.config import FingerprintSettings
@@ -25,7 +27,7 @@ from perf4sight.fit.methods import METHODS, resolve_method
 from perf4sight.fit.report import print_report, summarise, write_report
 from perf4sight.fit.store import FittedModel, load_model, model_path, save_model
 
-__all__ = ["TARGETS", "fit_method", "predict_rows", "fingerprint_device"]
+__all__ = ["TARGETS", "fit_method", "network_weights", "predict_rows", "fingerprint_device"]
 
 
 @dataclass(frozen=True)
@@ -39,10 +41,24 @@ TARGETS = (_Target("memory", "mem_used"), _Target("latency", "latency"))
 
 def fit_method(method: str, dataset: Dataset, target: str | None = None) -> Any:
     """A new estimator of `method` fitted on `dataset`; `target` (a log column) is passed to
-    methods whose model depends on what is predicted (they take a `target` parameter)."""
+    methods whose model depends on what is predicted (they take a `target` parameter).
+
+    A method whose `fit` takes a `sample_weight` gets `network_weights`: the network a
+    user asks about is a new one, so each profiled network counts as much as any other,
+    whatever number of runs it passed.
+    """
     cls = METHODS[method]
     params = {"target": target} if target is not None and "target" in cls().get_params() else {}
-    return cls(**params).fit(dataset.features, dataset.target)
+    estimator = cls(**params)
+    if has_fit_parameter(estimator, "sample_weight"):
+        return estimator.fit(dataset.features, dataset.target, sample_weight=network_weights(dataset.rows["net"]))
+    return estimator.fit(dataset.features, dataset.target)
+
+
+def network_weights(nets: pd.Series) -> np.ndarray:
+    """One weight per row, the same total for every network, averaging 1 over the rows."""
+    counts = nets.map(nets.value_counts()).to_numpy(dtype=float)
+    return len(nets) / (nets.nunique() * counts)
 
 
 def predict_rows(estimator: Any, dataset: Dataset) -> pd.DataFrame:

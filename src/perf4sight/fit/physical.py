@@ -158,33 +158,44 @@ class PhysicalRegressor(RegressorMixin, BaseEstimator):
         uses_library = (column[MEMORY_LIBRARY] > 0).astype(float)
         return design / _MIB, offset, uses_library
 
-    def fit(self, X: Any, y: Any) -> PhysicalRegressor:  # noqa: N803
+    def fit(self, X: Any, y: Any, sample_weight: Any = None) -> PhysicalRegressor:  # noqa: N803
+        """Fit the coefficients; `sample_weight` weighs each row's relative error."""
         design, offset, uses_library = self._design(X)
         y = np.asarray(y, dtype=float)
         if design.shape[0] != y.shape[0] or not len(y):
             raise ValueError(f"PhysicalRegressor: {design.shape[0]} feature rows for {y.shape[0]} targets")
         if not np.isfinite(design).all() or not np.isfinite(y).all() or (y <= 0).any():
             raise ValueError("PhysicalRegressor: features and targets must be finite and targets positive")
+        weight = np.ones_like(y) if sample_weight is None else np.asarray(sample_weight, dtype=float)
+        if weight.shape != y.shape or not np.isfinite(weight).all() or (weight < 0).any() or not weight.any():
+            raise ValueError("PhysicalRegressor: sample_weight must be one finite, non-negative weight per row")
+        # A row of weight 0 is left out, as if it were not there; least squares weighs the
+        # squared residuals, hence the square roots.
+        kept = weight > 0
+        design, offset, uses_library, y = design[kept], offset[kept], uses_library[kept], y[kept]
+        root = np.sqrt(weight[kept] / weight[kept].mean())
         self.terms_ = np.array(list(self._terms()))
         self.n_features_in_ = X.shape[1]
         self.feature_names_in_ = np.asarray(X.columns, dtype=object)
         if self.target == "mem_used":
-            self._fit_memory(design, offset, uses_library, y)
+            self._fit_memory(design, offset, uses_library, y, root)
         else:
-            self._fit_additive(design, y)
+            self._fit_additive(design, y, root)
         return self
 
-    def _fit_additive(self, design: np.ndarray, y: np.ndarray) -> None:
+    def _fit_additive(self, design: np.ndarray, y: np.ndarray, root: np.ndarray) -> None:
         """Non-negative least squares on relative error, columns scaled for conditioning."""
         full = np.column_stack([np.ones(len(y)), design])
         scale = np.abs(full).max(axis=0)
         scale[scale == 0] = 1.0
-        solution, _ = nnls(full / scale / y[:, None], np.ones_like(y))
+        solution, _ = nnls(full / scale * (root / y)[:, None], root)
         solution = solution / scale
         self.intercept_ = float(solution[0])
         self.coef_ = solution[1:]
 
-    def _fit_memory(self, design: np.ndarray, offset: np.ndarray, uses_library: np.ndarray, y: np.ndarray) -> None:
+    def _fit_memory(
+        self, design: np.ndarray, offset: np.ndarray, uses_library: np.ndarray, y: np.ndarray, root: np.ndarray
+    ) -> None:
         """Robust least squares on relative error: intercept, coefficients, floor, library, capacity.
 
         The library footprint is fitted only when some training networks load cuBLAS and
@@ -198,7 +209,7 @@ class PhysicalRegressor(RegressorMixin, BaseEstimator):
         data = (design, offset, uses_library)
         free = np.ones(4 + n, dtype=bool)
         free[2 + n] = np.unique(uses_library).size > 1
-        theta = self._solve(data, y, np.r_[0.5 * y.min(), np.ones(n), y.min(), 0.0, 1.2 * y.max()], free)
+        theta = self._solve(data, y, root, np.r_[0.5 * y.min(), np.ones(n), y.min(), 0.0, 1.2 * y.max()], free)
         unfloored = _unfloored(theta[0], theta[1 : 1 + n], theta[2 + n], *data)
         floor = theta[1 + n] + theta[2 + n] * uses_library
         demand = _smooth_max(unfloored, floor)  # as `_demand`, from the parts just computed
@@ -210,7 +221,7 @@ class PhysicalRegressor(RegressorMixin, BaseEstimator):
         if dropped:
             free[dropped] = False
             theta[dropped] = [{1 + n: 0.0, 3 + n: np.inf}[index] for index in dropped]
-            theta = self._solve(data, y, theta, free)
+            theta = self._solve(data, y, root, theta, free)
         self.intercept_ = float(theta[0])
         self.coef_ = theta[1 : 1 + n]
         self.floor_mib_ = float(theta[1 + n])
@@ -219,7 +230,8 @@ class PhysicalRegressor(RegressorMixin, BaseEstimator):
 
     @classmethod
     def _solve(
-        cls, data: tuple[np.ndarray, np.ndarray, np.ndarray], y: np.ndarray, start: np.ndarray, free: np.ndarray
+        cls, data: tuple[np.ndarray, np.ndarray, np.ndarray], y: np.ndarray, root: np.ndarray, start: np.ndarray,
+        free: np.ndarray,
     ) -> np.ndarray:
         """`start` with its `free` entries fitted; the others stay as they are."""
 
@@ -229,7 +241,7 @@ class PhysicalRegressor(RegressorMixin, BaseEstimator):
             return theta
 
         def residual(x: np.ndarray) -> np.ndarray:
-            return (cls._memory(full(x), *data) - y) / y
+            return (cls._memory(full(x), *data) - y) / y * root
 
         return full(least_squares(residual, start[free], bounds=(0.0, np.inf), loss="soft_l1", f_scale=0.05).x)
 
