@@ -2,11 +2,14 @@
 
 Two cases, each for memory (`mem_used`) and latency, MAPE in percent over passed rows:
   (a) the paper's protocol: per network, train on levels 0, 30, 50, 70, 90, evaluate on the rest;
-  (b) unseen network: train on the other networks (all levels), evaluate on this one.
+  (b) unseen network: train on the other networks (all levels), evaluate on this one; with
+      `--train-nets`, train on those networks only and evaluate on each of the others.
 
     .venv/bin/python benchmarks/tx2_accuracy.py [--method paper --method ...]
     .venv/bin/python benchmarks/tx2_accuracy.py --logs out/demo/logs --models out/demo/models \
         --train-levels 0,30,60,90
+    .venv/bin/python benchmarks/tx2_accuracy.py --logs out/heldout/logs --models out/heldout/models \
+        --train-levels 0,30,90 --train-nets resnet18,mobilenetv2,squeezenet
 
 Reads `<logs>/memory/<net>_<level>-gt.csv`, `<logs>/latency/...` and `<models>/<net>_<level>.json`;
 the networks and levels are those of the memory logs. The default is ../shared/datasets/tx2
@@ -57,19 +60,27 @@ class Data:
     nets: tuple[str, ...]
     levels: tuple[int, ...]
     train_levels: tuple[int, ...]
+    train_nets: tuple[str, ...] = ()  # empty: each network is unseen in turn, trained on the others
+
+    def unseen(self) -> list[tuple[str, tuple[str, ...]]]:
+        """(evaluated net, the networks trained on) of the unseen-network case."""
+        if self.train_nets:
+            return [(net, self.train_nets) for net in self.nets if net not in self.train_nets]
+        return [(net, tuple(other for other in self.nets if other != net)) for net in self.nets]
 
     def cases(self) -> list[tuple[str, str, dict[str, tuple[int, ...]], dict[str, tuple[int, ...]]]]:
         """(case, evaluated net, train {net: levels}, eval {net: levels})."""
         held_out = tuple(level for level in self.levels if level not in self.train_levels)
         cases = [("protocol", net, {net: self.train_levels}, {net: held_out}) for net in self.nets]
-        cases += [("unseen", net, {other: self.levels for other in self.nets if other != net}, {net: self.levels})
-                  for net in self.nets]
+        cases += [("unseen", net, dict.fromkeys(train, self.levels), {net: self.levels}) for net, train in self.unseen()]
         return cases
 
 
-def find_data(logs: Path, models: Path, train_levels: tuple[int, ...], order: tuple[str, ...] = ()) -> Data:
+def find_data(
+    logs: Path, models: Path, train_levels: tuple[int, ...], order: tuple[str, ...] = (), train_nets: tuple[str, ...] = ()
+) -> Data:
     """The networks and levels of `logs/memory`, networks named in `order` first in that order;
-    the protocol trains on the `train_levels` present."""
+    the protocol trains on the `train_levels` present, the unseen case on `train_nets` if given."""
     found = [_LOG_NAME.fullmatch(path.name) for path in sorted((logs / "memory").glob(f"*{GT_SUFFIX}"))]
     found = [match for match in found if match]
     present = {match["net"] for match in found}
@@ -79,7 +90,11 @@ def find_data(logs: Path, models: Path, train_levels: tuple[int, ...], order: tu
     if len(nets) < 2 or not train or len(train) == len(levels):
         raise SystemExit(f"{logs}: need logs of at least 2 networks and levels both in and out of the protocol's "
                          f"training levels {list(train_levels)}; found networks {list(nets)}, levels {list(levels)}")
-    return Data(logs=logs, models=models, nets=nets, levels=levels, train_levels=train)
+    missing = sorted(set(train_nets) - present)
+    if missing or (train_nets and set(train_nets) == present):
+        raise SystemExit(f"{logs}: --train-nets must name some but not all of the networks {list(nets)}; "
+                         f"not found: {missing}")
+    return Data(logs=logs, models=models, nets=nets, levels=levels, train_levels=train, train_nets=train_nets)
 
 
 def _mask(rows: pd.DataFrame, selection: dict[str, tuple[int, ...]]) -> np.ndarray:
@@ -115,9 +130,9 @@ def memory_boundary(method: str, data: Data, catalog: ArchitectureCatalog) -> di
                           passed_only=False)
     ok = np.array([(m, b) in passed for m, b in zip(every.rows["model"], every.rows["batch_size"])])
     out = {}
-    for net in data.nets:
+    for net, trained_on in data.unseen():
         held_out = (every.rows["net"] == net).to_numpy()
-        train = every.select(~held_out & ok)
+        train = every.select(every.rows["net"].isin(trained_on).to_numpy() & ok)
         estimator = fit_method(method, train, "mem_used")
         test = every.select(held_out)
         if hasattr(estimator, "predict_fits"):
@@ -151,12 +166,15 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--models", type=Path, help="folder of the specs (default: <logs>/models)")
     parser.add_argument("--train-levels", type=_levels, default=PROTOCOL_TRAIN_LEVELS,
                         help="protocol training levels, comma-separated (default: 0,30,50,70,90, those present)")
+    parser.add_argument("--train-nets", type=lambda text: tuple(text.split(",")), default=(),
+                        help="networks the unseen case trains on, comma-separated (default: each network "
+                             "is evaluated trained on all the others)")
     args = parser.parse_args(argv)
     models = args.models or args.logs / "models"
     if not models.is_dir() or not (args.logs / "memory").is_dir():
         print(f"no logs at {args.logs / 'memory'} or specs at {models}; nothing to benchmark")
         return 0
-    data = find_data(args.logs, models, args.train_levels, TX2_NETS)
+    data = find_data(args.logs, models, args.train_levels, TX2_NETS, args.train_nets)
     device = "TX2" if args.logs == TX2_DIR else str(args.logs)
     catalogs = ArchitectureCatalogs(data.models)
     for method in args.method or list(METHODS):

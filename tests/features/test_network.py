@@ -44,9 +44,11 @@ def test_parameter_state_counted_by_hand(tiny_arch):
     assert (table["param_bytes"] == 4 * params).all()
     # weights, their gradients and SGD momentum buffers
     assert (table["param_state_bytes"] == 3 * 4 * params).all()
+    # the optimizer's temporary: the largest layer's parameters, the first conv (216)
+    assert (table["optimizer_temp_bytes"] == 4 * 3 * 8 * 9).all()
     inference = network_features(tiny_arch, [1], "inference")
     assert inference["param_state_bytes"].iloc[0] == 4 * params
-    assert inference["saved_bytes"].iloc[0] == 0
+    assert inference["saved_bytes"].iloc[0] == 0 and inference["optimizer_temp_bytes"].iloc[0] == 0
 
 
 def test_gemm_flops_by_hand(tiny_arch):

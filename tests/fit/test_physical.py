@@ -200,3 +200,18 @@ def test_fitting_weighs_each_network_equally(datasets):
     expected = PhysicalRegressor(target="latency").fit(data.features, data.target, sample_weight=weights)
     np.testing.assert_allclose(fit_method("physical", data, "latency").coef_, expected.coef_)
     assert fit_method("paper", data, "latency").predict(data.features).shape == (len(data.target),)
+
+
+def test_memory_holds_the_larger_of_activations_and_the_optimizer_temporary(datasets):
+    data = datasets["mem_used"]
+    model = fit_method("physical", data, "mem_used")
+    features = data.features.iloc[:5].copy()
+    base = model.predict_demand(features)
+    # the optimizer's temporary of these conv networks hides under their activations
+    assert (features["optimizer_temp_bytes"] < features["activation_peak_bytes"]).all()
+    none = features.assign(optimizer_temp_bytes=0.0)
+    np.testing.assert_allclose(model.predict_demand(none), base, rtol=1e-9)
+    # a layer of 4 GiB (a huge Linear): its temporary replaces the activations, not adds to them
+    huge = features.assign(optimizer_temp_bytes=float(4 << 30))
+    activations = model.predict_demand(none) - model.intercept_ - model.library_mib_ - features["param_state_bytes"] / 2**20
+    np.testing.assert_allclose(model.predict_demand(huge) - base, 4096 - activations, rtol=1e-3)

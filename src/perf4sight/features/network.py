@@ -5,12 +5,13 @@ a network with BatchNorm and residual additions from one without. These features
 over every layer of a complete (traced) `Architecture`, grouped by what bounds the
 layer's cost: arithmetic for convolutions and linear layers, bytes moved for the rest.
 Memory features follow what a training iteration keeps alive: weights, gradients and
-momentum buffers; the tensors autograd saves for the backward pass (per sample, so they
-scale with the batch size); the activation gradients and convolution workspace alive at
-the worst moment of the backward pass; the same saved tensors rounded up to the CUDA
-caching allocator's 2 MiB blocks; and every freshly allocated layer output, the most
-the allocator can end up holding when it reuses no freed block. Every column is a plain sum or maximum in bytes,
-floating-point operations or counts, so a model can weigh it with a physical meaning.
+momentum buffers, and the temporary the optimizer step allocates; the tensors autograd
+saves for the backward pass (per sample, so they scale with the batch size); the
+activation gradients and convolution workspace alive at the worst moment of the backward
+pass; the same saved tensors rounded up to the CUDA caching allocator's 2 MiB blocks; and
+every freshly allocated layer output, the most the allocator can end up holding when it
+reuses no freed block. Every column is a plain sum or maximum in bytes, floating-point
+operations or counts, so a model can weigh it with a physical meaning.
 """
 
 from __future__ import annotations
@@ -160,6 +161,8 @@ def network_features(arch: Architecture, batch_sizes: Sequence[int], stage: str 
         "batch_size": bs,
         "param_bytes": param_bytes,
         "param_state_bytes": param_bytes + 2 * trainable_bytes,  # weights, gradients, momentum
+        # SGD's weight decay adds the weights to each gradient in turn: one layer's worth
+        "optimizer_temp_bytes": float(max(layer.params for layer in layers) * dtype) if training else 0.0,
         "buffer_bytes": float(arch.buffer_bytes),
         "input_bytes": bs * _numel(arch.input_size) * dtype,
         "saved_bytes": bs * saved.sum() + saved_fixed,

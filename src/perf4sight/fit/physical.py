@@ -28,6 +28,7 @@ per layer (kernel launches); fitted with non-negative least squares on relative 
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -39,8 +40,8 @@ from sklearn.utils.validation import check_is_fitted
 from perf4sight.errors import ConfigError
 
 __all__ = [
-    "PhysicalRegressor", "MEMORY_TERMS", "MEMORY_EXACT", "MEMORY_LIBRARY", "LATENCY_TERMS", "OPTIMIZER_PASSES",
-    "TARGET_TERMS",
+    "PhysicalRegressor", "MEMORY_TERMS", "MEMORY_EXACT", "MEMORY_OPTIMIZER", "MEMORY_LIBRARY", "LATENCY_TERMS",
+    "OPTIMIZER_PASSES", "TARGET_TERMS",
 ]
 
 _MIB = float(1 << 20)
@@ -52,6 +53,10 @@ MEMORY_TERMS: dict[str, dict[str, float]] = {
 # Bytes the memory model adds as they are (coefficient 1): weights, gradients and momentum
 # are exact amounts, and a fitted scale on them would explode for parameter-heavy networks.
 MEMORY_EXACT = ("param_state_bytes",)
+# Bytes the optimizer step allocates while the activations are freed: SGD with weight
+# decay adds the weights to each gradient in turn, a temporary the size of one layer's
+# parameters. Memory holds the larger of it and the activations (coefficient 1: exact).
+MEMORY_OPTIMIZER = "optimizer_temp_bytes"
 # A network with layers of this count above zero loads cuBLAS: a fixed footprint, added to
 # the runtime and to the floor, fitted only when the training data hold networks with and
 # without such layers (otherwise it cannot be told apart from the runtime and stays 0).
@@ -98,20 +103,30 @@ def _smooth_min(a: np.ndarray, b: np.ndarray | float) -> np.ndarray:
     return low * (1 + ratio**_CORNER_EXPONENT) ** (-1 / _CORNER_EXPONENT)
 
 
-def _demand(
-    intercept: float, coef: np.ndarray, floor: float, library: float, design: np.ndarray, offset: np.ndarray,
-    uses_library: np.ndarray,
-) -> np.ndarray:
+@dataclass(frozen=True)
+class _Amounts:
+    """What the model weighs, per row: one column per term (MiB for memory); for memory also
+    the exact bytes (MiB), the optimizer's temporary (MiB) and whether cuBLAS is loaded."""
+
+    design: np.ndarray
+    offset: np.ndarray
+    optimizer: np.ndarray
+    uses_library: np.ndarray
+
+    def rows(self, mask: np.ndarray) -> _Amounts:
+        return _Amounts(self.design[mask], self.offset[mask], self.optimizer[mask], self.uses_library[mask])
+
+
+def _demand(intercept: float, coef: np.ndarray, floor: float, library: float, amounts: _Amounts) -> np.ndarray:
     """Memory an iteration asks for: fixed footprints, exact offset and fitted terms, above the floor."""
-    return _smooth_max(_unfloored(intercept, coef, library, design, offset, uses_library),
-                       floor + library * uses_library)
+    return _smooth_max(_unfloored(intercept, coef, library, amounts), floor + library * amounts.uses_library)
 
 
-def _unfloored(
-    intercept: float, coef: np.ndarray, library: float, design: np.ndarray, offset: np.ndarray,
-    uses_library: np.ndarray,
-) -> np.ndarray:
-    return intercept + library * uses_library + offset + design @ coef
+def _unfloored(intercept: float, coef: np.ndarray, library: float, amounts: _Amounts) -> np.ndarray:
+    """The fixed footprints and exact bytes, plus the larger of the activations the allocator
+    holds and the optimizer's temporary (allocated once the activations are freed)."""
+    held = _smooth_max(amounts.design @ coef, amounts.optimizer)
+    return intercept + library * amounts.uses_library + amounts.offset + held
 
 
 class PhysicalRegressor(RegressorMixin, BaseEstimator):
@@ -134,14 +149,14 @@ class PhysicalRegressor(RegressorMixin, BaseEstimator):
             raise ConfigError(f"PhysicalRegressor: unknown target '{self.target}'; known: {', '.join(TARGET_TERMS)}")
         return TARGET_TERMS[self.target]
 
-    def _design(self, X: Any) -> tuple[np.ndarray, np.ndarray, np.ndarray]:  # noqa: N803 (scikit-learn's names)
-        """The term amounts, one column per term, the exact offset (memory in MiB) and
-        whether each row's network loads cuBLAS (memory; zeros for latency)."""
+    def _amounts(self, X: Any) -> _Amounts:  # noqa: N803 (scikit-learn's names)
+        """The term amounts, one column per term, and for memory the exact bytes, the
+        optimizer's temporary and whether each row's network loads cuBLAS (zeros for latency)."""
         if not isinstance(X, pd.DataFrame):
             raise ValueError("PhysicalRegressor needs a DataFrame of 'network' features (named columns)")
         terms = self._terms()
         memory = self.target == "mem_used"
-        exact = (*MEMORY_EXACT, MEMORY_LIBRARY) if memory else ()
+        exact = (*MEMORY_EXACT, MEMORY_OPTIMIZER, MEMORY_LIBRARY) if memory else ()
         missing = sorted({c for cols in terms.values() for c in cols}.union(exact) - set(X.columns.tolist()))
         if missing:
             raise ValueError(f"PhysicalRegressor: feature columns missing: {', '.join(missing)}")
@@ -153,18 +168,22 @@ class PhysicalRegressor(RegressorMixin, BaseEstimator):
             [sum(column[name] * weight for name, weight in cols.items()) for cols in terms.values()]
         )
         if not memory:
-            return design, np.zeros(len(X)), np.zeros(len(X))
-        offset = sum(column[name] for name in MEMORY_EXACT) / _MIB
-        uses_library = (column[MEMORY_LIBRARY] > 0).astype(float)
-        return design / _MIB, offset, uses_library
+            zeros = np.zeros(len(X))
+            return _Amounts(design, zeros, zeros, zeros)
+        return _Amounts(
+            design / _MIB,
+            sum(column[name] for name in MEMORY_EXACT) / _MIB,
+            column[MEMORY_OPTIMIZER] / _MIB,
+            (column[MEMORY_LIBRARY] > 0).astype(float),
+        )
 
     def fit(self, X: Any, y: Any, sample_weight: Any = None) -> PhysicalRegressor:  # noqa: N803
         """Fit the coefficients; `sample_weight` weighs each row's relative error."""
-        design, offset, uses_library = self._design(X)
+        amounts = self._amounts(X)
         y = np.asarray(y, dtype=float)
-        if design.shape[0] != y.shape[0] or not len(y):
-            raise ValueError(f"PhysicalRegressor: {design.shape[0]} feature rows for {y.shape[0]} targets")
-        if not np.isfinite(design).all() or not np.isfinite(y).all() or (y <= 0).any():
+        if amounts.design.shape[0] != y.shape[0] or not len(y):
+            raise ValueError(f"PhysicalRegressor: {amounts.design.shape[0]} feature rows for {y.shape[0]} targets")
+        if not np.isfinite(amounts.design).all() or not np.isfinite(y).all() or (y <= 0).any():
             raise ValueError("PhysicalRegressor: features and targets must be finite and targets positive")
         weight = np.ones_like(y) if sample_weight is None else np.asarray(sample_weight, dtype=float)
         if weight.shape != y.shape or not np.isfinite(weight).all() or (weight < 0).any() or not weight.any():
@@ -172,15 +191,15 @@ class PhysicalRegressor(RegressorMixin, BaseEstimator):
         # A row of weight 0 is left out, as if it were not there; least squares weighs the
         # squared residuals, hence the square roots.
         kept = weight > 0
-        design, offset, uses_library, y = design[kept], offset[kept], uses_library[kept], y[kept]
+        amounts, y = amounts.rows(kept), y[kept]
         root = np.sqrt(weight[kept] / weight[kept].mean())
         self.terms_ = np.array(list(self._terms()))
         self.n_features_in_ = X.shape[1]
         self.feature_names_in_ = np.asarray(X.columns, dtype=object)
         if self.target == "mem_used":
-            self._fit_memory(design, offset, uses_library, y, root)
+            self._fit_memory(amounts, y, root)
         else:
-            self._fit_additive(design, y, root)
+            self._fit_additive(amounts.design, y, root)
         return self
 
     def _fit_additive(self, design: np.ndarray, y: np.ndarray, root: np.ndarray) -> None:
@@ -193,9 +212,7 @@ class PhysicalRegressor(RegressorMixin, BaseEstimator):
         self.intercept_ = float(solution[0])
         self.coef_ = solution[1:]
 
-    def _fit_memory(
-        self, design: np.ndarray, offset: np.ndarray, uses_library: np.ndarray, y: np.ndarray, root: np.ndarray
-    ) -> None:
+    def _fit_memory(self, amounts: _Amounts, y: np.ndarray, root: np.ndarray) -> None:
         """Robust least squares on relative error: intercept, coefficients, floor, library, capacity.
 
         The library footprint is fitted only when some training networks load cuBLAS and
@@ -205,13 +222,12 @@ class PhysicalRegressor(RegressorMixin, BaseEstimator):
         started at the smallest run, it would otherwise stay there on a device without
         one, raising every prediction below it.
         """
-        n = design.shape[1]
-        data = (design, offset, uses_library)
+        n = amounts.design.shape[1]
         free = np.ones(4 + n, dtype=bool)
-        free[2 + n] = np.unique(uses_library).size > 1
-        theta = self._solve(data, y, root, np.r_[0.5 * y.min(), np.ones(n), y.min(), 0.0, 1.2 * y.max()], free)
-        unfloored = _unfloored(theta[0], theta[1 : 1 + n], theta[2 + n], *data)
-        floor = theta[1 + n] + theta[2 + n] * uses_library
+        free[2 + n] = np.unique(amounts.uses_library).size > 1
+        theta = self._solve(amounts, y, root, np.r_[0.5 * y.min(), np.ones(n), y.min(), 0.0, 1.2 * y.max()], free)
+        unfloored = _unfloored(theta[0], theta[1 : 1 + n], theta[2 + n], amounts)
+        floor = theta[1 + n] + theta[2 + n] * amounts.uses_library
         demand = _smooth_max(unfloored, floor)  # as `_demand`, from the parts just computed
         supported = {  # floor, capacity
             1 + n: np.count_nonzero(unfloored * _CORNER_FACTOR < floor) >= _SUPPORT_ROWS,
@@ -221,7 +237,7 @@ class PhysicalRegressor(RegressorMixin, BaseEstimator):
         if dropped:
             free[dropped] = False
             theta[dropped] = [{1 + n: 0.0, 3 + n: np.inf}[index] for index in dropped]
-            theta = self._solve(data, y, root, theta, free)
+            theta = self._solve(amounts, y, root, theta, free)
         self.intercept_ = float(theta[0])
         self.coef_ = theta[1 : 1 + n]
         self.floor_mib_ = float(theta[1 + n])
@@ -230,8 +246,7 @@ class PhysicalRegressor(RegressorMixin, BaseEstimator):
 
     @classmethod
     def _solve(
-        cls, data: tuple[np.ndarray, np.ndarray, np.ndarray], y: np.ndarray, root: np.ndarray, start: np.ndarray,
-        free: np.ndarray,
+        cls, amounts: _Amounts, y: np.ndarray, root: np.ndarray, start: np.ndarray, free: np.ndarray
     ) -> np.ndarray:
         """`start` with its `free` entries fitted; the others stay as they are."""
 
@@ -241,25 +256,24 @@ class PhysicalRegressor(RegressorMixin, BaseEstimator):
             return theta
 
         def residual(x: np.ndarray) -> np.ndarray:
-            return (cls._memory(full(x), *data) - y) / y * root
+            return (cls._memory(full(x), amounts) - y) / y * root
 
         return full(least_squares(residual, start[free], bounds=(0.0, np.inf), loss="soft_l1", f_scale=0.05).x)
 
     @staticmethod
-    def _memory(theta: np.ndarray, design: np.ndarray, offset: np.ndarray, uses_library: np.ndarray) -> np.ndarray:
+    def _memory(theta: np.ndarray, amounts: _Amounts) -> np.ndarray:
         """Measured memory for parameters theta (intercept, coefficients, floor, library, capacity)."""
-        n = design.shape[1]
-        measured = _demand(theta[0], theta[1 : 1 + n], theta[1 + n], theta[2 + n], design, offset, uses_library)
+        n = amounts.design.shape[1]
+        measured = _demand(theta[0], theta[1 : 1 + n], theta[1 + n], theta[2 + n], amounts)
         return _smooth_min(measured, theta[3 + n])
 
     def predict_demand(self, X: Any) -> np.ndarray:  # noqa: N803
         """What the iteration asks for, before the device's capacity caps the measurement."""
         check_is_fitted(self)
-        design, offset, uses_library = self._design(X)
+        amounts = self._amounts(X)
         if self.target == "mem_used":
-            fitted = (self.intercept_, self.coef_, self.floor_mib_, self.library_mib_)
-            return _demand(*fitted, design, offset, uses_library)
-        return self.intercept_ + design @ self.coef_
+            return _demand(self.intercept_, self.coef_, self.floor_mib_, self.library_mib_, amounts)
+        return self.intercept_ + amounts.design @ self.coef_
 
     def predict(self, X: Any) -> np.ndarray:  # noqa: N803
         demand = self.predict_demand(X)

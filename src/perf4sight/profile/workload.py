@@ -1,7 +1,11 @@
 """One test, run inside the worker: build the model, warm up, time or measure iterations.
 
 A training iteration is the original's: forward, CrossEntropy loss, backward and an SGD
-step (lr 0.1, momentum 0.9, weight decay 5e-4). Inference is a forward pass in eval mode
+step (lr 0.1, momentum 0.9, weight decay 5e-4), one parameter at a time as the original's
+PyTorch ran it on every device (not the multi-tensor `foreach` kernels that later PyTorch
+picks on GPUs, which would hold a temporary copy of every gradient at once rather than of
+one layer's, a different memory peak than the TX2's measurements and the models describe).
+Inference is a forward pass in eval mode
 under no_grad. Inputs are random tensors of the dataset's shape.
 """
 
@@ -23,7 +27,7 @@ if TYPE_CHECKING:
 
 __all__ = ["TestOutcome", "model_source", "run_test"]
 
-SGD_OPTIONS = {"lr": 0.1, "momentum": 0.9, "weight_decay": 5e-4}
+SGD_OPTIONS = {"lr": 0.1, "momentum": 0.9, "weight_decay": 5e-4, "foreach": False}
 _ERROR_CHARS = 300
 _DRY_RUN_BS = 2
 
