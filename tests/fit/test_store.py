@@ -70,21 +70,14 @@ def test_another_stage_or_target_is_refused(stored, tmp_path):
         load_model(tmp_path, stage="inference", target="latency")
 
 
-def _edit_metadata(path, change):
-    meta_path = path.with_suffix(".json")
-    meta = json.loads(meta_path.read_text())
-    change(meta)
-    meta_path.write_text(json.dumps(meta))
-
-
-def test_another_library_version_is_refused(stored, tmp_path):
-    _edit_metadata(stored[1], lambda meta: meta["versions"].update({"scikit-learn": "0.24.2"}))
+def test_another_library_version_is_refused(stored, tmp_path, edit_metadata):
+    edit_metadata(stored[1], lambda meta: meta["versions"].update({"scikit-learn": "0.24.2"}))
     with pytest.raises(FittedModelError, match="stored by scikit-learn 0.24.2, this is scikit-learn"):
         load_model(tmp_path, stage="training", target="latency")
 
 
-def test_an_older_storage_format_is_refused(stored, tmp_path):
-    _edit_metadata(stored[1], lambda meta: meta.update(format=1))
+def test_an_older_storage_format_is_refused(stored, tmp_path, edit_metadata):
+    edit_metadata(stored[1], lambda meta: meta.update(format=1))
     with pytest.raises(FittedModelError, match="stored in format 1, this perf4sight reads format 3; fingerprint again"):
         load_model(tmp_path, stage="training", target="latency")
 

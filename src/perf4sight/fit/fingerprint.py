@@ -20,7 +20,7 @@ from sklearn.utils.validation import has_fit_parameter
 
 from perf4sight import console
 from perf4sight.config import FingerprintSettings
-from perf4sight.errors import ConfigError
+from perf4sight.errors import ConfigError, FittedModelError
 from perf4sight.fit.dataset import ArchitectureCatalogs, Dataset, build_dataset
 from perf4sight.fit.logs import read_logs
 from perf4sight.fit.methods import METHODS, resolve_method
@@ -84,8 +84,13 @@ def _dataset(settings: FingerprintSettings, target: _Target, feature_set: str, c
 def _train(settings: FingerprintSettings, target: _Target, method: str, catalogs: ArchitectureCatalogs) -> None:
     path = model_path(settings.model_storedir, settings.stage, target.column)
     if path.is_file() and not settings.overwrite:
-        console.info(f"{target.kind} model already stored at {path}; kept (overwrite = False)")
-        return
+        try:
+            load_model(settings.model_storedir, stage=settings.stage, target=target.column)
+        except FittedModelError as exc:  # stored by another version: of no use to keep
+            console.info(f"the stored {target.kind} model cannot be used ({exc}); refitting it")
+        else:
+            console.info(f"{target.kind} model already stored at {path}; kept (overwrite = False)")
+            return
     dataset = _dataset(settings, target, METHODS[method].feature_set, catalogs,
                        settings.train_nets, settings.train_logs, evaluation=False)
     console.info(f"fitting the {target.kind} model ({method}) on {len(dataset)} rows")
