@@ -122,6 +122,25 @@ def test_cli_predict_json_and_errors(models_dir: Path, capsys: pytest.CaptureFix
         assert message in capsys.readouterr().err
 
 
+def test_cli_says_when_the_search_ended_at_its_largest_batch_size(
+    models_dir: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import perf4sight.predict
+    import perf4sight.predict.predictor
+
+    for module in (perf4sight.predict, perf4sight.predict.predictor):
+        monkeypatch.setattr(module, "MAX_SEARCH_BATCH", 8)
+    argv = ["predict", "--models", str(models_dir), "--net", "squeezenet", "--max-batch-size", "--budget"]
+    assert main([*argv, "100GiB", "--json"]) == 0
+    captured = capsys.readouterr()
+    assert json.loads(captured.out)[0]["batch_size"] == 8
+    assert "every batch size up to 8, the largest searched" in captured.err
+    at_4 = Predictor.load(models_dir).predict("squeezenet", [4])[MEMORY].iloc[0]
+    assert main([*argv, f"{at_4:.1f}MiB", "--json"]) == 0  # a budget that ends the search earlier
+    captured = capsys.readouterr()
+    assert json.loads(captured.out)[0]["batch_size"] < 8 and "largest searched" not in captured.err
+
+
 def test_cli_refuses_networks_it_cannot_describe(
     models_dir: Path, tx2_dir: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:

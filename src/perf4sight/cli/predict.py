@@ -43,7 +43,7 @@ def _show(table: pd.DataFrame, *, title: str, as_json: bool) -> None:
         [row[c] for c in columns] + (["extrapolated"] if row["extrapolated"] else [""])
         for _, row in table.iterrows()
     ]
-    console.print_table(title, [names.get(c, c) for c in columns] + [""], rows)
+    console.print_table(title, [names.get(c, c) for c in columns] + ["note"], rows)
 
 
 def register(app: typer.Typer) -> None:
@@ -63,7 +63,7 @@ def register(app: typer.Typer) -> None:
         as_json: bool = typer.Option(False, "--json", help="Print JSON records instead of a table."),
     ) -> None:
         """Predicted memory and latency per iteration of NET at each batch size."""
-        from perf4sight.predict import Predictor, parse_memory_mib
+        from perf4sight.predict import MAX_SEARCH_BATCH, Predictor, parse_memory_mib
 
         predictor = Predictor.load(models, stage=stage)
         options = {"input_size": _input_size(input_size), "num_classes": num_classes}
@@ -72,6 +72,8 @@ def register(app: typer.Typer) -> None:
                 raise UsageError("--max-batch-size needs --budget (e.g. --budget 7.5GiB or auto)")
             row = predictor.max_batch_size(net, parse_memory_mib(budget), dataset_size=dataset_size, **options)
             _show(row.to_frame().T, title=f"{net}: largest batch size within {budget}", as_json=as_json)
+            if row["batch_size"] >= MAX_SEARCH_BATCH:
+                console.warn(f"every batch size up to {MAX_SEARCH_BATCH}, the largest searched, is predicted to fit")
             return
         table = predictor.predict(net, _ints(bs, "--bs"), dataset_size=dataset_size, **options)
         _show(table, title=f"{net}: predicted {stage} cost on this device", as_json=as_json)

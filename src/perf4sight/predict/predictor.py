@@ -21,13 +21,13 @@ from perf4sight.architecture import Architecture
 from perf4sight.errors import DataNotFoundError, UsageError
 from perf4sight.fit import FittedModel, load_model
 
-__all__ = ["Predictor", "MEMORY", "LATENCY", "BudgetError"]
+__all__ = ["Predictor", "MEMORY", "LATENCY", "MAX_SEARCH_BATCH", "BudgetError"]
 
 MEMORY = "mem_used_mib"
 LATENCY = "latency_ms"
 _TARGETS = {MEMORY: "mem_used", LATENCY: "latency"}
 # Candidate batch sizes searched for the largest one that fits a budget.
-_MAX_SEARCH_BATCH = 4096
+MAX_SEARCH_BATCH = 4096
 
 
 class BudgetError(UsageError):
@@ -119,7 +119,7 @@ class Predictor:
             raise DataNotFoundError("the loaded models have no memory model; fingerprint memory first")
         if max_latency_ms is not None and LATENCY not in self.models:
             raise DataNotFoundError("the loaded models have no latency model; fingerprint latency first")
-        sizes = sorted(set(batch_sizes)) if batch_sizes else list(range(1, _MAX_SEARCH_BATCH + 1))
+        sizes = sorted(set(batch_sizes)) if batch_sizes else list(range(1, MAX_SEARCH_BATCH + 1))
         table = self.predict(network, sizes, dataset_size=dataset_size, **load_options)
         fits = table[MEMORY] <= budget_mib
         if "fits_device" in table:
