@@ -54,6 +54,16 @@ def test_a_name_is_traced_from_an_uninitialised_cpu_build_as_from_a_real_one(nam
     assert arch == trace_architecture(real, (3, 224, 224), name=name, num_classes=1000)
 
 
+def test_a_name_is_traced_once_per_input_size_and_classes():
+    first, again = load_architecture("mobilenetv2"), load_architecture("mobilenet_v2")
+    assert again.layers is first.layers  # the same trace, not a second one
+    assert (first.name, again.name) == ("mobilenetv2", "mobilenet_v2")
+    small = load_architecture("mobilenetv2", input_size=(3, 64, 64), num_classes=10)
+    assert small.layers is not first.layers and small.num_classes == 10 and small.params < first.params
+    with pytest.raises(NetworkError, match="inception_v3: does not run on inputs of size \\[3, 32, 32\\]"):
+        load_architecture("inception_v3", input_size=(3, 32, 32))
+
+
 def test_model_file_by_network_name_and_by_explicit_factory(tinynet_file, tmp_path, layer_shapes):
     loaded = load_network(tinynet_file, input_size=(3, 16, 16))
     assert (loaded.name, loaded.num_classes, loaded.input_size) == ("tinynet", 10, (3, 16, 16))

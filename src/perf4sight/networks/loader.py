@@ -7,6 +7,7 @@ not torchvision's is looked for as `<model_desc_dir>/<name>.py`, then `<name>.js
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -25,8 +26,9 @@ from perf4sight.networks.registry import (
     default_input_size,
     is_torchvision_network,
     known_networks,
+    resolve_network,
 )
-from perf4sight.networks.spec import build_from_spec, read_spec, spec_architecture
+from perf4sight.networks.spec import build_from_spec, read_spec, spec_architecture, torchvision_architecture
 
 __all__ = ["LoadedNetwork", "load_network", "load_architecture"]
 
@@ -66,16 +68,27 @@ def load_architecture(
     """The traced architecture of a network; torchvision networks and model files are
     built without initialising their weights, specs on the meta device.
 
-    A spec at its own input size is not rebuilt at all: its base network is traced once
-    per process and re-propagated to the spec's channel counts, which takes a millisecond.
+    A torchvision network is traced once per process (for each input size and class
+    count). A spec at its own input size is not rebuilt at all: its base network is traced
+    once per process and re-propagated to the spec's channel counts, in a millisecond.
     """
+    _check_num_classes(num_classes)
     if not isinstance(source, nn.Module) and str(source).endswith(".json"):
         spec = read_spec(source)
-        _check_num_classes(num_classes)
         same_size = input_size is None or tuple(input_size) == tuple(spec["input_size"])
         if same_size and (num_classes is None or num_classes == int(spec["num_classes"])):
             return spec_architecture(spec)
         loaded = _from_spec(spec, input_size, num_classes, "meta")
+    elif not isinstance(source, nn.Module) and is_torchvision_network(str(source)):
+        name = str(source)
+        builder, kwargs = resolve_network(name)
+        size = _check_input_size(input_size if input_size is not None else default_input_size(name))
+        classes = num_classes if num_classes is not None else 1000
+        try:
+            arch = torchvision_architecture(builder, kwargs, num_classes=classes, input_size=size)
+        except Exception as exc:
+            raise _does_not_run(name, size, exc) from exc
+        return dataclasses.replace(arch, name=name)
     else:
         # The trace finds the classes itself: no separate forward pass for them.
         loaded = _load(
@@ -125,7 +138,7 @@ def _load(
         return _finish(module, split_model_source(text)[0].stem, input_size, num_classes, find_classes)
     if is_torchvision_network(text):
         classes = num_classes if num_classes is not None else 1000
-        module = build_torchvision(text, num_classes=classes, device=device, initialise=initialise)
+        module = build_torchvision(text, num_classes=classes, device=device)
         return _finish(module, text, input_size or default_input_size(text), classes, find_classes)
     if model_desc_dir is not None:
         for candidate in (Path(model_desc_dir) / f"{text}.py", Path(model_desc_dir) / f"{text}.json"):

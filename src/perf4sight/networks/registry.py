@@ -116,19 +116,17 @@ def _keep(tensor: torch.Tensor, *args: Any, **kwargs: Any) -> torch.Tensor:
 
 
 def build_torchvision(
-    name: str, *, num_classes: int, device: str | torch.device = "cpu", seed: int | None = None,
-    initialise: bool = True,
+    name: str, *, num_classes: int, device: str | torch.device = "cpu", seed: int | None = None
 ) -> nn.Module:
     """Build an untrained torchvision network; `seed` makes its initial weights reproducible.
 
-    On the meta device nothing is allocated or initialised, which is all shapes need;
-    `initialise=False` builds on the CPU without initialising (see `build_uninitialised`).
+    On the meta device nothing is allocated or initialised, which is all shapes need.
     """
     builder, kwargs = resolve_network(name)
     with torch.random.fork_rng(devices=[]):
         if seed is not None:
             torch.manual_seed(seed)
-        return call_builder(builder, kwargs, num_classes=num_classes, device=device, initialise=initialise)
+        return call_builder(builder, kwargs, num_classes=num_classes, device=device)
 
 
 def call_builder(

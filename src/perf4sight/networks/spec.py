@@ -32,6 +32,7 @@ __all__ = [
     "build_from_spec",
     "architecture_from_spec",
     "spec_architecture",
+    "torchvision_architecture",
     "spec_from_module",
     "spec_macs",
 ]
@@ -271,6 +272,14 @@ def spec_architecture(spec: dict[str, Any]) -> Architecture:
     except NetworkError:
         module = build_from_spec(spec, device="meta")
         return trace_architecture(module, spec["input_size"], name=spec["name"], num_classes=int(spec["num_classes"]))
+
+
+def torchvision_architecture(
+    builder: str, kwargs: dict[str, Any], *, num_classes: int, input_size: Sequence[int]
+) -> Architecture:
+    """The architecture of an unpruned torchvision network, traced once per process and
+    shared with the specs cut from it."""
+    return _base_architecture(builder, json.dumps(kwargs, sort_keys=True), None, num_classes, tuple(input_size))
 
 
 @functools.lru_cache(maxsize=32)
