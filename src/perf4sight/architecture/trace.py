@@ -89,7 +89,7 @@ def _is_view(func: Any) -> bool:
 
 
 def _per_sample(shape: Sequence[int], batch: int) -> tuple[int, ...]:
-    shape = tuple(int(s) for s in shape)
+    shape = tuple(shape)  # a torch.Size holds ints already
     return shape[1:] if shape and shape[0] == batch else shape
 
 
@@ -149,7 +149,8 @@ class _Recorder(TorchDispatchMode):
             name = self.names.get(id(module), type(module).__name__)
             tensors = _tensors(args)
             ins = tuple(_per_sample(t.shape, self.batch) for t in tensors)
-            inplace = bool(getattr(module, "inplace", False))
+            # an instance attribute (or a class one); getattr of a missing attribute is slow
+            inplace = bool(module.__dict__.get("inplace", getattr(type(module), "inplace", False)))
             pending = _Pending(name, module_kind(module), module, ins, inplace=inplace)
             pending.sources = self._sources(tensors)
             self.layers.append(pending)
