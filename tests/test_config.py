@@ -114,3 +114,18 @@ def test_cli_reports_one_line_and_exit_code_2(tmp_path: Path, capsys: pytest.Cap
     assert len(lines) == 1
     assert "unknown key 'batch'" in lines[0]
     assert "Traceback" not in captured.err
+
+
+@pytest.mark.parametrize("example", sorted((Path(__file__).resolve().parents[1] / "examples").glob("*.ini")),
+                         ids=lambda path: path.name)
+def test_the_shipped_examples_load_and_name_known_networks(example: Path) -> None:
+    from perf4sight.networks import known_networks
+
+    config = load_config(example)
+    assert config.sections() == ["create_network_dataset", "profile", "fingerprint"]
+    nets = config.create_network_dataset.networks
+    assert set(nets) <= set(known_networks())
+    assert set(config.profile.network) <= set(nets)
+    fitted = config.fingerprint
+    assert set(fitted.train_nets) | set(fitted.eval_nets) <= set(config.profile.network)
+    assert set(fitted.train_logs) | set(fitted.eval_logs) <= set(config.create_network_dataset.pruning_perc)
