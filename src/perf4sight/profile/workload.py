@@ -11,6 +11,7 @@ under no_grad. Inputs are random tensors of the dataset's shape.
 
 from __future__ import annotations
 
+import inspect
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -27,7 +28,9 @@ if TYPE_CHECKING:
 
 __all__ = ["TestOutcome", "model_source", "run_test"]
 
-SGD_OPTIONS = {"lr": 0.1, "momentum": 0.9, "weight_decay": 5e-4, "foreach": False}
+SGD_OPTIONS = {"lr": 0.1, "momentum": 0.9, "weight_decay": 5e-4}
+# The per-parameter loop; PyTorch before 1.12 has no other, nor the `foreach` argument.
+_PER_PARAMETER = {"foreach": False} if "foreach" in inspect.signature(torch.optim.SGD).parameters else {}
 _ERROR_CHARS = 300
 _DRY_RUN_BS = 2
 
@@ -134,7 +137,7 @@ def _step(model: nn.Module, stage: str, inputs: torch.Tensor, num_classes: int) 
     model.train()
     targets = torch.randint(num_classes, (inputs.shape[0],), device=inputs.device)
     criterion = nn.CrossEntropyLoss()
-    optimiser = torch.optim.SGD(model.parameters(), **SGD_OPTIONS)
+    optimiser = torch.optim.SGD(model.parameters(), **SGD_OPTIONS, **_PER_PARAMETER)
 
     def train() -> None:
         output = model(inputs)
