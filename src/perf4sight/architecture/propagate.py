@@ -42,7 +42,12 @@ def _reshaped(template_in: Shape, old: Shape, new: Shape) -> Shape:
 
 
 def _scaled(value: int, new: Shape, old: Shape) -> int:
-    return value * _numel(new) // _numel(old) if _numel(old) else value
+    return _rescaled(value, _numel(new), _numel(old))
+
+
+def _rescaled(value: int, new_numel: int, old_numel: int) -> int:
+    """`value` in proportion to a tensor's new element count (unchanged for an empty one)."""
+    return value * new_numel // old_numel if old_numel else value
 
 
 def _output_for(layer: Layer, inputs: list[Shape]) -> Shape:
@@ -121,9 +126,9 @@ def _resized(layer: Layer, inputs: tuple[Shape, ...], output: Shape, groups: int
     in_new, in_old = _numel(new_in), _numel(old_in)
     out_new, out_old = _numel(output), _numel(layer.output)
     other = layer.saved_bytes - layer.saved_input_bytes - layer.saved_output_bytes
-    saved_in = layer.saved_input_bytes * in_new // in_old if in_old else layer.saved_input_bytes
-    saved_out = layer.saved_output_bytes * out_new // out_old if out_old else layer.saved_output_bytes
-    saved_other = other * out_new // out_old if out_old else other
+    saved_in = _rescaled(layer.saved_input_bytes, in_new, in_old)
+    saved_out = _rescaled(layer.saved_output_bytes, out_new, out_old)
+    saved_other = _rescaled(other, out_new, out_old)
     return layer.replaced(
         inputs=inputs,
         output=output,

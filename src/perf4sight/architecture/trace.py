@@ -12,7 +12,6 @@ attributed to the layer that saved them, each tensor counted once.
 from __future__ import annotations
 
 import contextlib
-import functools
 import math
 import re
 from collections.abc import Iterator, Sequence
@@ -75,12 +74,8 @@ def _snake(name: str) -> str:
 
 def module_kind(module: nn.Module) -> str:
     """The normalised kind of a leaf module."""
-    return _class_kind(type(module).__name__)
-
-
-@functools.lru_cache(maxsize=None)
-def _class_kind(cls: str) -> str:
-    return _MODULE_KINDS.get(cls) or _snake(cls)
+    cls = type(module).__name__
+    return _MODULE_KINDS.get(cls, _snake(cls))
 
 
 def _is_view(func: Any) -> bool:

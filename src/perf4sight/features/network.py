@@ -130,9 +130,7 @@ def network_features(arch: Architecture, batch_sizes: Sequence[int], stage: str 
                 _numel(layer.output) * dtype,
                 layer.saved_bytes if training else 0,
                 _im2col_bytes(layer, dtype),
-                _gemm_flops(layer) * _passes(layer, passes) if group in _GEMM_GROUPS else 0,
-                _gemm_flops(layer, _CHANNEL_TILE) * _passes(layer, passes) if group in _GEMM_GROUPS else 0,
-                (_numel(layer.in_shape) + _numel(layer.output)) * dtype * passes if group in _GEMM_GROUPS else 0,
+                *(_gemm_amounts(layer, passes, dtype) if group in _GEMM_GROUPS else (0, 0, 0)),
             )
             for layer, group in zip(layers, groups)
         ],
@@ -191,6 +189,14 @@ def network_features(arch: Architecture, batch_sizes: Sequence[int], stage: str 
     for index, value in enumerate(columns.values()):
         table[:, index] = value
     return pd.DataFrame(table, columns=list(columns))
+
+
+def _gemm_amounts(layer: Layer, passes: float, dtype: int) -> tuple[float, float, float]:
+    """A GEMM layer's work per sample and iteration: flops, flops with channels padded to
+    tiles, and bytes of its input and output moved."""
+    layer_passes = _passes(layer, passes)
+    moved = (_numel(layer.in_shape) + _numel(layer.output)) * dtype * passes
+    return _gemm_flops(layer) * layer_passes, _gemm_flops(layer, _CHANNEL_TILE) * layer_passes, moved
 
 
 def _passes(layer: Layer, passes: float) -> float:
