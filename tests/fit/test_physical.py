@@ -23,7 +23,7 @@ from perf4sight.fit import (
     read_logs,
     save_model,
 )
-from perf4sight.fit.physical import OPTIMIZER_PASSES, PhysicalRegressor
+from perf4sight.fit.physical import CONV_WEIGHT_PASSES, PARAMETER_PASSES, PhysicalRegressor
 
 NETS = ("resnet18", "googlenet", "squeezenet")
 TARGETS = {"mem_used": "memory", "latency": "latency"}
@@ -167,16 +167,19 @@ def test_memory_model_has_no_absolute_scale(datasets):
     np.testing.assert_allclose(16 * scaled.floor_mib_, model.floor_mib_, rtol=1e-4)
 
 
-def test_optimizer_step_costs_memory_traffic(datasets):
+def test_parameters_cost_memory_traffic(datasets):
     """Parameter bytes are charged at the rate fitted for the layers' memory traffic, so
-    training networks with few parameters still price a network with many."""
+    training networks with few parameters still price a network with many; a convolution's
+    weights cost more passes than a Linear layer's."""
     data = datasets["latency"]
     model = fit_method("physical", data, "latency")
-    assert "optimizer" not in model.terms_
     rate = model.coef_[list(model.terms_).index("traffic")]
     assert rate > 0
-    heavier = data.features.assign(param_bytes=data.features["param_bytes"] + 1e8)
-    np.testing.assert_allclose(model.predict(heavier) - model.predict(data.features), 1e8 * OPTIMIZER_PASSES * rate)
+    linear = data.features.assign(param_bytes=data.features["param_bytes"] + 1e8)
+    conv = linear.assign(conv_param_bytes=data.features["conv_param_bytes"] + 1e8)
+    base = model.predict(data.features)
+    np.testing.assert_allclose(model.predict(linear) - base, 1e8 * PARAMETER_PASSES * rate)
+    np.testing.assert_allclose(model.predict(conv) - base, 1e8 * (PARAMETER_PASSES + CONV_WEIGHT_PASSES) * rate)
 
 
 @pytest.mark.parametrize("column", ["mem_used", "latency"])

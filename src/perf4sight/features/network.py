@@ -141,6 +141,7 @@ def network_features(arch: Architecture, batch_sizes: Sequence[int], stage: str 
     param_bytes = float(arch.params * dtype)
     trainable_bytes = float(arch.trainable_params * dtype) if training else 0.0
     param_layers = sum(1 for layer in layers if layer.params)
+    conv_param_bytes = float(sum(layer.params for layer in layers if layer.kind == "conv2d") * dtype)
 
     # Backward of layer i: saved tensors of layers up to i, plus the gradients of its
     # output and input and its workspace, all at once (forward: its input and output).
@@ -158,6 +159,7 @@ def network_features(arch: Architecture, batch_sizes: Sequence[int], stage: str 
     columns: dict[str, np.ndarray | float] = {
         "batch_size": bs,
         "param_bytes": param_bytes,
+        "conv_param_bytes": conv_param_bytes,  # weights convolution kernels reorder or transform
         "param_state_bytes": param_bytes + 2 * trainable_bytes,  # weights, gradients, momentum
         # SGD's weight decay adds the weights to each gradient in turn: one layer's worth
         "optimizer_temp_bytes": float(max(layer.params for layer in layers) * dtype) if training else 0.0,

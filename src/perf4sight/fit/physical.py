@@ -21,9 +21,10 @@ to nothing, and the corners between them are relative (about 1 % wide), since
 devices differ in scale by orders of magnitude.
 
 Latency (ms per iteration): a fixed cost, plus GEMM operations at the device's
-arithmetic rate, plus bytes moved at its memory rate (every layer, and the optimizer
-step's passes over the parameters, which do not depend on the batch size), plus a cost
-per layer (kernel launches); fitted with non-negative least squares on relative error.
+arithmetic rate, plus bytes moved at its memory rate (every layer, and the passes over
+the parameters, which do not depend on the batch size: the optimizer step, and more for
+convolution weights, which their kernels reorder), plus a cost per layer (kernel
+launches); fitted with non-negative least squares on relative error.
 """
 
 from __future__ import annotations
@@ -41,7 +42,7 @@ from perf4sight.errors import ConfigError
 
 __all__ = [
     "PhysicalRegressor", "MEMORY_TERMS", "MEMORY_EXACT", "MEMORY_OPTIMIZER", "MEMORY_LIBRARY", "LATENCY_TERMS",
-    "OPTIMIZER_PASSES", "TARGET_TERMS",
+    "PARAMETER_PASSES", "CONV_WEIGHT_PASSES", "TARGET_TERMS",
 ]
 
 _MIB = float(1 << 20)
@@ -61,19 +62,27 @@ MEMORY_OPTIMIZER = "optimizer_temp_bytes"
 # the runtime and to the floor, fitted only when the training data hold networks with and
 # without such layers (otherwise it cannot be told apart from the runtime and stays 0).
 MEMORY_LIBRARY = "linear_count"
-# Passes over the parameter bytes the optimizer step costs, at the memory rate. SGD with
-# momentum and weight decay runs kernels touching 11 parameter-sized tensors, on contiguous
-# data that streams faster than the layers' activations; fitted with a rate of its own on
-# all the TX2 or all the CPU data, the step costs 5.4-5.6 passes at the layers' rate. Tied
-# to the memory rate it needs no networks with large parameter counts in the training data.
-OPTIMIZER_PASSES = 6.0
+# Passes over the parameter bytes, at the memory rate, that do not depend on the batch size:
+# every parameter's (the optimizer step, SGD with momentum and weight decay, whose kernels
+# touch 11 parameter-sized tensors, and the layers' own reads of their weights and writes of
+# their gradients), and more for convolution weights, which convolution kernels reorder into
+# their own layouts or transform (filters for Winograd, flipped for the input gradient) where
+# a Linear layer's GEMM uses its weights as they are. Fitted with rates of their own on all
+# the data of this machine's CPU (eight networks, alexnet and vgg11 with 96 % of their
+# parameters in Linear layers), a Linear weight costs 3.0 passes at the layers' rate and a
+# convolution weight 5.2; on all the TX2 or CPU demo data (convolution weights only, in
+# effect) 5.4-5.8. Tied to the memory rate, they need no networks with large parameter
+# counts in the training data.
+PARAMETER_PASSES = 3.0
+CONV_WEIGHT_PASSES = 3.0
 LATENCY_TERMS: dict[str, dict[str, float]] = {
     "gemm": dict.fromkeys(("conv_kxk_flops", "conv_1x1_flops", "conv_grouped_flops", "linear_flops"), 1.0),
     "traffic": {
         **dict.fromkeys(("conv_kxk_bytes", "conv_1x1_bytes", "conv_grouped_bytes", "conv_depthwise_bytes",
                          "linear_bytes", "norm_bytes", "act_bytes", "pool_bytes", "elementwise_bytes",
                          "other_bytes"), 1.0),
-        "param_bytes": OPTIMIZER_PASSES,
+        "param_bytes": PARAMETER_PASSES,
+        "conv_param_bytes": CONV_WEIGHT_PASSES,
     },
     "launches": {"layers": 1.0},
 }

@@ -31,7 +31,7 @@ from perf4sight.jsonfile import read_json
 
 __all__ = ["FittedModel", "library_versions", "model_path", "save_model", "load_model"]
 
-_FORMAT = 3  # 3: the memory model weighs the optimizer's temporary (a feature column more)
+_FORMAT = 4  # 4: latency charges convolution weights more passes (a feature column more)
 # Versions that must match for a stored model to be used: the estimator's internals
 # (scikit-learn) and the feature definitions (perf4sight).
 _PINNED = ("scikit-learn", "perf4sight")
