@@ -19,6 +19,20 @@ from perf4sight.errors import Perf4sightError
 
 __all__ = ["app", "main"]
 
+
+def _usage_errors() -> tuple[type[Exception], ...]:
+    """click's usage errors (an unknown option, a missing argument): from the copy of click
+    that newer typer carries, whose exceptions derive from `TyperException`, or from click."""
+    found: list[type[Exception]] = [typer.TyperException] if hasattr(typer, "TyperException") else []
+    try:
+        from click.exceptions import ClickException
+    except ImportError:
+        return tuple(found)
+    return (*found, ClickException)
+
+
+_USAGE_ERRORS = _usage_errors()
+
 app = typer.Typer(
     name="perf4sight",
     help="Predict CNN training memory and latency on a device before training.",
@@ -50,13 +64,9 @@ def main(argv: list[str] | None = None) -> int:
     except (typer.Abort, KeyboardInterrupt):
         console.err.print("aborted")
         return 130
-    except Exception as exc:  # click's usage errors
-        from click.exceptions import ClickException
-
-        if isinstance(exc, ClickException):
-            exc.show()
-            return 2
-        raise
+    except _USAGE_ERRORS as exc:
+        exc.show()  # type: ignore[attr-defined]  # every subclass raised has it
+        return 2
     return code if isinstance(code, int) else 0
 
 
