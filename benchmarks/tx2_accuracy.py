@@ -1,6 +1,7 @@
 """Accuracy of the fingerprinting methods on a device's training measurements (default: Jetson TX2).
 
-Two cases, each for memory (`mem_used`) and latency, MAPE in percent over passed rows:
+Two cases, each for memory (`mem_used`) and latency, MAPE in percent over passed rows of one
+stage (`--stage`, default training):
   (a) the paper's protocol: per network, train on levels 0, 30, 50, 70, 90, evaluate on the rest;
   (b) unseen network: train on the other networks (all levels), evaluate on this one; with
       `--train-nets`, train on those networks only and evaluate on each of the others.
@@ -9,7 +10,7 @@ Two cases, each for memory (`mem_used`) and latency, MAPE in percent over passed
     .venv/bin/python benchmarks/tx2_accuracy.py --logs out/demo/logs --models out/demo/models \
         --train-levels 0,30,60,90
     .venv/bin/python benchmarks/tx2_accuracy.py --logs out/heldout/logs --models out/heldout/models \
-        --train-levels 0,30,90 --train-nets resnet18,mobilenetv2,squeezenet
+        --train-levels 0,30,90 --train-nets resnet18,mobilenetv2,squeezenet [--stage inference]
 
 Reads `<logs>/memory/<net>_<level>-gt.csv`, `<logs>/latency/...` and `<models>/<net>_<level>.json`;
 the networks and levels are those of the memory logs. The default is ../shared/datasets/tx2
@@ -102,13 +103,15 @@ def _mask(rows: pd.DataFrame, selection: dict[str, tuple[int, ...]]) -> np.ndarr
     return np.logical_or.reduce([(rows["net"] == net) & levels.isin(lv) for net, lv in selection.items()])
 
 
-def evaluate_method(method: str, data: Data, catalog: ArchitectureCatalog) -> dict[tuple[str, str], dict[str, float]]:
+def evaluate_method(
+    method: str, data: Data, catalog: ArchitectureCatalog, stage: str = "training"
+) -> dict[tuple[str, str], dict[str, float]]:
     """MAPE per (case, net) and target kind for one method."""
     feature_set = METHODS[method].feature_set
     results: dict[tuple[str, str], dict[str, float]] = {}
     for target in TARGETS:
         logs = read_logs(data.nets, data.levels, [data.logs / target.kind], [target.column])
-        full = build_dataset(logs, target=target.column, feature_set=feature_set, stage="training", catalog=catalog)
+        full = build_dataset(logs, target=target.column, feature_set=feature_set, stage=stage, catalog=catalog)
         for case, net, train, evaluation in data.cases():
             estimator = fit_method(method, full.select(_mask(full.rows, train)), target.column)
             predicted = predict_rows(estimator, full.select(_mask(full.rows, evaluation)))
@@ -116,7 +119,9 @@ def evaluate_method(method: str, data: Data, catalog: ArchitectureCatalog) -> di
     return results
 
 
-def memory_boundary(method: str, data: Data, catalog: ArchitectureCatalog) -> dict[str, tuple[float, float]]:
+def memory_boundary(
+    method: str, data: Data, catalog: ArchitectureCatalog, stage: str = "training"
+) -> dict[str, tuple[float, float]]:
     """Per unseen network: % of its tests (passed or not) whose fit/no-fit is predicted right,
     and % of its passed tests whose memory is under-estimated (what crashes a user's run).
 
@@ -126,7 +131,7 @@ def memory_boundary(method: str, data: Data, catalog: ArchitectureCatalog) -> di
     logs = read_logs(data.nets, data.levels, [data.logs / "memory"], ["mem_used"])
     feature_set = METHODS[method].feature_set
     passed = set(zip(logs.loc[logs["passed"], "model"].map(architecture_name), logs.loc[logs["passed"], "bs"]))
-    every = build_dataset(logs, target="mem_used", feature_set=feature_set, stage="training", catalog=catalog,
+    every = build_dataset(logs, target="mem_used", feature_set=feature_set, stage=stage, catalog=catalog,
                           passed_only=False)
     ok = np.array([(m, b) in passed for m, b in zip(every.rows["model"], every.rows["batch_size"])])
     out = {}
@@ -166,6 +171,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--models", type=Path, help="folder of the specs (default: <logs>/models)")
     parser.add_argument("--train-levels", type=_levels, default=PROTOCOL_TRAIN_LEVELS,
                         help="protocol training levels, comma-separated (default: 0,30,50,70,90, those present)")
+    parser.add_argument("--stage", choices=("training", "inference"), default="training",
+                        help="the stage whose logs are evaluated (default: training)")
     parser.add_argument("--train-nets", type=lambda text: tuple(text.split(",")), default=(),
                         help="networks the unseen case trains on, comma-separated (default: each network "
                              "is evaluated trained on all the others)")
@@ -181,16 +188,16 @@ def main(argv: list[str] | None = None) -> int:
         feature_set = METHODS[method].feature_set
         catalog = catalogs.for_feature_set(feature_set)
         start = time.perf_counter()
-        results = evaluate_method(method, data, catalog)
+        results = evaluate_method(method, data, catalog, args.stage)
         seconds = time.perf_counter() - start
         rows = [(case, net, r["memory"], r["latency"]) for (case, net), r in results.items()]
         for case in ("protocol", "unseen"):
             mem = [r["memory"] for (c, _), r in results.items() if c == case]
             lat = [r["latency"] for (c, _), r in results.items() if c == case]
             rows.append((case, "mean", float(np.mean(mem)), float(np.mean(lat))))
-        console.print_table(f"{device} MAPE %, method = {method} ({seconds:.1f} s)",
+        console.print_table(f"{device} {args.stage} MAPE %, method = {method} ({seconds:.1f} s)",
                             ("case", "evaluated net", "memory (mem_used)", "latency"), rows)
-        boundary = memory_boundary(method, data, catalog)
+        boundary = memory_boundary(method, data, catalog, args.stage)
         rows = [(net, *values) for net, values in boundary.items()]
         rows.append(("mean", *np.mean(list(boundary.values()), axis=0).tolist()))
         console.print_table(f"{device} memory boundary, unseen network, method = {method}",

@@ -46,10 +46,16 @@ def test_parameter_state_counted_by_hand(tiny_arch):
     assert (table["param_state_bytes"] == 3 * 4 * params).all()
     # the optimizer's temporary: the largest layer's parameters, the first conv (216)
     assert (table["optimizer_temp_bytes"] == 4 * 3 * 8 * 9).all()
-    # the three convolutions' weights, not BatchNorm's or the Linear layer's
-    assert (table["conv_param_bytes"] == 4 * (3 * 8 * 9 + 8 * 9 + 8 * 16)).all()
+    # the GEMM kernels' 3 passes and SGD's 11; the three convolutions' weights reordered by
+    # each of their 3 kernels, not BatchNorm's or the Linear layer's
+    conv_weights = 3 * 8 * 9 + 8 * 9 + 8 * 16
+    assert (table["param_traffic_bytes"] == 4 * params * (3 + 11)).all()
+    assert (table["conv_weight_traffic_bytes"] == 4 * conv_weights * 3).all()
     inference = network_features(tiny_arch, [1], "inference")
     assert inference["param_state_bytes"].iloc[0] == 4 * params
+    # the forward pass reads each weight once, and each convolution reorders its weights once
+    assert inference["param_traffic_bytes"].iloc[0] == 4 * params
+    assert inference["conv_weight_traffic_bytes"].iloc[0] == 4 * conv_weights
     assert inference["saved_bytes"].iloc[0] == 0 and inference["optimizer_temp_bytes"].iloc[0] == 0
 
 

@@ -23,7 +23,7 @@ from perf4sight.fit import (
     read_logs,
     save_model,
 )
-from perf4sight.fit.physical import CONV_WEIGHT_PASSES, PARAMETER_PASSES, PhysicalRegressor
+from perf4sight.fit.physical import PARAMETER_STREAM_FACTOR, PhysicalRegressor
 
 NETS = ("resnet18", "googlenet", "squeezenet")
 TARGETS = {"mem_used": "memory", "latency": "latency"}
@@ -168,18 +168,18 @@ def test_memory_model_has_no_absolute_scale(datasets):
 
 
 def test_parameters_cost_memory_traffic(datasets):
-    """Parameter bytes are charged at the rate fitted for the layers' memory traffic, so
-    training networks with few parameters still price a network with many; a convolution's
-    weights cost more passes than a Linear layer's."""
+    """Parameter traffic is charged at the rate fitted for the layers' memory traffic, so
+    training networks with few parameters still price a network with many; it streams
+    faster than activations, but a convolution's weight reorders do not."""
     data = datasets["latency"]
     model = fit_method("physical", data, "latency")
     rate = model.coef_[list(model.terms_).index("traffic")]
     assert rate > 0
-    linear = data.features.assign(param_bytes=data.features["param_bytes"] + 1e8)
-    conv = linear.assign(conv_param_bytes=data.features["conv_param_bytes"] + 1e8)
+    streamed = data.features.assign(param_traffic_bytes=data.features["param_traffic_bytes"] + 1e8)
+    reordered = data.features.assign(conv_weight_traffic_bytes=data.features["conv_weight_traffic_bytes"] + 1e8)
     base = model.predict(data.features)
-    np.testing.assert_allclose(model.predict(linear) - base, 1e8 * PARAMETER_PASSES * rate)
-    np.testing.assert_allclose(model.predict(conv) - base, 1e8 * (PARAMETER_PASSES + CONV_WEIGHT_PASSES) * rate)
+    np.testing.assert_allclose(model.predict(streamed) - base, 1e8 * PARAMETER_STREAM_FACTOR * rate)
+    np.testing.assert_allclose(model.predict(reordered) - base, 1e8 * rate)
 
 
 @pytest.mark.parametrize("column", ["mem_used", "latency"])

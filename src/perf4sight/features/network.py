@@ -54,6 +54,10 @@ _GEMM_GROUPS = ("conv_kxk", "conv_1x1", "conv_depthwise", "conv_grouped", "linea
 # The CUDA caching allocator serves tensors over 1 MiB from segments rounded to 2 MiB.
 _LARGE_ALLOC_BYTES = 1 << 20
 _SEGMENT_BYTES = 2 << 20
+# Parameter-sized tensors SGD with momentum and weight decay reads or writes per parameter,
+# one parameter at a time: the decayed gradient (2 in, 1 out), the momentum buffer scaled
+# (1 in, 1 out) and accumulated (2 in, 1 out), the weights updated (2 in, 1 out).
+_OPTIMIZER_PASSES = 11
 # Tile sizes GEMM kernels pad channel counts to; odd pruned widths cost the padded work.
 _CHANNEL_TILE = 32
 
@@ -142,6 +146,11 @@ def network_features(arch: Architecture, batch_sizes: Sequence[int], stage: str 
     trainable_bytes = float(arch.trainable_params * dtype) if training else 0.0
     param_layers = sum(1 for layer in layers if layer.params)
     conv_param_bytes = float(sum(layer.params for layer in layers if layer.kind == "conv2d") * dtype)
+    # Passes over the parameters that do not depend on the batch size: each GEMM kernel reads
+    # its weights or writes their gradient (3 in training, 1 in inference), and the optimizer
+    # step (SGD with momentum and weight decay, one parameter at a time) touches 11
+    # parameter-sized tensors per trainable parameter.
+    param_traffic = param_bytes * passes + _OPTIMIZER_PASSES * trainable_bytes
 
     # Backward of layer i: saved tensors of layers up to i, plus the gradients of its
     # output and input and its workspace, all at once (forward: its input and output).
@@ -159,7 +168,9 @@ def network_features(arch: Architecture, batch_sizes: Sequence[int], stage: str 
     columns: dict[str, np.ndarray | float] = {
         "batch_size": bs,
         "param_bytes": param_bytes,
-        "conv_param_bytes": conv_param_bytes,  # weights convolution kernels reorder or transform
+        "param_traffic_bytes": param_traffic,
+        # convolution kernels reorder (or transform) their weights, once per kernel
+        "conv_weight_traffic_bytes": conv_param_bytes * passes,
         "param_state_bytes": param_bytes + 2 * trainable_bytes,  # weights, gradients, momentum
         # SGD's weight decay adds the weights to each gradient in turn: one layer's worth
         "optimizer_temp_bytes": float(max(layer.params for layer in layers) * dtype) if training else 0.0,

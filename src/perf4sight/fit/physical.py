@@ -22,9 +22,9 @@ devices differ in scale by orders of magnitude.
 
 Latency (ms per iteration): a fixed cost, plus GEMM operations at the device's
 arithmetic rate, plus bytes moved at its memory rate (every layer, and the passes over
-the parameters, which do not depend on the batch size: the optimizer step, and more for
-convolution weights, which their kernels reorder), plus a cost per layer (kernel
-launches); fitted with non-negative least squares on relative error.
+the parameters, which do not depend on the batch size: the kernels' and the optimizer
+step's, and the reorders of convolution weights), plus a cost per layer (kernel launches);
+fitted with non-negative least squares on relative error.
 """
 
 from __future__ import annotations
@@ -42,7 +42,7 @@ from perf4sight.errors import ConfigError
 
 __all__ = [
     "PhysicalRegressor", "MEMORY_TERMS", "MEMORY_EXACT", "MEMORY_OPTIMIZER", "MEMORY_LIBRARY", "LATENCY_TERMS",
-    "PARAMETER_PASSES", "CONV_WEIGHT_PASSES", "TARGET_TERMS",
+    "PARAMETER_STREAM_FACTOR", "TARGET_TERMS",
 ]
 
 _MIB = float(1 << 20)
@@ -62,27 +62,26 @@ MEMORY_OPTIMIZER = "optimizer_temp_bytes"
 # the runtime and to the floor, fitted only when the training data hold networks with and
 # without such layers (otherwise it cannot be told apart from the runtime and stays 0).
 MEMORY_LIBRARY = "linear_count"
-# Passes over the parameter bytes, at the memory rate, that do not depend on the batch size:
-# every parameter's (the optimizer step, SGD with momentum and weight decay, whose kernels
-# touch 11 parameter-sized tensors, and the layers' own reads of their weights and writes of
-# their gradients), and more for convolution weights, which convolution kernels reorder into
-# their own layouts or transform (filters for Winograd, flipped for the input gradient) where
-# a Linear layer's GEMM uses its weights as they are. Fitted with rates of their own on all
-# the data of this machine's CPU (eight networks, alexnet and vgg11 with 96 % of their
-# parameters in Linear layers), a Linear weight costs 3.0 passes at the layers' rate and a
-# convolution weight 5.2; on all the TX2 or CPU demo data (convolution weights only, in
-# effect) 5.4-5.8. Tied to the memory rate, they need no networks with large parameter
-# counts in the training data.
-PARAMETER_PASSES = 3.0
-CONV_WEIGHT_PASSES = 3.0
+# The parameters' traffic, which does not depend on the batch size (`param_traffic_bytes`:
+# the GEMM kernels' reads of their weights and writes of their gradients, and the optimizer
+# step's 11 passes in training), streams contiguous data, faster than the layers'
+# activations. Fitted with a rate of its own on all the data of this machine's CPU (eight
+# networks; alexnet and vgg11 hold 96 % of their parameters in Linear layers), a Linear
+# weight costs 3.0 of the layers' passes per training iteration for its 14 passes. Tied to
+# the memory rate at this factor, the parameters need no networks with large parameter
+# counts in the training data. The reorders of convolution weights
+# (`conv_weight_traffic_bytes`, once per kernel) go at the layers' rate: the same fit puts a
+# convolution weight at 5.2 passes per training iteration (the TX2's and the CPU demo's
+# data, nearly all convolutions: 5.4-5.8), against 3 + 3 here.
+PARAMETER_STREAM_FACTOR = 3.0 / 14.0
 LATENCY_TERMS: dict[str, dict[str, float]] = {
     "gemm": dict.fromkeys(("conv_kxk_flops", "conv_1x1_flops", "conv_grouped_flops", "linear_flops"), 1.0),
     "traffic": {
         **dict.fromkeys(("conv_kxk_bytes", "conv_1x1_bytes", "conv_grouped_bytes", "conv_depthwise_bytes",
                          "linear_bytes", "norm_bytes", "act_bytes", "pool_bytes", "elementwise_bytes",
                          "other_bytes"), 1.0),
-        "param_bytes": PARAMETER_PASSES,
-        "conv_param_bytes": CONV_WEIGHT_PASSES,
+        "param_traffic_bytes": PARAMETER_STREAM_FACTOR,
+        "conv_weight_traffic_bytes": 1.0,
     },
     "launches": {"layers": 1.0},
 }
