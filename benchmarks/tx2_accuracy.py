@@ -39,6 +39,7 @@ from perf4sight.fit import (
     architecture_name,
     build_dataset,
     fit_method,
+    held_out_ratio,
     mape_pct,
     predict_rows,
     read_logs,
@@ -121,9 +122,12 @@ def evaluate_method(
 
 def memory_boundary(
     method: str, data: Data, catalog: ArchitectureCatalog, stage: str = "training"
-) -> dict[str, tuple[float, float]]:
+) -> dict[str, tuple[float, ...]]:
     """Per unseen network: % of its tests (passed or not) whose fit/no-fit is predicted right,
-    and % of its passed tests whose memory is under-estimated (what crashes a user's run).
+    % of its passed tests whose memory is under-estimated (what crashes a user's run), the
+    same for the memory bound (the prediction times `held_out_ratio` of the training
+    networks, as fingerprinting stores it), and how far above the measurement the bound lies
+    on average (%, what it costs).
 
     A method with `predict_fits` decides itself; any other fits when its prediction is at
     most the largest `mem_used` measured in training.
@@ -145,8 +149,11 @@ def memory_boundary(
         else:
             fits = estimator.predict(test.features) <= train.target.max()
         test_ok = ok[held_out]
-        under = estimator.predict(test.features)[test_ok] < test.target[test_ok]
-        out[net] = (100 * float(np.mean(fits == test_ok)), 100 * float(np.mean(under)))
+        predicted, measured = estimator.predict(test.features)[test_ok], test.target[test_ok]
+        bound = held_out_ratio(method, train, "mem_used")
+        bounded = predicted * max(1.0, bound["ratio"] if bound else np.nan)
+        out[net] = tuple(100 * float(np.mean(x)) for x in (fits == test_ok, predicted < measured, bounded < measured,
+                                                           bounded / measured - 1))
     return out
 
 
@@ -201,7 +208,8 @@ def main(argv: list[str] | None = None) -> int:
         rows = [(net, *values) for net, values in boundary.items()]
         rows.append(("mean", *np.mean(list(boundary.values()), axis=0).tolist()))
         console.print_table(f"{device} memory boundary, unseen network, method = {method}",
-                            ("evaluated net", "fit / no fit right %", "memory under-estimated %"), rows)
+                            ("evaluated net", "fit / no fit right %", "memory under-estimated %",
+                             "bound under-estimated %", "bound above measured %"), rows)
         sizes = list(range(8, 208, 8))
         ms = feature_ms(feature_set, data, catalog, sizes)
         console.info(f"'{feature_set}' features of one network for {len(sizes)} batch sizes: {ms:.2f} ms (median)")

@@ -11,12 +11,14 @@ from sklearn.exceptions import NotFittedError
 from perf4sight.errors import ConfigError
 from perf4sight.features import FEATURE_SETS
 from perf4sight.fit import (
+    BOUND_QUANTILE,
     DEFAULT_METHOD,
     METHODS,
     ArchitectureCatalog,
     Dataset,
     build_dataset,
     fit_method,
+    held_out_ratio,
     load_model,
     mape_pct,
     network_weights,
@@ -218,3 +220,16 @@ def test_memory_holds_the_larger_of_activations_and_the_optimizer_temporary(data
     huge = features.assign(optimizer_temp_bytes=float(4 << 30))
     activations = model.predict_demand(none) - model.intercept_ - model.library_mib_ - features["param_state_bytes"] / 2**20
     np.testing.assert_allclose(model.predict_demand(huge) - base, 4096 - activations, rtol=1e-3)
+
+
+def test_held_out_ratio_leaves_out_networks_then_architectures(datasets):
+    data = datasets["mem_used"]
+    nets = data.rows["net"]
+    across = held_out_ratio("physical", data, "mem_used")
+    assert across["left_out"] == "network" and across["quantile"] == BOUND_QUANTILE
+    one_net = data.select((nets == "resnet18").to_numpy())
+    median = held_out_ratio("physical", one_net, "mem_used", quantile=0.5)
+    assert median["left_out"] == "architecture"
+    assert held_out_ratio("physical", one_net, "mem_used")["ratio"] > max(median["ratio"], 1) and across["ratio"] > 1
+    one_model = one_net.select((one_net.rows["model"] == "resnet18_50").to_numpy())
+    assert held_out_ratio("physical", one_model, "mem_used") is None

@@ -11,8 +11,8 @@ import pytest
 from perf4sight.cli import main
 from perf4sight.config import FingerprintSettings
 from perf4sight.errors import DataNotFoundError, UsageError
-from perf4sight.fit import fingerprint_device
-from perf4sight.predict import LATENCY, MEMORY, BudgetError, Predictor, plan_variants
+from perf4sight.fit import ArchitectureCatalog, build_dataset, fingerprint_device, read_logs
+from perf4sight.predict import LATENCY, MEMORY, MEMORY_BOUND, BudgetError, Predictor, plan_variants
 
 LEVELS = [0, 10, 20, 25, 30, 35, 45, 50, 65, 70, 75, 85, 90]
 
@@ -166,3 +166,31 @@ def test_the_devices_out_of_memory_boundary(predictor: Predictor, tx2_dir: Path)
     assert table["fits_device"].tolist() == [True, True, True, False, False]
     best = predictor.max_batch_size(tx2_dir / "models" / "googlenet_0.json", 1e9)
     assert 64 <= best["batch_size"] < 100 and best["fits_device"]
+
+
+def test_the_memory_bound_covers_a_network_left_out(predictor: Predictor, models_dir: Path, tx2_dir: Path) -> None:
+    """Fingerprinting stores how far above its prediction a left-out network measured; the
+    bound it gives holds googlenet, a network the models never saw, on nearly every run."""
+    stored = json.loads((models_dir / "training_mem_used.json").read_text())["bound_ratio"]
+    assert stored["quantile"] == 0.95 and stored["left_out"] == "network" and stored["ratio"] > 1
+    catalog = ArchitectureCatalog(tx2_dir / "models", complete=True)
+    logs = read_logs(["googlenet"], LEVELS, [tx2_dir / "memory"], ["mem_used"])
+    unseen = build_dataset(logs, target="mem_used", feature_set="network", stage="training", catalog=catalog)
+    predicted = predictor.models[MEMORY].estimator.predict(unseen.features)
+    assert (unseen.target > predicted).mean() > 0.3  # the prediction is often below what was measured
+    table = predictor.predict(tx2_dir / "models" / "googlenet_50.json", [8, 32])
+    assert table[MEMORY_BOUND].tolist() == pytest.approx((table[MEMORY] * stored["ratio"]).tolist())
+    assert (unseen.target > predicted * stored["ratio"]).mean() < 0.05
+
+
+def test_the_largest_batch_size_within_the_bound(predictor: Predictor, models_dir: Path,
+                                                 capsys: pytest.CaptureFixture[str]) -> None:
+    budget = 3000.0
+    plain = predictor.max_batch_size("resnet18", budget)
+    safe = predictor.max_batch_size("resnet18", budget, bound=True)
+    assert safe[MEMORY_BOUND] <= budget < plain[MEMORY_BOUND]
+    assert safe["batch_size"] < plain["batch_size"]
+    assert main(["predict", "--models", str(models_dir), "--net", "resnet18", "--max-batch-size", "--bound",
+                 "--budget", f"{budget}MiB", "--json"]) == 0
+    (best,) = json.loads(capsys.readouterr().out)
+    assert best["batch_size"] == safe["batch_size"]

@@ -30,12 +30,12 @@ def _input_size(text: str | None) -> tuple[int, ...] | None:
 
 
 def _show(table: pd.DataFrame, *, title: str, as_json: bool) -> None:
-    from perf4sight.predict import LATENCY, MEMORY
+    from perf4sight.predict import LATENCY, MEMORY, MEMORY_BOUND
 
     if as_json:
         console.out.print_json(json.dumps(table.to_dict(orient="records")))
         return
-    names = {MEMORY: "memory (MiB)", LATENCY: "latency (ms)", "epoch_s": "epoch (s)",
+    names = {MEMORY: "memory (MiB)", MEMORY_BOUND: "memory bound (MiB)", LATENCY: "latency (ms)", "epoch_s": "epoch (s)",
              "images_per_s": "images/s", "batch_size": "batch size", "level_reached": "level reached",
              "fits_device": "fits device"}
     columns = [c for c in table.columns if c != "extrapolated"]
@@ -57,6 +57,7 @@ def register(app: typer.Typer) -> None:
         dataset_size: int | None = typer.Option(None, "--dataset-size", help="Images per epoch, for the epoch time."),
         max_batch_size: bool = typer.Option(False, "--max-batch-size", help="Find the largest batch size that fits --budget."),
         budget: str | None = typer.Option(None, "--budget", help="Memory budget, e.g. 7.5GiB, 512MB, or 'auto'."),
+        bound: bool = typer.Option(False, "--bound", help="Fit the memory bound, not the prediction, in --budget."),
         stage: str = typer.Option("training", "--stage", help="training or inference."),
         input_size: str | None = typer.Option(None, "--input-size", help="C,H,W, e.g. 3,224,224."),
         num_classes: int | None = typer.Option(None, "--num-classes"),
@@ -70,7 +71,8 @@ def register(app: typer.Typer) -> None:
         if max_batch_size:
             if budget is None:
                 raise UsageError("--max-batch-size needs --budget (e.g. --budget 7.5GiB or auto)")
-            row = predictor.max_batch_size(net, parse_memory_mib(budget), dataset_size=dataset_size, **options)
+            row = predictor.max_batch_size(net, parse_memory_mib(budget), dataset_size=dataset_size, bound=bound,
+                                           **options)
             _show(row.to_frame().T, title=f"{net}: largest batch size within {budget}", as_json=as_json)
             if row["batch_size"] >= MAX_SEARCH_BATCH:
                 console.warn(f"every batch size up to {MAX_SEARCH_BATCH}, the largest searched, is predicted to fit")
@@ -85,6 +87,7 @@ def register(app: typer.Typer) -> None:
         levels: str = typer.Option("0:90:10", "--levels", help="Pruning levels: '0:90:5' or '0,30,50'."),
         budget: str = typer.Option(..., "--budget", help="Memory budget, e.g. 4GiB, or 'auto'."),
         max_latency: str | None = typer.Option(None, "--max-latency", help="Latency limit per iteration, e.g. 500ms."),
+        bound: bool = typer.Option(False, "--bound", help="Fit the memory bound, not the prediction, in --budget."),
         mode: str = typer.Option("random", "--mode", help="random or l1-norm channel selection."),
         seed: int = typer.Option(0, "--seed"),
         input_size: str | None = typer.Option(None, "--input-size", help="C,H,W, e.g. 3,224,224."),
@@ -100,6 +103,7 @@ def register(app: typer.Typer) -> None:
             levels=parse_levels(levels),
             budget_mib=parse_memory_mib(budget),
             max_latency_ms=parse_duration_ms(max_latency) if max_latency else None,
+            bound=bound,
             mode=mode,
             seed=seed,
             input_size=_input_size(input_size),

@@ -1,7 +1,15 @@
 """Fitting: datasets built from profiling logs, regression methods, stored models, evaluation."""
 
 from perf4sight.fit.dataset import ArchitectureCatalog, ArchitectureCatalogs, Dataset, architecture_name, build_dataset
-from perf4sight.fit.fingerprint import TARGETS, fingerprint_device, fit_method, network_weights, predict_rows
+from perf4sight.fit.fingerprint import (
+    TARGETS,
+    BOUND_QUANTILE,
+    fingerprint_device,
+    fit_method,
+    held_out_ratio,
+    network_weights,
+    predict_rows,
+)
 from perf4sight.fit.logs import find_logs, read_log, read_logs
 from perf4sight.fit.methods import DEFAULT_METHOD, METHODS, PaperExtraTrees, resolve_method
 from perf4sight.fit.report import mape_pct, summarise
@@ -16,11 +24,13 @@ __all__ = [
     "METHODS",
     "PaperExtraTrees",
     "TARGETS",
+    "BOUND_QUANTILE",
     "architecture_name",
     "build_dataset",
     "find_logs",
     "fingerprint_device",
     "fit_method",
+    "held_out_ratio",
     "network_weights",
     "load_model",
     "mape_pct",

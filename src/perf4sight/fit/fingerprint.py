@@ -4,7 +4,9 @@ The original tool's semantics: with `evaluate = False` a model is fitted per ena
 (`memory_model`, `latency_model`) unless one is already stored and `overwrite` is False;
 then the models are evaluated on `eval_nets` x `eval_logs`. With `evaluate = True` the
 stored models are only evaluated. Evaluation logs default to the training log folders and
-evaluation networks to the training networks.
+evaluation networks to the training networks. A memory model is stored with its bound
+(`held_out_ratio`): how far above the prediction the runs of a network left out of the fit
+measured.
 """
 
 from __future__ import annotations
@@ -27,7 +29,9 @@ from perf4sight.fit.methods import METHODS, resolve_method
 from perf4sight.fit.report import print_report, summarise, write_report
 from perf4sight.fit.store import FittedModel, load_model, model_path, save_model
 
-__all__ = ["TARGETS", "fit_method", "network_weights", "predict_rows", "fingerprint_device"]
+__all__ = [
+    "TARGETS", "BOUND_QUANTILE", "fit_method", "held_out_ratio", "network_weights", "predict_rows", "fingerprint_device",
+]
 
 
 @dataclass(frozen=True)
@@ -37,6 +41,8 @@ class _Target:
 
 
 TARGETS = (_Target("memory", "mem_used"), _Target("latency", "latency"))
+# The share of runs of networks left out of the fit that the stored memory bound covers.
+BOUND_QUANTILE = 0.95
 
 
 def fit_method(method: str, dataset: Dataset, target: str | None = None) -> Any:
@@ -59,6 +65,27 @@ def network_weights(nets: pd.Series) -> np.ndarray:
     """One weight per row, the same total for every network, averaging 1 over the rows."""
     counts = nets.map(nets.value_counts()).to_numpy(dtype=float)
     return len(nets) / (nets.nunique() * counts)
+
+
+def held_out_ratio(method: str, dataset: Dataset, target: str | None = None,
+                   quantile: float = BOUND_QUANTILE) -> dict[str, Any] | None:
+    """How far above its prediction a new network's measurement may lie: the `quantile` of
+    measured / predicted over every run, each predicted by a model fitted without its
+    network (without its architecture when one network was profiled). An under-estimated
+    memory is what crashes a user's training; this ratio turns a prediction into a bound.
+    None when the dataset holds a single architecture (nothing to leave out)."""
+    nets = dataset.rows["net"]
+    left_out = "network" if nets.nunique() > 1 else "architecture"
+    groups = nets if left_out == "network" else dataset.rows["model"]
+    if groups.nunique() < 2:
+        return None
+    ratios = []
+    for group in groups.unique():
+        out = (groups == group).to_numpy()
+        held = dataset.select(out)
+        predicted = fit_method(method, dataset.select(~out), target).predict(held.features)
+        ratios.append(held.target / np.maximum(predicted, np.finfo(float).tiny))
+    return {"quantile": quantile, "ratio": float(np.quantile(np.concatenate(ratios), quantile)), "left_out": left_out}
 
 
 def predict_rows(estimator: Any, dataset: Dataset) -> pd.DataFrame:
@@ -95,8 +122,12 @@ def _train(settings: FingerprintSettings, target: _Target, method: str, catalogs
                        settings.train_nets, settings.train_logs, evaluation=False)
     console.info(f"fitting the {target.kind} model ({method}) on {len(dataset)} rows")
     estimator = fit_method(method, dataset, target.column)
+    bound = held_out_ratio(method, dataset, target.column) if target.kind == "memory" else None
+    if bound is not None:
+        console.info(f"{bound['quantile']:.0%} of runs measured at most {bound['ratio']:.3f}x their prediction "
+                     f"with their {bound['left_out']} left out of the fit: the memory bound")
     save_model(estimator, method=method, storedir=settings.model_storedir, stage=settings.stage,
-               target=target.column, dataset=dataset)
+               target=target.column, dataset=dataset, bound_ratio=bound)
     console.info(f"stored the {target.kind} model at {path}")
 
 

@@ -91,8 +91,9 @@ def _sha256(data: bytes) -> str:
 
 
 def save_model(estimator: Any, *, method: str, storedir: str | Path, stage: str, target: str,
-               dataset: Dataset) -> Path:
-    """Store a fitted estimator and its metadata; returns the .skops path."""
+               dataset: Dataset, bound_ratio: dict[str, Any] | None = None) -> Path:
+    """Store a fitted estimator and its metadata; returns the .skops path. `bound_ratio`
+    (`held_out_ratio`'s) turns the model's predictions into bounds."""
     path = model_path(storedir, stage, target)
     path.parent.mkdir(parents=True, exist_ok=True)
     skops.io.dump(estimator, path)
@@ -107,6 +108,7 @@ def save_model(estimator: Any, *, method: str, storedir: str | Path, stage: str,
         "n_train": len(dataset),
         "train_nets": sorted(dataset.rows["net"].unique().tolist()),
         "training_ranges": _ranges(dataset),
+        "bound_ratio": bound_ratio,
         "versions": library_versions(),
         "sha256": _sha256(path.read_bytes()),
     }

@@ -1,7 +1,7 @@
 """Prediction and planning: fitted models + architecture -> memory, latency, batch size."""
 
 from perf4sight.predict.plan import plan_variants
-from perf4sight.predict.predictor import LATENCY, MAX_SEARCH_BATCH, MEMORY, BudgetError, Predictor
+from perf4sight.predict.predictor import LATENCY, MAX_SEARCH_BATCH, MEMORY, MEMORY_BOUND, BudgetError, Predictor
 from perf4sight.predict.units import device_memory_mib, parse_duration_ms, parse_memory_mib
 
 __all__ = [
@@ -9,6 +9,7 @@ __all__ = [
     "LATENCY",
     "MAX_SEARCH_BATCH",
     "MEMORY",
+    "MEMORY_BOUND",
     "Predictor",
     "device_memory_mib",
     "parse_duration_ms",

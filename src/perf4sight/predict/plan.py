@@ -26,12 +26,14 @@ def plan_variants(
     levels: Sequence[float],
     budget_mib: float,
     max_latency_ms: float | None = None,
+    bound: bool = False,
     mode: str = "random",
     seed: int = 0,
     input_size: Sequence[int] | None = None,
     num_classes: int | None = None,
 ) -> pd.DataFrame:
-    """Feasible pruned variants, best predicted throughput (images per second) first."""
+    """Feasible pruned variants, best predicted throughput (images per second) first; with
+    `bound`, a variant's batch size is chosen by its memory bound (`Predictor.max_batch_size`)."""
     from perf4sight.networks import ChannelPruner, load_network
 
     loaded = load_network(network, input_size=input_size, num_classes=num_classes)
@@ -46,7 +48,7 @@ def plan_variants(
             )
             bar.advance(f"level {level:g}")
             try:
-                best = predictor.max_batch_size(arch, budget_mib, max_latency_ms=max_latency_ms)
+                best = predictor.max_batch_size(arch, budget_mib, max_latency_ms=max_latency_ms, bound=bound)
             except BudgetError:
                 infeasible.append(level)
                 continue

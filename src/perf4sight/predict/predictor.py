@@ -21,9 +21,12 @@ from perf4sight.architecture import Architecture
 from perf4sight.errors import DataNotFoundError, UsageError
 from perf4sight.fit import FittedModel, load_model
 
-__all__ = ["Predictor", "MEMORY", "LATENCY", "MAX_SEARCH_BATCH", "BudgetError"]
+__all__ = ["Predictor", "MEMORY", "MEMORY_BOUND", "LATENCY", "MAX_SEARCH_BATCH", "BudgetError"]
 
 MEMORY = "mem_used_mib"
+# The memory prediction times the ratio that bounded the measurements of networks left out
+# of the fit (`perf4sight.fit.held_out_ratio`): what to plan with when a crash is costly.
+MEMORY_BOUND = "mem_bound_mib"
 LATENCY = "latency_ms"
 _TARGETS = {MEMORY: "mem_used", LATENCY: "latency"}
 # Candidate batch sizes searched for the largest one that fits a budget.
@@ -71,7 +74,9 @@ class Predictor:
         **load_options: Any,
     ) -> pd.DataFrame:
         """One row per batch size: predicted memory (MiB), latency per iteration (ms), and
-        with `dataset_size` the time per epoch (s); `fits_device` (when the memory model
+        with `dataset_size` the time per epoch (s); `mem_bound_mib` (when fingerprinting
+        could leave a network out) the memory that held-out networks' runs stayed under
+        (95 % of them), never below the prediction; `fits_device` (when the memory model
         learned the device's capacity) whether training fits on the profiled device;
         `extrapolated` marks rows outside the fitted range (a bigger network or batch than
         any profiled)."""
@@ -87,6 +92,9 @@ class Predictor:
                 tables[key] = model.features(arch, sizes)
             features = model.select(tables[key])
             columns[column] = model.estimator.predict(features)
+            bound = model.metadata.get("bound_ratio")
+            if column == MEMORY and bound:
+                columns[MEMORY_BOUND] = columns[column] * max(1.0, bound["ratio"])
             extrapolated |= _outside_range(model, arch, batch, features)
             if column == MEMORY and hasattr(model.estimator, "predict_fits"):
                 # the device's own out-of-memory boundary, learned from its failed runs
@@ -106,10 +114,12 @@ class Predictor:
         max_latency_ms: float | None = None,
         batch_sizes: Sequence[int] | None = None,
         dataset_size: int | None = None,
+        bound: bool = False,
         **load_options: Any,
     ) -> pd.Series:
         """The row of the largest batch size predicted to fit in `budget_mib` and on the
-        profiled device (and, when given, to take at most `max_latency_ms` per iteration).
+        profiled device (and, when given, to take at most `max_latency_ms` per iteration);
+        with `bound`, the memory bound (`mem_bound_mib`) must fit the budget, not the prediction.
 
         Batch sizes are tried in increasing order (all of 1..4096 unless given) and the
         search stops at the first that does not fit: memory and latency rise with the
@@ -121,7 +131,11 @@ class Predictor:
             raise DataNotFoundError("the loaded models have no latency model; fingerprint latency first")
         sizes = sorted(set(batch_sizes)) if batch_sizes else list(range(1, MAX_SEARCH_BATCH + 1))
         table = self.predict(network, sizes, dataset_size=dataset_size, **load_options)
-        fits = table[MEMORY] <= budget_mib
+        memory = MEMORY_BOUND if bound else MEMORY
+        if memory not in table:
+            raise DataNotFoundError("the memory model stores no bound (it was fitted on one architecture, or by an "
+                                    "earlier perf4sight); fingerprint more networks or levels to get one")
+        fits = table[memory] <= budget_mib
         if "fits_device" in table:
             fits &= table["fits_device"]
         if max_latency_ms is not None:
@@ -132,7 +146,7 @@ class Predictor:
             latency = f" and {first[LATENCY]:.0f} ms" if LATENCY in table else ""
             raise BudgetError(
                 f"no batch size fits: batch size {sizes[0]} is predicted to need "
-                f"{first[MEMORY]:.0f} MiB{latency} (budget {budget_mib:.0f} MiB"
+                f"{first[memory]:.0f} MiB{' (bound)' if bound else ''}{latency} (budget {budget_mib:.0f} MiB"
                 + (f", {max_latency_ms:.0f} ms)" if max_latency_ms is not None else ")")
             )
         first_miss = int(np.argmin(fits)) if not fits.all() else len(fits)
