@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import math
+import shutil
 from pathlib import Path
 
 import pytest
@@ -194,3 +195,13 @@ def test_the_largest_batch_size_within_the_bound(predictor: Predictor, models_di
                  "--budget", f"{budget}MiB", "--json"]) == 0
     (best,) = json.loads(capsys.readouterr().out)
     assert best["batch_size"] == safe["batch_size"]
+
+
+def test_without_a_stored_bound_there_is_none_to_plan_with(models_dir: Path, tmp_path: Path, edit_metadata) -> None:
+    copy = tmp_path / "models"
+    shutil.copytree(models_dir, copy)
+    edit_metadata(copy / "training_mem_used.skops", lambda meta: meta.update(bound_ratio=None))
+    predictor = Predictor.load(copy)
+    assert MEMORY_BOUND not in predictor.predict("resnet18", [8])
+    with pytest.raises(DataNotFoundError, match="stores no bound"):
+        predictor.max_batch_size("resnet18", 3000.0, bound=True)

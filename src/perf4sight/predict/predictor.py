@@ -133,8 +133,8 @@ class Predictor:
         table = self.predict(network, sizes, dataset_size=dataset_size, **load_options)
         memory = MEMORY_BOUND if bound else MEMORY
         if memory not in table:
-            raise DataNotFoundError("the memory model stores no bound (it was fitted on one architecture, or by an "
-                                    "earlier perf4sight); fingerprint more networks or levels to get one")
+            raise DataNotFoundError("the memory model stores no bound (it was fitted on a single architecture, "
+                                    "with none to leave out); fingerprint more networks or levels to get one")
         fits = table[memory] <= budget_mib
         if "fits_device" in table:
             fits &= table["fits_device"]
