@@ -42,7 +42,9 @@ def test_report_structure_and_accuracy(trained):
     assert set(report) == {"memory", "latency"}
     for kind, target in (("memory", "mem_used"), ("latency", "latency")):
         entry = report[kind]
-        assert set(entry) == {"target", "mape_pct", "n", "per_net"}
+        bound = {"bound_under_pct"} if kind == "memory" else set()  # the memory model stores a bound
+        assert set(entry) == {"target", "mape_pct", "n", "under_pct", "per_net", *bound}
+        assert set(entry["per_net"]["resnet18"]) == {"mape_pct", "n", "under_pct", *bound}
         assert entry["target"] == target
         assert set(entry["per_net"]) == {"resnet18"}
         assert entry["per_net"]["resnet18"]["n"] == entry["n"] >= 10
@@ -57,6 +59,11 @@ def test_report_files_beside_the_json(trained):
     assert list(predictions.columns) == ["model_kind", "target", "net", "model", "batch_size", "measured", "predicted"]
     assert set(predictions["model"]) == {"resnet18_30"}
     assert len(predictions) == report["memory"]["n"] + report["latency"]["n"]
+    for kind, rows in predictions.groupby("model_kind"):
+        under = 100 * (rows["predicted"] < rows["measured"]).mean()
+        assert report[kind]["under_pct"] == pytest.approx(under)
+    # the bound lies above every prediction, so it is below the measurement no more often
+    assert report["memory"]["bound_under_pct"] <= report["memory"]["under_pct"]
     assert settings.report.with_suffix(".png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     models = sorted(p.name for p in settings.model_storedir.iterdir())
     assert models == ["training_latency.json", "training_latency.skops",

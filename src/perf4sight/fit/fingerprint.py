@@ -135,7 +135,9 @@ def _evaluate(settings: FingerprintSettings, target: _Target, model: FittedModel
               catalogs: ArchitectureCatalogs) -> pd.DataFrame:
     dataset = _dataset(settings, target, model.metadata["feature_set"], catalogs,
                        settings.eval_nets or settings.train_nets, settings.eval_logs, evaluation=True)
-    return predict_rows(model.estimator, Dataset(dataset.features[model.feature_names], dataset.target, dataset.rows))
+    rows = predict_rows(model.estimator, Dataset(dataset.features[model.feature_names], dataset.target, dataset.rows))
+    bound = model.metadata.get("bound_ratio")
+    return rows.assign(bound=rows["predicted"] * max(1.0, bound["ratio"])) if bound else rows
 
 
 def fingerprint_device(settings: FingerprintSettings) -> dict[str, Any]:

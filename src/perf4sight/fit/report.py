@@ -23,17 +23,22 @@ def mape_pct(measured: Any, predicted: Any) -> float:
 
 
 def summarise(target: str, predictions: pd.DataFrame) -> dict[str, Any]:
-    """The report entry of one target from rows with net, measured and predicted."""
-    per_net = {
-        str(net): {"mape_pct": mape_pct(group["measured"], group["predicted"]), "n": int(len(group))}
-        for net, group in predictions.groupby("net", sort=True)
+    """The report entry of one target from rows with net, measured and predicted (and
+    `bound` for a memory model that stores one): MAPE, and the share of rows whose
+    prediction (bound) lies below the measurement, overall and per network."""
+    per_net = {str(net): _errors(group) for net, group in predictions.groupby("net", sort=True)}
+    return {"target": target, **_errors(predictions), "per_net": per_net}
+
+
+def _errors(rows: pd.DataFrame) -> dict[str, Any]:
+    errors = {
+        "mape_pct": mape_pct(rows["measured"], rows["predicted"]),
+        "n": int(len(rows)),
+        "under_pct": float(np.mean(rows["predicted"] < rows["measured"]) * 100.0),
     }
-    return {
-        "target": target,
-        "mape_pct": mape_pct(predictions["measured"], predictions["predicted"]),
-        "n": int(len(predictions)),
-        "per_net": per_net,
-    }
+    if "bound" in rows:
+        errors["bound_under_pct"] = float(np.mean(rows["bound"] < rows["measured"]) * 100.0)
+    return errors
 
 
 # Above this many evaluated tests, measured and predicted are shown per architecture.
@@ -45,10 +50,11 @@ def print_report(report: Mapping[str, Any], predictions: Mapping[str, pd.DataFra
     _print_predictions(report, predictions)
     rows = []
     for kind, entry in report.items():
-        for net, stats in entry["per_net"].items():
-            rows.append((kind, entry["target"], net, stats["n"], stats["mape_pct"]))
-        rows.append((kind, entry["target"], "all", entry["n"], entry["mape_pct"]))
-    console.print_table("Fingerprint evaluation", ("model", "target", "net", "rows", "MAPE %"), rows)
+        for net, stats in [*entry["per_net"].items(), ("all", entry)]:
+            rows.append((kind, entry["target"], net, stats["n"], stats["mape_pct"], stats["under_pct"],
+                         stats.get("bound_under_pct", "")))
+    console.print_table("Fingerprint evaluation", ("model", "target", "net", "rows", "MAPE %",
+                                                   "under-estimated %", "bound under-estimated %"), rows)
 
 
 def _print_predictions(report: Mapping[str, Any], predictions: Mapping[str, pd.DataFrame]) -> None:
