@@ -78,16 +78,21 @@ class Data:
         return cases
 
 
+def profiled(logs: Path) -> tuple[tuple[str, ...], tuple[int, ...]]:
+    """The networks (sorted) and levels of the memory logs under `logs`."""
+    found = [_LOG_NAME.fullmatch(path.name) for path in sorted((logs / "memory").glob(f"*{GT_SUFFIX}"))]
+    found = [match for match in found if match]
+    return tuple(sorted({m["net"] for m in found})), tuple(sorted({int(m["level"]) for m in found}))
+
+
 def find_data(
     logs: Path, models: Path, train_levels: tuple[int, ...], order: tuple[str, ...] = (), train_nets: tuple[str, ...] = ()
 ) -> Data:
     """The networks and levels of `logs/memory`, networks named in `order` first in that order;
     the protocol trains on the `train_levels` present, the unseen case on `train_nets` if given."""
-    found = [_LOG_NAME.fullmatch(path.name) for path in sorted((logs / "memory").glob(f"*{GT_SUFFIX}"))]
-    found = [match for match in found if match]
-    present = {match["net"] for match in found}
+    names, levels = profiled(logs)
+    present = set(names)
     nets = tuple(net for net in order if net in present) + tuple(sorted(present - set(order)))
-    levels = tuple(sorted({int(match["level"]) for match in found}))
     train = tuple(level for level in train_levels if level in levels)
     if len(nets) < 2 or not train or len(train) == len(levels):
         raise SystemExit(f"{logs}: need logs of at least 2 networks and levels both in and out of the protocol's "
