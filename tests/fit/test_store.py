@@ -19,6 +19,7 @@ from perf4sight.fit import (
     read_logs,
     save_model,
 )
+from perf4sight.fit import FamilyCalibration
 from perf4sight.fit.store import library_versions
 from perf4sight.networks import architecture_from_spec, read_spec
 
@@ -56,7 +57,24 @@ def test_round_trip_keeps_predictions_and_metadata(dataset, stored, tmp_path, tx
     arch = architecture_from_spec(read_spec(tx2_dir / "models" / "squeezenet_50.json"))
     rows = (dataset.rows["model"] == "squeezenet_50").to_numpy()
     sizes = dataset.rows.loc[rows, "batch_size"].tolist()
-    np.testing.assert_allclose(model.predict(arch, sizes), estimator.predict(dataset.features[rows]))
+    predicted, calibrated = model.predict(arch, sizes)
+    np.testing.assert_allclose(predicted, estimator.predict(dataset.features[rows]))
+    assert not calibrated  # stored without the family's residuals
+
+
+def test_a_stored_calibration_corrects_its_family_only(dataset, tmp_path, tx2_dir):
+    estimator = PaperExtraTrees(n_estimators=20).fit(dataset.features, dataset.target)
+    off = np.where(dataset.rows["model"] == "squeezenet_50", 1.1, 1.0)  # as if 10 % too low at level 50
+    calibration = FamilyCalibration.of(dataset.rows, estimator.predict(dataset.features) / off)
+    save_model(estimator, method="paper", storedir=tmp_path, stage="training", target="latency", dataset=dataset,
+               calibration=calibration)
+    model = load_model(tmp_path, stage="training", target="latency")
+    arch = architecture_from_spec(read_spec(tx2_dir / "models" / "squeezenet_50.json"))
+    raw = estimator.predict(model.features(arch, [8, 64]))
+    predicted, calibrated = model.predict(arch, [8, 64])
+    assert calibrated and (predicted > raw).all()  # pulled up towards level 50's measurements
+    other = architecture_from_spec(read_spec(tx2_dir / "models" / "resnet18_50.json"))
+    assert model.predict(other, [8])[1] is False  # another network: nothing to carry over
 
 
 def test_another_stage_or_target_is_refused(stored, tmp_path):

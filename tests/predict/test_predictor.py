@@ -205,3 +205,13 @@ def test_without_a_stored_bound_there_is_none_to_plan_with(models_dir: Path, tmp
     assert MEMORY_BOUND not in predictor.predict("resnet18", [8])
     with pytest.raises(DataNotFoundError, match="stores no bound"):
         predictor.max_batch_size("resnet18", 3000.0, bound=True)
+
+
+def test_a_profiled_family_is_calibrated(predictor: Predictor, tx2_dir: Path, capsys: pytest.CaptureFixture[str],
+                                         models_dir: Path) -> None:
+    assert predictor.predict(tx2_dir / "models" / "resnet18_45.json", [8])["calibrated"].all()
+    assert predictor.predict("resnet18", [8])["calibrated"].all()  # the unpruned network, by name
+    assert not predictor.predict(tx2_dir / "models" / "googlenet_45.json", [8])["calibrated"].any()
+    assert not predictor.predict("resnet18", [8], input_size=(3, 112, 112))["calibrated"].any()
+    assert main(["predict", "--models", str(models_dir), "--net", "resnet18", "--bs", "8"]) == 0
+    assert "calibrated" in capsys.readouterr().out

@@ -38,11 +38,9 @@ def _show(table: pd.DataFrame, *, title: str, as_json: bool) -> None:
     names = {MEMORY: "memory (MiB)", MEMORY_BOUND: "memory bound (MiB)", LATENCY: "latency (ms)", "epoch_s": "epoch (s)",
              "images_per_s": "images/s", "batch_size": "batch size", "level_reached": "level reached",
              "fits_device": "fits device"}
-    columns = [c for c in table.columns if c != "extrapolated"]
-    rows = [
-        [row[c] for c in columns] + (["extrapolated"] if row["extrapolated"] else [""])
-        for _, row in table.iterrows()
-    ]
+    notes = [c for c in ("calibrated", "extrapolated") if c in table.columns]
+    columns = [c for c in table.columns if c not in notes]
+    rows = [[row[c] for c in columns] + [", ".join(c for c in notes if row[c])] for _, row in table.iterrows()]
     console.print_table(title, [names.get(c, c) for c in columns] + ["note"], rows)
 
 

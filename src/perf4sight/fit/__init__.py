@@ -1,5 +1,6 @@
 """Fitting: datasets built from profiling logs, regression methods, stored models, evaluation."""
 
+from perf4sight.fit.calibration import FamilyCalibration, family_key
 from perf4sight.fit.dataset import ArchitectureCatalog, ArchitectureCatalogs, Dataset, architecture_name, build_dataset
 from perf4sight.fit.fingerprint import (
     TARGETS,
@@ -20,6 +21,7 @@ __all__ = [
     "ArchitectureCatalogs",
     "Dataset",
     "DEFAULT_METHOD",
+    "FamilyCalibration",
     "FittedModel",
     "METHODS",
     "PaperExtraTrees",
@@ -27,6 +29,7 @@ __all__ = [
     "BOUND_QUANTILE",
     "architecture_name",
     "build_dataset",
+    "family_key",
     "find_logs",
     "fingerprint_device",
     "fit_method",

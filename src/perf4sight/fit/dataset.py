@@ -18,6 +18,7 @@ from perf4sight import console
 from perf4sight.architecture import Architecture
 from perf4sight.errors import DataNotFoundError
 from perf4sight.features import FEATURE_SETS, needs_complete_architecture
+from perf4sight.fit.calibration import family_key
 from perf4sight.networks import architecture_from_spec, load_architecture, read_spec
 
 __all__ = ["ArchitectureCatalog", "ArchitectureCatalogs", "Dataset", "architecture_name", "build_dataset"]
@@ -80,7 +81,8 @@ class ArchitectureCatalogs:
 class Dataset:
     """Aligned rows: `features` (the model's X), `target` (y) and `rows` (who each row is).
 
-    `rows` has net, model, batch_size, params and measured, for reports and training ranges.
+    `rows` has net, model, batch_size, params, family (`family_key`) and measured, for reports,
+    training ranges and calibration.
     """
 
     features: pd.DataFrame
@@ -126,7 +128,7 @@ def build_dataset(
         sizes = np.unique(group["bs"].to_numpy())
         table = features_of(arch, sizes.tolist(), stage)
         blocks.append(table.iloc[np.searchsorted(sizes, group["bs"].to_numpy())])
-        kept.append(group.assign(params=arch.params))
+        kept.append(group.assign(params=arch.params, family=family_key(arch)))
     if missing:
         skipped = sum(count for _, count in missing)
         names = ", ".join(name for name, _ in missing[:5]) + (", ..." if len(missing) > 5 else "")
@@ -149,6 +151,7 @@ def build_dataset(
             "model": rows["arch_name"],
             "batch_size": rows["bs"].astype(int),
             "params": rows["params"].astype(int),
+            "family": rows["family"],
             "measured": rows[target].astype(float),
         }),
     )

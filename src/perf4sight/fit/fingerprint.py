@@ -6,7 +6,9 @@ then the models are evaluated on `eval_nets` x `eval_logs`. With `evaluate = Tru
 stored models are only evaluated. Evaluation logs default to the training log folders and
 evaluation networks to the training networks. A memory model is stored with its bound
 (`held_out_ratio`): how far above the prediction the runs of a network left out of the fit
-measured.
+measured. Every model is stored with its errors on each training family
+(`FamilyCalibration`), which correct the predictions of that family's other pruning levels,
+in the evaluation as for a user's query.
 """
 
 from __future__ import annotations
@@ -23,6 +25,7 @@ from sklearn.utils.validation import has_fit_parameter
 from perf4sight import console
 from perf4sight.config import FingerprintSettings
 from perf4sight.errors import ConfigError, FittedModelError
+from perf4sight.fit.calibration import FamilyCalibration
 from perf4sight.fit.dataset import ArchitectureCatalogs, Dataset, build_dataset
 from perf4sight.fit.logs import read_logs
 from perf4sight.fit.methods import METHODS, resolve_method
@@ -127,7 +130,8 @@ def _train(settings: FingerprintSettings, target: _Target, method: str, catalogs
         console.info(f"{bound['quantile']:.0%} of runs measured at most {bound['ratio']:.3f}x their prediction "
                      f"with their {bound['left_out']} left out of the fit: the memory bound")
     save_model(estimator, method=method, storedir=settings.model_storedir, stage=settings.stage,
-               target=target.column, dataset=dataset, bound_ratio=bound)
+               target=target.column, dataset=dataset, bound_ratio=bound,
+               calibration=FamilyCalibration.of(dataset.rows, estimator.predict(dataset.features)))
     console.info(f"stored the {target.kind} model at {path}")
 
 
@@ -136,6 +140,8 @@ def _evaluate(settings: FingerprintSettings, target: _Target, model: FittedModel
     dataset = _dataset(settings, target, model.metadata["feature_set"], catalogs,
                        settings.eval_nets or settings.train_nets, settings.eval_logs, evaluation=True)
     rows = predict_rows(model.estimator, Dataset(dataset.features[model.feature_names], dataset.target, dataset.rows))
+    predicted, _ = model.calibration.apply(rows, rows["predicted"].to_numpy())
+    rows = rows.assign(predicted=predicted)
     bound = model.metadata.get("bound_ratio")
     return rows.assign(bound=rows["predicted"] * max(1.0, bound["ratio"])) if bound else rows
 

@@ -14,6 +14,7 @@ import hashlib
 import json
 from collections.abc import Sequence
 from dataclasses import dataclass
+from functools import cached_property
 from importlib.metadata import version
 from pathlib import Path
 from typing import Any
@@ -25,6 +26,7 @@ import skops.io
 from perf4sight.architecture import Architecture
 from perf4sight.errors import DataNotFoundError, FittedModelError
 from perf4sight.features import FEATURE_SETS
+from perf4sight.fit.calibration import FamilyCalibration, family_key
 from perf4sight.fit.dataset import Dataset
 from perf4sight.fit.methods import METHODS, trusted_types
 from perf4sight.jsonfile import read_json
@@ -70,12 +72,22 @@ class FittedModel:
             return features
         return features[names]
 
-    def predict(self, arch: Architecture, batch_sizes: Sequence[int], *, features: pd.DataFrame | None = None) -> np.ndarray:
-        """Predicted target for `arch` at each batch size; `features` (from `features()`)
-        can be passed to share one table between models of the same feature set."""
+    @cached_property
+    def calibration(self) -> FamilyCalibration:
+        """The model's errors on each profiled family (network), for queries of one of them."""
+        return FamilyCalibration(self.metadata.get("family_residuals") or {})
+
+    def predict(self, arch: Architecture, batch_sizes: Sequence[int], *, features: pd.DataFrame | None = None,
+                family: str | None = None) -> tuple[np.ndarray, bool]:
+        """Predicted target for `arch` at each batch size, calibrated on its family when that
+        was profiled, and whether it was. `features` (from `features()`) can be passed to
+        share one table between models of the same feature set, `family` (`family_key`) to
+        compute it once for several models."""
         if features is None:
             features = self.features(arch, batch_sizes)
-        return self.estimator.predict(self.select(features))
+        predicted = self.estimator.predict(self.select(features))
+        factors = self.calibration.factors(family or family_key(arch), arch.params, np.asarray(batch_sizes))
+        return (predicted, False) if factors is None else (predicted * factors, True)
 
 
 def _ranges(dataset: Dataset) -> dict[str, list[float]]:
@@ -91,9 +103,11 @@ def _sha256(data: bytes) -> str:
 
 
 def save_model(estimator: Any, *, method: str, storedir: str | Path, stage: str, target: str,
-               dataset: Dataset, bound_ratio: dict[str, Any] | None = None) -> Path:
+               dataset: Dataset, bound_ratio: dict[str, Any] | None = None,
+               calibration: FamilyCalibration | None = None) -> Path:
     """Store a fitted estimator and its metadata; returns the .skops path. `bound_ratio`
-    (`held_out_ratio`'s) turns the model's predictions into bounds."""
+    (`held_out_ratio`'s) turns the model's predictions into bounds; `calibration` corrects
+    queries of the profiled families."""
     path = model_path(storedir, stage, target)
     path.parent.mkdir(parents=True, exist_ok=True)
     skops.io.dump(estimator, path)
@@ -109,6 +123,7 @@ def save_model(estimator: Any, *, method: str, storedir: str | Path, stage: str,
         "train_nets": sorted(dataset.rows["net"].unique().tolist()),
         "training_ranges": _ranges(dataset),
         "bound_ratio": bound_ratio,
+        "family_residuals": {key: dict(runs) for key, runs in calibration.residuals.items()} if calibration else {},
         "versions": library_versions(),
         "sha256": _sha256(path.read_bytes()),
     }

@@ -19,7 +19,7 @@ import pandas as pd
 
 from perf4sight.architecture import Architecture
 from perf4sight.errors import DataNotFoundError, UsageError
-from perf4sight.fit import FittedModel, load_model
+from perf4sight.fit import FittedModel, family_key, load_model
 
 __all__ = ["Predictor", "MEMORY", "MEMORY_BOUND", "LATENCY", "MAX_SEARCH_BATCH", "BudgetError"]
 
@@ -78,20 +78,24 @@ class Predictor:
         could leave a network out) the memory that held-out networks' runs stayed under
         (95 % of them), never below the prediction; `fits_device` (when the memory model
         learned the device's capacity) whether training fits on the profiled device;
-        `extrapolated` marks rows outside the fitted range (a bigger network or batch than
-        any profiled)."""
+        `calibrated` whether the network's family (other pruning levels of it) was profiled
+        and corrected the predictions (`perf4sight.fit.FamilyCalibration`); `extrapolated`
+        marks rows outside the fitted range (a bigger network or batch than any profiled)."""
         sizes = _check_batch_sizes(batch_sizes)
         arch = self.describe(network, **load_options)
         batch = np.asarray(sizes)
         columns: dict[str, np.ndarray] = {"batch_size": batch}
         extrapolated = np.zeros(len(sizes), dtype=bool)
+        calibrated = False
+        family = family_key(arch)
         tables: dict[str, pd.DataFrame] = {}  # one feature table per feature set
         for column, model in self.models.items():
             key = model.metadata["feature_set"]
             if key not in tables:
                 tables[key] = model.features(arch, sizes)
             features = model.select(tables[key])
-            columns[column] = model.estimator.predict(features)
+            columns[column], corrected = model.predict(arch, sizes, features=features, family=family)
+            calibrated |= corrected
             bound = model.metadata.get("bound_ratio")
             if column == MEMORY and bound:
                 columns[MEMORY_BOUND] = columns[column] * max(1.0, bound["ratio"])
@@ -103,6 +107,7 @@ class Predictor:
             if dataset_size is not None:
                 columns["epoch_s"] = np.ceil(dataset_size / batch) * columns[LATENCY] / 1e3
             columns["images_per_s"] = batch / columns[LATENCY] * 1e3
+        columns["calibrated"] = np.full(len(sizes), calibrated)
         columns["extrapolated"] = extrapolated
         return pd.DataFrame(columns)
 

@@ -1,0 +1,65 @@
+"""Calibration on a profiled family, on the TX2 measurements (skipped when they are absent)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from perf4sight.fit import (
+    ArchitectureCatalog,
+    FamilyCalibration,
+    build_dataset,
+    family_key,
+    fit_method,
+    mape_pct,
+    read_logs,
+)
+from perf4sight.networks import load_architecture
+
+PROFILED = (0, 30, 50, 70, 90)
+OTHERS = (10, 20, 25, 35, 45, 65, 75, 85)
+
+
+@pytest.fixture(scope="module")
+def catalog(tx2_dir):
+    return ArchitectureCatalog(tx2_dir / "models", complete=True)
+
+
+def test_every_level_and_description_of_a_network_shares_its_family(catalog, tx2_dir):
+    keys = {family_key(catalog.get(f"resnet18_{level}")) for level in (*PROFILED, *OTHERS)}
+    assert len(keys) == 1
+    (key,) = keys
+    spec_table = ArchitectureCatalog(tx2_dir / "models", complete=False).get("resnet18_45")
+    assert family_key(spec_table) == key  # the spec's Conv2d/Linear table, not a traced module
+    assert family_key(load_architecture("resnet18", input_size=(3, 224, 224), num_classes=1000)) == key
+    assert family_key(load_architecture("resnet18", input_size=(3, 128, 128), num_classes=1000)) != key
+    assert family_key(catalog.get("resnet18_0")) != family_key(catalog.get("googlenet_0"))
+
+
+@pytest.mark.parametrize(("kind", "column"), [("memory", "mem_used"), ("latency", "latency")])
+def test_calibration_on_profiled_levels_improves_the_others(catalog, tx2_dir, kind, column):
+    logs = read_logs(["resnet18", "squeezenet"], (*PROFILED, *OTHERS), [tx2_dir / kind], [column])
+    data = build_dataset(logs, target=column, feature_set="network", stage="training", catalog=catalog)
+    level = data.rows["model"].str.rsplit("_", n=1).str[1].astype(int)
+    train, query = data.select(level.isin(PROFILED).to_numpy()), data.select(level.isin(OTHERS).to_numpy())
+    model = fit_method("physical", train, column)
+    calibration = FamilyCalibration.of(train.rows, model.predict(train.features))
+    raw = model.predict(query.features)
+    corrected, calibrated = calibration.apply(query.rows, raw)
+    assert calibrated.all()
+    assert mape_pct(query.target, corrected) < 0.85 * mape_pct(query.target, raw)
+
+
+def test_the_correction_is_a_line_in_log_parameters_held_at_the_ends():
+    rows = pd.DataFrame({
+        "family": "f", "params": [100, 100, 10_000, 10_000], "batch_size": [8, 32, 8, 32],
+        "measured": np.exp([0.0, 0.2, 0.4, 0.6]),
+    })
+    calibration = FamilyCalibration.of(rows, np.ones(4))
+    np.testing.assert_allclose(np.log(calibration.factors("f", 1000, np.array([8, 16, 32]))), [0.2, 0.3, 0.4])
+    np.testing.assert_allclose(np.log(calibration.factors("f", 10, np.array([4, 64]))), [0.0, 0.2])
+    np.testing.assert_allclose(np.log(calibration.factors("f", 1e6, np.array([8]))), [0.4])
+    assert calibration.factors("g", 1000, np.array([8])) is None
+    corrected, calibrated = calibration.apply(rows.assign(family=["f", "f", "g", "g"]), np.ones(4))
+    assert calibrated.tolist() == [True, True, False, False] and corrected[2:].tolist() == [1.0, 1.0]
