@@ -39,6 +39,7 @@ from perf4sight.fit import (
     ArchitectureCatalogs,
     FamilyCalibration,
     architecture_name,
+    bound_factor,
     build_dataset,
     fit_method,
     held_out_ratio,
@@ -135,13 +136,14 @@ def evaluate_method(
 
 
 def memory_boundary(
-    method: str, data: Data, catalog: ArchitectureCatalog, stage: str = "training"
-) -> dict[str, tuple[float, ...]]:
-    """Per unseen network: % of its tests (passed or not) whose fit/no-fit is predicted right,
-    % of its passed tests whose memory is under-estimated (what crashes a user's run), the
-    same for the memory bound (the prediction times `held_out_ratio` of the training
-    networks, as fingerprinting stores it), and how far above the measurement the bound lies
-    on average (%, what it costs).
+    method: str, data: Data, catalog: ArchitectureCatalog, stage: str = "training", calibrate: bool = True
+) -> dict[tuple[str, str], tuple[float, ...]]:
+    """Per case and evaluated network: % of its tests (passed or not) whose fit/no-fit is
+    predicted right, % of its passed tests whose memory is under-estimated (what crashes a
+    user's run), the same for the memory bound (fingerprinting's `held_out_ratio` of the
+    training runs, the calibrated ratio for a calibrated prediction), and how far above the
+    measurement the bound lies on average (%, what it costs). Predictions as the tool makes
+    them (calibrated on a trained family) unless `calibrate` is False.
 
     A method with `predict_fits` decides itself; any other fits when its prediction is at
     most the largest `mem_used` measured in training.
@@ -153,21 +155,26 @@ def memory_boundary(
                           passed_only=False)
     ok = np.array([(m, b) in passed for m, b in zip(every.rows["model"], every.rows["batch_size"])])
     out = {}
-    for net, trained_on in data.unseen():
-        held_out = (every.rows["net"] == net).to_numpy()
-        train = every.select(every.rows["net"].isin(trained_on).to_numpy() & ok)
+    for case, net, train_levels, evaluation in data.cases():
+        train = every.select(_mask(every.rows, train_levels) & ok)
         estimator = fit_method(method, train, "mem_used")
-        test = every.select(held_out)
+        evaluated = _mask(every.rows, evaluation)
+        test = every.select(evaluated)
         if hasattr(estimator, "predict_fits"):
             fits = estimator.predict_fits(test.features)
         else:
             fits = estimator.predict(test.features) <= train.target.max()
-        test_ok = ok[held_out]
-        predicted, measured = estimator.predict(test.features)[test_ok], test.target[test_ok]
+        test_ok = ok[evaluated]
+        passed_rows = test.select(test_ok)
+        predicted, calibrated = estimator.predict(passed_rows.features), np.zeros(len(passed_rows), dtype=bool)
+        if calibrate:
+            calibration = FamilyCalibration.of(train.rows, estimator.predict(train.features))
+            predicted, calibrated = calibration.apply(passed_rows.rows, predicted)
         bound = held_out_ratio(method, train, "mem_used")
-        bounded = predicted * max(1.0, bound["ratio"] if bound else np.nan)
-        out[net] = tuple(100 * float(np.mean(x)) for x in (fits == test_ok, predicted < measured, bounded < measured,
-                                                           bounded / measured - 1))
+        bounded = predicted * (bound_factor(bound, calibrated) if bound else np.nan)
+        measured = passed_rows.target
+        out[(case, net)] = tuple(100 * float(np.mean(x)) for x in (
+            fits == test_ok, predicted < measured, bounded < measured, bounded / measured - 1))
     return out
 
 
@@ -220,11 +227,13 @@ def main(argv: list[str] | None = None) -> int:
             rows.append((case, "mean", float(np.mean(mem)), float(np.mean(lat))))
         console.print_table(f"{device} {args.stage} MAPE %, method = {method} ({seconds:.1f} s)",
                             ("case", "evaluated net", "memory (mem_used)", "latency"), rows)
-        boundary = memory_boundary(method, data, catalog, args.stage)
-        rows = [(net, *values) for net, values in boundary.items()]
-        rows.append(("mean", *np.mean(list(boundary.values()), axis=0).tolist()))
-        console.print_table(f"{device} memory boundary, unseen network, method = {method}",
-                            ("evaluated net", "fit / no fit right %", "memory under-estimated %",
+        boundary = memory_boundary(method, data, catalog, args.stage, calibrate=not args.raw)
+        rows = [(case, net, *values) for (case, net), values in boundary.items()]
+        for case in ("protocol", "unseen"):
+            values = [v for (c, _), v in boundary.items() if c == case]
+            rows.append((case, "mean", *np.mean(values, axis=0).tolist()))
+        console.print_table(f"{device} memory boundary, method = {method}",
+                            ("case", "evaluated net", "fit / no fit right %", "memory under-estimated %",
                              "bound under-estimated %", "bound above measured %"), rows)
         sizes = list(range(8, 208, 8))
         ms = feature_ms(feature_set, data, catalog, sizes)

@@ -81,10 +81,13 @@ def test_predict_from_the_fitted_models(run_dir: Path, capsys: pytest.CaptureFix
     assert [r["batch_size"] for r in rows] == [2, 4, 8]
     assert [r["extrapolated"] for r in rows] == [False, False, True]
     assert rows[0]["mem_used_mib"] > 0 and rows[0]["latency_ms"] > 0
-    # one network profiled: the bound comes from leaving each of its two architectures out
+    # one network profiled: the bound comes from leaving each of its two architectures out, and
+    # squeezenet_50 is a level of that profiled family: calibrated, bounded by the in-family ratio
     bound = json.loads((run_dir / "fitted" / "training_mem_used.json").read_text())["bound_ratio"]
-    assert bound["left_out"] == "architecture"
-    assert all(r["mem_bound_mib"] == pytest.approx(r["mem_used_mib"] * max(1.0, bound["ratio"])) for r in rows)
+    assert bound["left_out"] == "architecture" and bound["calibrated_ratio"] is not None
+    assert all(r["calibrated"] for r in rows)
+    expected = max(1.0, bound["calibrated_ratio"])
+    assert all(r["mem_bound_mib"] == pytest.approx(r["mem_used_mib"] * expected) for r in rows)
 
 
 def test_the_original_interface_reports_bad_input_in_one_line(tmp_path: Path) -> None:

@@ -9,9 +9,11 @@ import pytest
 from perf4sight.fit import (
     ArchitectureCatalog,
     FamilyCalibration,
+    bound_factor,
     build_dataset,
     family_key,
     fit_method,
+    held_out_ratio,
     mape_pct,
     read_logs,
 )
@@ -63,3 +65,17 @@ def test_the_correction_is_a_line_in_log_parameters_held_at_the_ends():
     assert calibration.factors("g", 1000, np.array([8])) is None
     corrected, calibrated = calibration.apply(rows.assign(family=["f", "f", "g", "g"]), np.ones(4))
     assert calibrated.tolist() == [True, True, False, False] and corrected[2:].tolist() == [1.0, 1.0]
+
+
+def test_a_calibrated_bound_is_tighter_and_holds_the_other_levels(catalog, tx2_dir):
+    logs = read_logs(["resnet18", "squeezenet"], (*PROFILED, *OTHERS), [tx2_dir / "memory"], ["mem_used"])
+    data = build_dataset(logs, target="mem_used", feature_set="network", stage="training", catalog=catalog)
+    level = data.rows["model"].str.rsplit("_", n=1).str[1].astype(int)
+    train, query = data.select(level.isin(PROFILED).to_numpy()), data.select(level.isin(OTHERS).to_numpy())
+    bound = held_out_ratio("physical", train, "mem_used")
+    assert 1 < bound["calibrated_ratio"] < bound["ratio"]
+    model = fit_method("physical", train, "mem_used")
+    calibration = FamilyCalibration.of(train.rows, model.predict(train.features))
+    corrected, calibrated = calibration.apply(query.rows, model.predict(query.features))
+    bounded = corrected * bound_factor(bound, calibrated)
+    assert (bounded < query.target).mean() < 0.1 < (corrected < query.target).mean()

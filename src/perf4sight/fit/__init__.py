@@ -5,6 +5,7 @@ from perf4sight.fit.dataset import ArchitectureCatalog, ArchitectureCatalogs, Da
 from perf4sight.fit.fingerprint import (
     TARGETS,
     BOUND_QUANTILE,
+    bound_factor,
     fingerprint_device,
     fit_method,
     held_out_ratio,
@@ -28,6 +29,7 @@ __all__ = [
     "TARGETS",
     "BOUND_QUANTILE",
     "architecture_name",
+    "bound_factor",
     "build_dataset",
     "family_key",
     "find_logs",

@@ -33,7 +33,8 @@ from perf4sight.fit.report import print_report, summarise, write_report
 from perf4sight.fit.store import FittedModel, load_model, model_path, save_model
 
 __all__ = [
-    "TARGETS", "BOUND_QUANTILE", "fit_method", "held_out_ratio", "network_weights", "predict_rows", "fingerprint_device",
+    "TARGETS", "BOUND_QUANTILE", "bound_factor", "fit_method", "held_out_ratio", "network_weights", "predict_rows",
+    "fingerprint_device",
 ]
 
 
@@ -76,7 +77,9 @@ def held_out_ratio(method: str, dataset: Dataset, target: str | None = None,
     measured / predicted over every run, each predicted by a model fitted without its
     network (without its architecture when one network was profiled). An under-estimated
     memory is what crashes a user's training; this ratio turns a prediction into a bound.
-    None when the dataset holds a single architecture (nothing to leave out)."""
+    `calibrated_ratio` is the same for a query calibrated on its family: each profiled level
+    predicted with the calibration of its family's other levels (None when no family has
+    two). None when the dataset holds a single architecture (nothing to leave out)."""
     nets = dataset.rows["net"]
     left_out = "network" if nets.nunique() > 1 else "architecture"
     groups = nets if left_out == "network" else dataset.rows["model"]
@@ -88,7 +91,37 @@ def held_out_ratio(method: str, dataset: Dataset, target: str | None = None,
         held = dataset.select(out)
         predicted = fit_method(method, dataset.select(~out), target).predict(held.features)
         ratios.append(held.target / np.maximum(predicted, np.finfo(float).tiny))
-    return {"quantile": quantile, "ratio": float(np.quantile(np.concatenate(ratios), quantile)), "left_out": left_out}
+    in_family = _calibrated_ratios(method, dataset, target)
+    return {
+        "quantile": quantile,
+        "ratio": float(np.quantile(np.concatenate(ratios), quantile)),
+        "left_out": left_out,
+        "calibrated_ratio": float(np.quantile(in_family, quantile)) if len(in_family) else None,
+    }
+
+
+def _calibrated_ratios(method: str, dataset: Dataset, target: str | None) -> np.ndarray:
+    """measured / calibrated prediction of every run of a family profiled at two levels or
+    more, its level left out of both the fit and the calibration (empty when none is)."""
+    rows = dataset.rows
+    levels = rows.groupby("family")["model"].transform("nunique")
+    ratios = []
+    for name in rows.loc[levels > 1, "model"].unique():
+        out = (rows["model"] == name).to_numpy()
+        rest, held = dataset.select(~out), dataset.select(out)
+        estimator = fit_method(method, rest, target)
+        calibration = FamilyCalibration.of(rest.rows, estimator.predict(rest.features))
+        corrected, _ = calibration.apply(held.rows, estimator.predict(held.features))
+        ratios.append(held.target / np.maximum(corrected, np.finfo(float).tiny))
+    return np.concatenate(ratios) if ratios else np.empty(0)
+
+
+def bound_factor(bound: dict[str, Any], calibrated: np.ndarray | bool) -> np.ndarray:
+    """The stored bound's multiplier of a prediction (never below 1): the calibrated ratio
+    where the prediction was calibrated on its family and one was measured."""
+    in_family = bound.get("calibrated_ratio")
+    ratio = np.where(np.asarray(calibrated) & (in_family is not None), in_family or 0.0, bound["ratio"])
+    return np.maximum(1.0, ratio)
 
 
 def predict_rows(estimator: Any, dataset: Dataset) -> pd.DataFrame:
@@ -127,8 +160,10 @@ def _train(settings: FingerprintSettings, target: _Target, method: str, catalogs
     estimator = fit_method(method, dataset, target.column)
     bound = held_out_ratio(method, dataset, target.column) if target.kind == "memory" else None
     if bound is not None:
+        in_family = bound["calibrated_ratio"]
         console.info(f"{bound['quantile']:.0%} of runs measured at most {bound['ratio']:.3f}x their prediction "
-                     f"with their {bound['left_out']} left out of the fit: the memory bound")
+                     f"with their {bound['left_out']} left out of the fit: the memory bound"
+                     + (f" ({in_family:.3f}x for another level of a profiled network)" if in_family else ""))
     save_model(estimator, method=method, storedir=settings.model_storedir, stage=settings.stage,
                target=target.column, dataset=dataset, bound_ratio=bound,
                calibration=FamilyCalibration.of(dataset.rows, estimator.predict(dataset.features)))
@@ -140,10 +175,10 @@ def _evaluate(settings: FingerprintSettings, target: _Target, model: FittedModel
     dataset = _dataset(settings, target, model.metadata["feature_set"], catalogs,
                        settings.eval_nets or settings.train_nets, settings.eval_logs, evaluation=True)
     rows = predict_rows(model.estimator, Dataset(dataset.features[model.feature_names], dataset.target, dataset.rows))
-    predicted, _ = model.calibration.apply(rows, rows["predicted"].to_numpy())
+    predicted, calibrated = model.calibration.apply(rows, rows["predicted"].to_numpy())
     rows = rows.assign(predicted=predicted)
     bound = model.metadata.get("bound_ratio")
-    return rows.assign(bound=rows["predicted"] * max(1.0, bound["ratio"])) if bound else rows
+    return rows.assign(bound=predicted * bound_factor(bound, calibrated)) if bound else rows
 
 
 def fingerprint_device(settings: FingerprintSettings) -> dict[str, Any]:

@@ -19,7 +19,7 @@ import pandas as pd
 
 from perf4sight.architecture import Architecture
 from perf4sight.errors import DataNotFoundError, UsageError
-from perf4sight.fit import FittedModel, family_key, load_model
+from perf4sight.fit import FittedModel, bound_factor, family_key, load_model
 
 __all__ = ["Predictor", "MEMORY", "MEMORY_BOUND", "LATENCY", "MAX_SEARCH_BATCH", "BudgetError"]
 
@@ -76,7 +76,8 @@ class Predictor:
         """One row per batch size: predicted memory (MiB), latency per iteration (ms), and
         with `dataset_size` the time per epoch (s); `mem_bound_mib` (when fingerprinting
         could leave a network out) the memory that held-out networks' runs stayed under
-        (95 % of them), never below the prediction; `fits_device` (when the memory model
+        (95 % of them; for a calibrated prediction, held-out levels of its family), never
+        below the prediction; `fits_device` (when the memory model
         learned the device's capacity) whether training fits on the profiled device;
         `calibrated` whether the network's family (other pruning levels of it) was profiled
         and corrected the predictions (`perf4sight.fit.FamilyCalibration`); `extrapolated`
@@ -98,7 +99,7 @@ class Predictor:
             calibrated |= corrected
             bound = model.metadata.get("bound_ratio")
             if column == MEMORY and bound:
-                columns[MEMORY_BOUND] = columns[column] * max(1.0, bound["ratio"])
+                columns[MEMORY_BOUND] = columns[column] * bound_factor(bound, corrected)
             extrapolated |= _outside_range(model, arch, batch, features)
             if column == MEMORY and hasattr(model.estimator, "predict_fits"):
                 # the device's own out-of-memory boundary, learned from its failed runs
