@@ -207,6 +207,7 @@ def main(argv: list[str] | None = None) -> int:
                         help="networks the unseen case trains on, comma-separated (default: each network "
                              "is evaluated trained on all the others)")
     args = parser.parse_args(argv)
+    console.set_quiet(True)  # the memory bound's refits: thousands of progress lines
     models = args.models or args.logs / "models"
     if not models.is_dir() or not (args.logs / "memory").is_dir():
         print(f"no logs at {args.logs / 'memory'} or specs at {models}; nothing to benchmark")
@@ -237,7 +238,7 @@ def main(argv: list[str] | None = None) -> int:
                              "bound under-estimated %", "bound above measured %"), rows)
         sizes = list(range(8, 208, 8))
         ms = feature_ms(feature_set, data, catalog, sizes)
-        console.info(f"'{feature_set}' features of one network for {len(sizes)} batch sizes: {ms:.2f} ms (median)")
+        print(f"'{feature_set}' features of one network for {len(sizes)} batch sizes: {ms:.2f} ms (median)")
     return 0
 
 

@@ -85,13 +85,17 @@ def held_out_ratio(method: str, dataset: Dataset, target: str | None = None,
     groups = nets if left_out == "network" else dataset.rows["model"]
     if groups.nunique() < 2:
         return None
+    rows = dataset.rows
+    in_family_levels = rows.loc[rows.groupby("family")["model"].transform("nunique") > 1, "model"].unique()
     ratios = []
-    for group in groups.unique():
-        out = (groups == group).to_numpy()
-        held = dataset.select(out)
-        predicted = fit_method(method, dataset.select(~out), target).predict(held.features)
-        ratios.append(held.target / np.maximum(predicted, np.finfo(float).tiny))
-    in_family = _calibrated_ratios(method, dataset, target)
+    with console.progress("memory bound, refitting", total=groups.nunique() + len(in_family_levels)) as bar:
+        for group in groups.unique():
+            out = (groups == group).to_numpy()
+            held = dataset.select(out)
+            predicted = fit_method(method, dataset.select(~out), target).predict(held.features)
+            ratios.append(held.target / np.maximum(predicted, np.finfo(float).tiny))
+            bar.advance(f"without {group}")
+        in_family = _calibrated_ratios(method, dataset, target, in_family_levels, bar)
     return {
         "quantile": quantile,
         "ratio": float(np.quantile(np.concatenate(ratios), quantile)),
@@ -100,19 +104,20 @@ def held_out_ratio(method: str, dataset: Dataset, target: str | None = None,
     }
 
 
-def _calibrated_ratios(method: str, dataset: Dataset, target: str | None) -> np.ndarray:
-    """measured / calibrated prediction of every run of a family profiled at two levels or
-    more, its level left out of both the fit and the calibration (empty when none is)."""
-    rows = dataset.rows
-    levels = rows.groupby("family")["model"].transform("nunique")
+def _calibrated_ratios(method: str, dataset: Dataset, target: str | None, levels: Sequence[str],
+                       bar: Any) -> np.ndarray:
+    """measured / calibrated prediction of every run of the architectures `levels` (those
+    of a family profiled at two levels or more), each left out of both the fit and the
+    calibration (empty when there are none); `bar` is advanced once per refit."""
     ratios = []
-    for name in rows.loc[levels > 1, "model"].unique():
-        out = (rows["model"] == name).to_numpy()
+    for name in levels:
+        out = (dataset.rows["model"] == name).to_numpy()
         rest, held = dataset.select(~out), dataset.select(out)
         estimator = fit_method(method, rest, target)
         calibration = FamilyCalibration.of(rest.rows, estimator.predict(rest.features))
         corrected, _ = calibration.apply(held.rows, estimator.predict(held.features))
         ratios.append(held.target / np.maximum(corrected, np.finfo(float).tiny))
+        bar.advance(f"without {name}")
     return np.concatenate(ratios) if ratios else np.empty(0)
 
 
