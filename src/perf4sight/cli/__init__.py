@@ -8,7 +8,6 @@ and exit code 2, never a traceback.
 from __future__ import annotations
 
 import sys
-from pathlib import Path
 
 import typer
 from rich.markup import escape

@@ -1,19 +1,19 @@
 """Fitting: datasets built from profiling logs, regression methods, stored models, evaluation."""
 
+from perf4sight.fit.bound import BOUND_QUANTILE, bound_factor, held_out_ratio
 from perf4sight.fit.calibration import FamilyCalibration, family_key
 from perf4sight.fit.dataset import ArchitectureCatalog, ArchitectureCatalogs, Dataset, architecture_name, build_dataset
-from perf4sight.fit.fingerprint import (
-    TARGETS,
-    BOUND_QUANTILE,
-    bound_factor,
-    fingerprint_device,
+from perf4sight.fit.fingerprint import TARGETS, fingerprint_device
+from perf4sight.fit.logs import find_logs, read_log, read_logs
+from perf4sight.fit.methods import (
+    DEFAULT_METHOD,
+    METHODS,
+    PaperExtraTrees,
     fit_method,
-    held_out_ratio,
     network_weights,
     predict_rows,
+    resolve_method,
 )
-from perf4sight.fit.logs import find_logs, read_log, read_logs
-from perf4sight.fit.methods import DEFAULT_METHOD, METHODS, PaperExtraTrees, resolve_method
 from perf4sight.fit.report import mape_pct, summarise
 from perf4sight.fit.store import FittedModel, load_model, model_path, save_model
 

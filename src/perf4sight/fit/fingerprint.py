@@ -18,24 +18,20 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import numpy as np
 import pandas as pd
-from sklearn.utils.validation import has_fit_parameter
 
 from perf4sight import console
 from perf4sight.config import FingerprintSettings
 from perf4sight.errors import ConfigError, FittedModelError
+from perf4sight.fit.bound import bound_factor, held_out_ratio
 from perf4sight.fit.calibration import FamilyCalibration
 from perf4sight.fit.dataset import ArchitectureCatalogs, Dataset, build_dataset
 from perf4sight.fit.logs import read_logs
-from perf4sight.fit.methods import METHODS, resolve_method
+from perf4sight.fit.methods import METHODS, fit_method, predict_rows, resolve_method
 from perf4sight.fit.report import print_report, summarise, write_report
 from perf4sight.fit.store import FittedModel, load_model, model_path, save_model
 
-__all__ = [
-    "TARGETS", "BOUND_QUANTILE", "bound_factor", "fit_method", "held_out_ratio", "network_weights", "predict_rows",
-    "fingerprint_device",
-]
+__all__ = ["TARGETS", "fingerprint_device"]
 
 
 @dataclass(frozen=True)
@@ -45,93 +41,6 @@ class _Target:
 
 
 TARGETS = (_Target("memory", "mem_used"), _Target("latency", "latency"))
-# The share of runs of networks left out of the fit that the stored memory bound covers.
-BOUND_QUANTILE = 0.95
-
-
-def fit_method(method: str, dataset: Dataset, target: str | None = None) -> Any:
-    """A new estimator of `method` fitted on `dataset`; `target` (a log column) is passed to
-    methods whose model depends on what is predicted (they take a `target` parameter).
-
-    A method whose `fit` takes a `sample_weight` gets `network_weights`: the network a
-    user asks about is a new one, so each profiled network counts as much as any other,
-    whatever number of runs it passed.
-    """
-    cls = METHODS[method]
-    params = {"target": target} if target is not None and "target" in cls().get_params() else {}
-    estimator = cls(**params)
-    if has_fit_parameter(estimator, "sample_weight"):
-        return estimator.fit(dataset.features, dataset.target, sample_weight=network_weights(dataset.rows["net"]))
-    return estimator.fit(dataset.features, dataset.target)
-
-
-def network_weights(nets: pd.Series) -> np.ndarray:
-    """One weight per row, the same total for every network, averaging 1 over the rows."""
-    counts = nets.map(nets.value_counts()).to_numpy(dtype=float)
-    return len(nets) / (nets.nunique() * counts)
-
-
-def held_out_ratio(method: str, dataset: Dataset, target: str | None = None,
-                   quantile: float = BOUND_QUANTILE) -> dict[str, Any] | None:
-    """How far above its prediction a new network's measurement may lie: the `quantile` of
-    measured / predicted over every run, each predicted by a model fitted without its
-    network (without its architecture when one network was profiled). An under-estimated
-    memory is what crashes a user's training; this ratio turns a prediction into a bound.
-    `calibrated_ratio` is the same for a query calibrated on its family: each profiled level
-    predicted with the calibration of its family's other levels (None when no family has
-    two). None when the dataset holds a single architecture (nothing to leave out)."""
-    nets = dataset.rows["net"]
-    left_out = "network" if nets.nunique() > 1 else "architecture"
-    groups = nets if left_out == "network" else dataset.rows["model"]
-    if groups.nunique() < 2:
-        return None
-    rows = dataset.rows
-    in_family_levels = rows.loc[rows.groupby("family")["model"].transform("nunique") > 1, "model"].unique()
-    ratios = []
-    with console.progress("memory bound, refitting", total=groups.nunique() + len(in_family_levels)) as bar:
-        for group in groups.unique():
-            out = (groups == group).to_numpy()
-            held = dataset.select(out)
-            predicted = fit_method(method, dataset.select(~out), target).predict(held.features)
-            ratios.append(held.target / np.maximum(predicted, np.finfo(float).tiny))
-            bar.advance(f"without {group}")
-        in_family = _calibrated_ratios(method, dataset, target, in_family_levels, bar)
-    return {
-        "quantile": quantile,
-        "ratio": float(np.quantile(np.concatenate(ratios), quantile)),
-        "left_out": left_out,
-        "calibrated_ratio": float(np.quantile(in_family, quantile)) if len(in_family) else None,
-    }
-
-
-def _calibrated_ratios(method: str, dataset: Dataset, target: str | None, levels: Sequence[str],
-                       bar: Any) -> np.ndarray:
-    """measured / calibrated prediction of every run of the architectures `levels` (those
-    of a family profiled at two levels or more), each left out of both the fit and the
-    calibration (empty when there are none); `bar` is advanced once per refit."""
-    ratios = []
-    for name in levels:
-        out = (dataset.rows["model"] == name).to_numpy()
-        rest, held = dataset.select(~out), dataset.select(out)
-        estimator = fit_method(method, rest, target)
-        calibration = FamilyCalibration.of(rest.rows, estimator.predict(rest.features))
-        corrected, _ = calibration.apply(held.rows, estimator.predict(held.features))
-        ratios.append(held.target / np.maximum(corrected, np.finfo(float).tiny))
-        bar.advance(f"without {name}")
-    return np.concatenate(ratios) if ratios else np.empty(0)
-
-
-def bound_factor(bound: dict[str, Any], calibrated: np.ndarray | bool) -> np.ndarray:
-    """The stored bound's multiplier of a prediction (never below 1): the calibrated ratio
-    where the prediction was calibrated on its family and one was measured."""
-    in_family = bound.get("calibrated_ratio")
-    ratio = np.where(np.asarray(calibrated) & (in_family is not None), in_family or 0.0, bound["ratio"])
-    return np.maximum(1.0, ratio)
-
-
-def predict_rows(estimator: Any, dataset: Dataset) -> pd.DataFrame:
-    """The dataset's rows (net, model, batch_size, params, measured) with `predicted`."""
-    return dataset.rows.assign(predicted=estimator.predict(dataset.features))
 
 
 def _log_dirs(settings: FingerprintSettings, kind: str, *, evaluation: bool) -> list[Path]:

@@ -11,14 +11,19 @@ from __future__ import annotations
 from typing import Any
 
 import numpy as np
+import pandas as pd
 from sklearn.base import BaseEstimator, RegressorMixin
 from sklearn.ensemble import ExtraTreesRegressor
-from sklearn.utils.validation import check_is_fitted, validate_data
+from sklearn.utils.validation import check_is_fitted, has_fit_parameter, validate_data
 
 from perf4sight.errors import ConfigError
+from perf4sight.fit.dataset import Dataset
 from perf4sight.fit.physical import PhysicalRegressor
 
-__all__ = ["PaperExtraTrees", "METHODS", "DEFAULT_METHOD", "resolve_method", "trusted_types"]
+__all__ = [
+    "PaperExtraTrees", "METHODS", "DEFAULT_METHOD", "fit_method", "network_weights", "predict_rows", "resolve_method",
+    "trusted_types",
+]
 
 
 class PaperExtraTrees(RegressorMixin, BaseEstimator):
@@ -76,3 +81,30 @@ def trusted_types() -> list[str]:
         names.add(f"{cls.__module__}.{cls.__qualname__}")
         names.update(getattr(cls, "trusted_types", ()))
     return sorted(names)
+
+
+def fit_method(method: str, dataset: Dataset, target: str | None = None) -> Any:
+    """A new estimator of `method` fitted on `dataset`; `target` (a log column) is passed to
+    methods whose model depends on what is predicted (they take a `target` parameter).
+
+    A method whose `fit` takes a `sample_weight` gets `network_weights`: the network a
+    user asks about is a new one, so each profiled network counts as much as any other,
+    whatever number of runs it passed.
+    """
+    cls = METHODS[method]
+    params = {"target": target} if target is not None and "target" in cls().get_params() else {}
+    estimator = cls(**params)
+    if has_fit_parameter(estimator, "sample_weight"):
+        return estimator.fit(dataset.features, dataset.target, sample_weight=network_weights(dataset.rows["net"]))
+    return estimator.fit(dataset.features, dataset.target)
+
+
+def network_weights(nets: pd.Series) -> np.ndarray:
+    """One weight per row, the same total for every network, averaging 1 over the rows."""
+    counts = nets.map(nets.value_counts()).to_numpy(dtype=float)
+    return len(nets) / (nets.nunique() * counts)
+
+
+def predict_rows(estimator: Any, dataset: Dataset) -> pd.DataFrame:
+    """The dataset's rows (net, model, batch_size, params, measured) with `predicted`."""
+    return dataset.rows.assign(predicted=estimator.predict(dataset.features))
