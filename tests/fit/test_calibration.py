@@ -65,6 +65,9 @@ def test_the_correction_is_a_line_in_log_parameters_held_at_the_ends():
     assert calibration.factors("g", 1000, np.array([8])) is None
     corrected, calibrated = calibration.apply(rows.assign(family=["f", "f", "g", "g"]), np.ones(4))
     assert calibrated.tolist() == [True, True, False, False] and corrected[2:].tolist() == [1.0, 1.0]
+    # a run measured or predicted at zero has no log ratio: it is left out, not an infinity
+    zero = FamilyCalibration.of(rows.assign(measured=[0.0, 1.0, 1.0, 1.0]), np.ones(4))
+    assert zero.residuals["f"]["batch_size"] == [32.0, 8.0, 32.0]
 
 
 def test_a_calibrated_bound_is_tighter_and_holds_the_other_levels(catalog, tx2_dir):

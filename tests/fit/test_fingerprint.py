@@ -12,7 +12,7 @@ import pytest
 
 from perf4sight.cli import main
 from perf4sight.config import FingerprintSettings
-from perf4sight.errors import DataNotFoundError
+from perf4sight.errors import DataNotFoundError, LogFormatError
 from perf4sight.fit import ArchitectureCatalog, build_dataset, fingerprint_device, read_logs
 
 
@@ -145,3 +145,16 @@ def test_cli_fingerprint_command(tx2_dir, tmp_path, capsys):
     assert main(["fingerprint", "--config", str(config)]) == 2
     error = capsys.readouterr().err
     assert "no profiling logs found" in error and str(tx2_dir / "latency" / "squeezenet_7-gt.csv") in error
+
+
+def test_a_run_measured_at_zero_is_named_not_fitted(tx2_dir, tmp_path):
+    logs = tmp_path / "memory"
+    logs.mkdir()
+    for level in (0, 50, 90):
+        shutil.copy(tx2_dir / "memory" / f"resnet18_{level}-gt.csv", logs)
+    table = pd.read_csv(logs / "resnet18_50-gt.csv", sep="|", dtype=str, keep_default_na=False)
+    table.loc[table["passed"] == "True", "mem_used"] = "0"  # a broken reading
+    table.to_csv(logs / "resnet18_50-gt.csv", sep="|", index=False)
+    settings = _settings(tx2_dir, tmp_path, memory_logs=[logs], latency_model=False, eval_logs=[])
+    with pytest.raises(LogFormatError, match=r"memory_logs: \d+ passed runs measured mem_used <= 0 \(first: resnet18_50"):
+        fingerprint_device(settings)

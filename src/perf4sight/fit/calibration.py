@@ -65,8 +65,10 @@ class FamilyCalibration:
     @classmethod
     def of(cls, rows: pd.DataFrame, predicted: np.ndarray) -> FamilyCalibration:
         """From a dataset's rows (`family`, `params`, `batch_size`, `measured`) and a model's
-        predictions of them."""
-        table = rows.assign(log_ratio=np.log(rows["measured"].to_numpy(dtype=float) / np.asarray(predicted)))
+        predictions of them; rows where either is not positive carry no ratio and are left out."""
+        measured, predicted = rows["measured"].to_numpy(dtype=float), np.asarray(predicted, dtype=float)
+        valid = (measured > 0) & (predicted > 0) & np.isfinite(measured) & np.isfinite(predicted)
+        table = rows[valid].assign(log_ratio=np.log(measured[valid] / predicted[valid]))
         return cls({
             str(family): {name: group[name].astype(float).tolist() for name in ("params", "batch_size", "log_ratio")}
             for family, group in table.groupby("family", sort=True)

@@ -22,7 +22,7 @@ import pandas as pd
 
 from perf4sight import console
 from perf4sight.config import FingerprintSettings
-from perf4sight.errors import ConfigError, FittedModelError
+from perf4sight.errors import ConfigError, FittedModelError, LogFormatError
 from perf4sight.fit.bound import bound_factor, held_out_ratio
 from perf4sight.fit.calibration import FamilyCalibration
 from perf4sight.fit.dataset import ArchitectureCatalogs, Dataset, build_dataset
@@ -70,6 +70,14 @@ def _train(settings: FingerprintSettings, target: _Target, method: str, catalogs
             return
     dataset = _dataset(settings, target, METHODS[method].feature_set, catalogs,
                        settings.train_nets, settings.train_logs, evaluation=False)
+    bad = dataset.rows[dataset.target <= 0]
+    if len(bad):
+        first = bad.iloc[0]
+        raise LogFormatError(
+            f"[fingerprint] {target.kind}_logs: {len(bad)} passed runs measured {target.column} <= 0 (first: "
+            f"{first['model']} at batch size {first['batch_size']}: {first['measured']:g}); the models need "
+            "positive measurements: profile those runs again"
+        )
     console.info(f"fitting the {target.kind} model ({method}) on {len(dataset)} rows")
     estimator = fit_method(method, dataset, target.column)
     bound = held_out_ratio(method, dataset, target.column) if target.kind == "memory" else None
