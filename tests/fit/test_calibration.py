@@ -17,6 +17,7 @@ from perf4sight.fit import (
     mape_pct,
     read_logs,
 )
+from perf4sight.features.network import network_features
 from perf4sight.networks import load_architecture
 
 PROFILED = (0, 30, 50, 70, 90)
@@ -82,3 +83,26 @@ def test_a_calibrated_bound_is_tighter_and_holds_the_other_levels(catalog, tx2_d
     corrected, calibrated = calibration.apply(query.rows, model.predict(query.features))
     bounded = corrected * bound_factor(bound, calibrated)
     assert (bounded < query.target).mean() < 0.1 < (corrected < query.target).mean()
+
+
+def test_corrected_predictions_never_fall_with_the_batch_size():
+    rows = pd.DataFrame({"family": "f", "params": 100, "batch_size": [8, 16], "measured": [1.2, 0.8]})
+    calibration = FamilyCalibration.of(rows, np.ones(2))  # +20 % at 8, -20 % at 16
+    sizes = np.array([16, 4, 8, 12])  # in any order
+    corrected = calibration.correct("f", 100, sizes, np.array([1.05, 1.0, 1.02, 1.04]))
+    by_size = dict(zip(sizes.tolist(), corrected.tolist()))
+    assert [by_size[b] for b in (4, 8, 12, 16)] == sorted(by_size.values())
+    assert by_size[16] == by_size[8] == pytest.approx(1.2 * 1.02)  # held from 8 on, not dropped
+
+
+def test_calibrated_tx2_predictions_rise_with_the_batch_size(catalog, tx2_dir):
+    logs = read_logs(["resnet18", "googlenet"], PROFILED, [tx2_dir / "memory"], ["mem_used"])
+    data = build_dataset(logs, target="mem_used", feature_set="network", stage="training", catalog=catalog)
+    model = fit_method("physical", data, "mem_used")
+    calibration = FamilyCalibration.of(data.rows, model.predict(data.features))
+    sizes = np.arange(1, 257)
+    for name in ("resnet18_45", "googlenet_85"):
+        arch = catalog.get(name)
+        predicted = model.predict(network_features(arch, sizes.tolist())[data.features.columns])
+        corrected = calibration.correct(family_key(arch), arch.params, sizes, predicted)
+        assert (np.diff(corrected) >= 0).all() and not np.allclose(corrected, predicted)

@@ -105,14 +105,27 @@ class FamilyCalibration:
         at = np.clip(np.log(params), levels.log_params[0], levels.log_params[-1])
         return np.exp(intercept + slope * at)
 
+    def correct(self, family: str, params: float, batch_sizes: np.ndarray, predicted: np.ndarray) -> np.ndarray | None:
+        """`predicted` (one network at `batch_sizes`) corrected, or None when its family was
+        not profiled. Memory and latency never fall when the batch size grows, and the
+        corrected predictions do not either: where the correction drops faster than the
+        prediction rises, they hold their value."""
+        factors = self.factors(family, params, batch_sizes)
+        if factors is None:
+            return None
+        order = np.argsort(batch_sizes, kind="stable")
+        corrected = np.empty(len(order))
+        corrected[order] = np.maximum.accumulate((np.asarray(predicted, dtype=float) * factors)[order])
+        return corrected
+
     def apply(self, rows: pd.DataFrame, predicted: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """`predicted` corrected for the rows (`family`, `params`, `batch_size`) whose family
         was profiled, and which rows those are."""
         corrected = np.asarray(predicted, dtype=float).copy()
         calibrated = np.zeros(len(rows), dtype=bool)
         for (family, params), group in rows.reset_index(drop=True).groupby(["family", "params"], sort=False):
-            factor = self.factors(str(family), float(params), group["batch_size"].to_numpy())
-            if factor is not None:
-                corrected[group.index] *= factor
+            values = self.correct(str(family), float(params), group["batch_size"].to_numpy(), corrected[group.index])
+            if values is not None:
+                corrected[group.index] = values
                 calibrated[group.index] = True
         return corrected, calibrated

@@ -86,8 +86,8 @@ class FittedModel:
         if features is None:
             features = self.features(arch, batch_sizes)
         predicted = self.estimator.predict(self.select(features))
-        factors = self.calibration.factors(family or family_key(arch), arch.params, np.asarray(batch_sizes))
-        return (predicted, False) if factors is None else (predicted * factors, True)
+        corrected = self.calibration.correct(family or family_key(arch), arch.params, np.asarray(batch_sizes), predicted)
+        return (predicted, False) if corrected is None else (corrected, True)
 
 
 def _ranges(dataset: Dataset) -> dict[str, list[float]]:
