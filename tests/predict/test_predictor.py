@@ -215,3 +215,15 @@ def test_a_profiled_family_is_calibrated(predictor: Predictor, tx2_dir: Path, ca
     assert not predictor.predict("resnet18", [8], input_size=(3, 112, 112))["calibrated"].any()
     assert main(["predict", "--models", str(models_dir), "--net", "resnet18", "--bs", "8"]) == 0
     assert "calibrated" in capsys.readouterr().out
+
+
+def test_plan_with_the_bound_picks_smaller_batch_sizes(predictor: Predictor, models_dir: Path,
+                                                       capsys: pytest.CaptureFixture[str]) -> None:
+    budget = float(predictor.predict("resnet18", [32])[MEMORY].iloc[0])
+    plain = plan_variants(predictor=predictor, network="resnet18", levels=[0, 50], budget_mib=budget)
+    safe = plan_variants(predictor=predictor, network="resnet18", levels=[0, 50], budget_mib=budget, bound=True)
+    plain, safe = plain.set_index("level"), safe.set_index("level")
+    assert (safe["batch_size"] < plain["batch_size"]).all() and (safe[MEMORY_BOUND] <= budget).all()
+    assert main(["plan", "--models", str(models_dir), "--net", "resnet18", "--levels", "0,50", "--budget",
+                 f"{budget}MiB", "--bound", "--json"]) == 0
+    assert [r["batch_size"] for r in json.loads(capsys.readouterr().out)] == safe["batch_size"].tolist()
