@@ -99,3 +99,11 @@ def test_the_original_interface_reports_bad_input_in_one_line(tmp_path: Path) ->
     )
     assert result.returncode == 2
     assert result.stderr.strip().splitlines() == [f"error: {config} [profile] bs: expected int, got 'four'"]
+
+
+def test_no_device_boundary_without_failed_runs(run_dir: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """Every CPU run passed: no capacity was learned, so nothing is said about fitting the device."""
+    assert main(["predict", "--models", str(run_dir / "fitted"), "--net", "squeezenet", "--input-size", "3,32,32",
+                 "--num-classes", "10", "--bs", "2", "--json"]) == 0
+    (row,) = json.loads(capsys.readouterr().out)
+    assert "fits_device" not in row and row["mem_used_mib"] > 0

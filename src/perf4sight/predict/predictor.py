@@ -101,7 +101,7 @@ class Predictor:
             if column == MEMORY and bound:
                 columns[MEMORY_BOUND] = columns[column] * bound_factor(bound, corrected)
             extrapolated |= _outside_range(model, arch, batch, features)
-            if column == MEMORY and hasattr(model.estimator, "predict_fits"):
+            if column == MEMORY and np.isfinite(getattr(model.estimator, "capacity_mib_", np.inf)):
                 # the device's own out-of-memory boundary, learned from its failed runs
                 columns["fits_device"] = model.estimator.predict_fits(features)
         if LATENCY in columns:
