@@ -27,11 +27,10 @@ from perf4sight.fit import (
     TARGETS,
     ArchitectureCatalogs,
     Dataset,
-    FamilyCalibration,
     build_dataset,
     fit_method,
     mape_pct,
-    predict_rows,
+    predict_calibrated,
     read_logs,
 )
 from tx2_accuracy import profiled
@@ -60,11 +59,9 @@ def main(argv: list[str] | None = None) -> int:
         for target in TARGETS:
             train = _dataset(args.train_logs, args.train_models, feature_set, target.kind, target.column)
             evaluated = _dataset(args.eval_logs, args.eval_models, feature_set, target.kind, target.column)
-            estimator = fit_method(method, train, target.column)
-            rows = predict_rows(estimator, evaluated)
             # as the tool predicts: a network of a profiled family (same input size) is calibrated
-            calibration = FamilyCalibration.of(train.rows, estimator.predict(train.features))
-            rows["predicted"] = calibration.apply(rows, rows["predicted"].to_numpy())[0]
+            predicted, _ = predict_calibrated(fit_method(method, train, target.column), train, evaluated)
+            rows = evaluated.rows.assign(predicted=predicted)
             for net, group in rows.groupby("net", sort=True):
                 results.setdefault(str(net), {})[target.kind] = mape_pct(group["measured"], group["predicted"])
             results.setdefault("all", {})[target.kind] = mape_pct(rows["measured"], rows["predicted"])

@@ -37,14 +37,13 @@ from perf4sight.fit import (
     TARGETS,
     ArchitectureCatalog,
     ArchitectureCatalogs,
-    FamilyCalibration,
     architecture_name,
     bound_factor,
     build_dataset,
     fit_method,
     held_out_ratio,
     mape_pct,
-    predict_rows,
+    predict_calibrated,
     read_logs,
 )
 from perf4sight.profile.logs import GT_SUFFIX
@@ -124,14 +123,13 @@ def evaluate_method(
         logs = read_logs(data.nets, data.levels, [data.logs / target.kind], [target.column])
         full = build_dataset(logs, target=target.column, feature_set=feature_set, stage=stage, catalog=catalog)
         for case, net, train, evaluation in data.cases():
-            trained_on = full.select(_mask(full.rows, train))
+            trained_on, evaluated = full.select(_mask(full.rows, train)), full.select(_mask(full.rows, evaluation))
             estimator = fit_method(method, trained_on, target.column)
-            rows = predict_rows(estimator, full.select(_mask(full.rows, evaluation)))
-            predicted = rows["predicted"].to_numpy()
             if calibrate:
-                calibration = FamilyCalibration.of(trained_on.rows, estimator.predict(trained_on.features))
-                predicted = calibration.apply(rows, predicted)[0]
-            results.setdefault((case, net), {})[target.kind] = mape_pct(rows["measured"], predicted)
+                predicted = predict_calibrated(estimator, trained_on, evaluated)[0]
+            else:
+                predicted = estimator.predict(evaluated.features)
+            results.setdefault((case, net), {})[target.kind] = mape_pct(evaluated.target, predicted)
     return results
 
 
@@ -166,10 +164,10 @@ def memory_boundary(
             fits = estimator.predict(test.features) <= train.target.max()
         test_ok = ok[evaluated]
         passed_rows = test.select(test_ok)
-        predicted, calibrated = estimator.predict(passed_rows.features), np.zeros(len(passed_rows), dtype=bool)
         if calibrate:
-            calibration = FamilyCalibration.of(train.rows, estimator.predict(train.features))
-            predicted, calibrated = calibration.apply(passed_rows.rows, predicted)
+            predicted, calibrated = predict_calibrated(estimator, train, passed_rows)
+        else:
+            predicted, calibrated = estimator.predict(passed_rows.features), np.zeros(len(passed_rows), dtype=bool)
         bound = held_out_ratio(method, train, "mem_used")
         bounded = predicted * (bound_factor(bound, calibrated) if bound else np.nan)
         measured = passed_rows.target

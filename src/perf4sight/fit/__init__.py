@@ -1,7 +1,7 @@
 """Fitting: datasets built from profiling logs, regression methods, stored models, evaluation."""
 
 from perf4sight.fit.bound import BOUND_QUANTILE, bound_factor, held_out_ratio
-from perf4sight.fit.calibration import FamilyCalibration, family_key
+from perf4sight.fit.calibration import FamilyCalibration, family_key, predict_calibrated
 from perf4sight.fit.dataset import ArchitectureCatalog, ArchitectureCatalogs, Dataset, architecture_name, build_dataset
 from perf4sight.fit.fingerprint import TARGETS, fingerprint_device
 from perf4sight.fit.logs import find_logs, read_log, read_logs
@@ -40,6 +40,7 @@ __all__ = [
     "load_model",
     "mape_pct",
     "model_path",
+    "predict_calibrated",
     "predict_rows",
     "read_log",
     "read_logs",

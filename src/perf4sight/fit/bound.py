@@ -12,7 +12,7 @@ from typing import Any
 import numpy as np
 
 from perf4sight import console
-from perf4sight.fit.calibration import FamilyCalibration
+from perf4sight.fit.calibration import predict_calibrated
 from perf4sight.fit.dataset import Dataset
 from perf4sight.fit.methods import fit_method
 
@@ -63,9 +63,7 @@ def _calibrated_ratios(method: str, dataset: Dataset, target: str | None, levels
     for name in levels:
         out = (dataset.rows["model"] == name).to_numpy()
         rest, held = dataset.select(~out), dataset.select(out)
-        estimator = fit_method(method, rest, target)
-        calibration = FamilyCalibration.of(rest.rows, estimator.predict(rest.features))
-        corrected, _ = calibration.apply(held.rows, estimator.predict(held.features))
+        corrected, _ = predict_calibrated(fit_method(method, rest, target), rest, held)
         ratios.append(held.target / np.maximum(corrected, np.finfo(float).tiny))
         bar.advance(f"without {name}")
     return np.concatenate(ratios) if ratios else np.empty(0)

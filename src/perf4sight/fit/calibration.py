@@ -19,14 +19,17 @@ from __future__ import annotations
 import hashlib
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import pandas as pd
 
 from perf4sight.architecture import Architecture
 
-__all__ = ["FamilyCalibration", "family_key"]
+if TYPE_CHECKING:
+    from perf4sight.fit.dataset import Dataset
+
+__all__ = ["FamilyCalibration", "family_key", "predict_calibrated"]
 
 
 def family_key(arch: Architecture) -> str:
@@ -129,3 +132,10 @@ class FamilyCalibration:
                 corrected[group.index] = values
                 calibrated[group.index] = True
         return corrected, calibrated
+
+
+def predict_calibrated(estimator: Any, trained_on: Dataset, evaluated: Dataset) -> tuple[np.ndarray, np.ndarray]:
+    """`estimator`'s predictions of `evaluated`, calibrated on the families of `trained_on`
+    (what it was fitted on), as a stored model predicts them; and which rows were."""
+    calibration = FamilyCalibration.of(trained_on.rows, estimator.predict(trained_on.features))
+    return calibration.apply(evaluated.rows, estimator.predict(evaluated.features))
