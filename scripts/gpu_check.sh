@@ -1,13 +1,20 @@
 #!/usr/bin/env bash
-# Check the CUDA profiler on a machine with an NVIDIA GPU, in under 5 minutes:
-# resnet18 and mobilenet_v2 (3x224x224, 1000 classes) at three batch sizes, training and
-# inference, memory and latency; prints the figures and runs the CUDA tests.
+# Check the CUDA backend on a machine with an NVIDIA GPU, in a few minutes:
+#   1. the CUDA tests (tests/profile/test_cuda.py);
+#   2. the profiling of examples/cuda_gpu.ini (eight networks at four pruning levels, 3x224x224,
+#      training first, then inference), stopped after GPU_CHECK_PROFILE_S seconds (default 330);
+#      a second run resumes where the first stopped when out/cuda/logs is still there;
+#   3. a table of the training figures at the largest batch size.
+# Logs and the profiling logs (out/cuda/logs, as cuda_logs.tar.gz) go to $OUT (if set) or a
+# temporary folder.
 #
-#   scripts/gpu_check.sh            # logs under $OUT (if set) or a temporary folder
+#   scripts/gpu_check.sh
 #
-# Uses .venv/bin/python when it imports torch, else python3. torch must be installed
-# already (the pip index may be out of reach); other missing packages are pip-installed
-# when possible. The package itself runs from src/ (no installation needed).
+# Uses .venv/bin/python when it imports torch, else python3; torch must be installed already.
+# With no package index in reach, put wheels of the missing packages in .whl/ (torch-pruning,
+# skops and its needs): they and perf4sight itself are installed into a temporary folder
+# without reaching the network. Architecture specs in out/cuda/models are used as they are
+# (prune on any machine, copy them over); without them the networks are pruned here first.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -24,75 +31,69 @@ if ! "$PYTHON" -c "import torch, sys; sys.exit(0 if torch.cuda.is_available() el
     exit 1
 fi
 
-missing=$("$PYTHON" - <<'EOF'
-import importlib.util
-packages = {"torchvision": "torchvision", "torch_pruning": "torch-pruning", "rich": "rich",
-            "typer": "typer", "psutil": "psutil", "pynvml": "nvidia-ml-py", "pandas": "pandas",
-            "sklearn": "scikit-learn", "skops": "skops", "pytest": "pytest"}
-print(" ".join(p for m, p in packages.items() if importlib.util.find_spec(m) is None))
-EOF
-)
-if [ -n "$missing" ]; then
-    echo "gpu_check: installing $missing"
-    "$PYTHON" -m pip install --quiet $missing || echo "gpu_check: warning: could not install $missing" >&2
+if ! "$PYTHON" -c "import perf4sight" 2>/dev/null; then
+    SITE=$(mktemp -d)
+    if compgen -G ".whl/*.whl" >/dev/null; then
+        echo "gpu_check: installing perf4sight and .whl/ into $SITE, offline"
+        "$PYTHON" -m pip install --quiet --no-index --no-deps --no-build-isolation --no-compile \
+            --target "$SITE" .whl/*.whl .
+    else
+        echo "gpu_check: installing perf4sight into $SITE"
+        "$PYTHON" -m pip install --quiet --target "$SITE" .
+    fi
+    export PYTHONPATH="$SITE${PYTHONPATH:+:$PYTHONPATH}"
 fi
 
-export PYTHONPATH="$PWD/src${PYTHONPATH:+:$PYTHONPATH}"
-export COLUMNS="${COLUMNS:-150}"
-LOG_DIR="${OUT:-$(mktemp -d)}/gpu_check"
-rm -rf "$LOG_DIR"
+export COLUMNS="${COLUMNS:-150}" PYTHONUNBUFFERED=1
+LOG_DIR="${OUT:-$(mktemp -d)}"
 mkdir -p "$LOG_DIR"
 nvidia-smi --query-gpu=name,driver_version,memory.total,memory.used --format=csv 2>/dev/null || true
 
-timeout 170 "$PYTHON" - "$LOG_DIR" <<'EOF'
-import json
-import sys
-import time
+status=0
+timeout 150 "$PYTHON" -m pytest -q -p no:cacheprovider tests/profile/test_cuda.py 2>&1 \
+    | tee "$LOG_DIR/pytest_cuda.log" || status=1
+
+timeout --signal=INT --kill-after=20 "${GPU_CHECK_PROFILE_S:-330}" "$PYTHON" - <<'EOF' || status=1
 from pathlib import Path
 
 from perf4sight import console
-from perf4sight.profile import ProfileTest, profile_campaign
+from perf4sight.config import load_config
+from perf4sight.networks import create_network_dataset
+from perf4sight.profile import create_test_config, profile_campaign, read_test_config
 
-log_dir = Path(sys.argv[1])
-tests = [
-    ProfileTest(test_var, bs, "imagenet", net, stage, net)
-    for net in ("resnet18", "mobilenet_v2")
-    for stage in ("training", "inference")
-    for test_var in ("memory", "latency")
-    for bs in (8, 32, 128)
-]
-start = time.perf_counter()
-summary = profile_campaign(tests, log_dir=log_dir, device="cuda", iterations=3, warmup=1)
-elapsed_s = time.perf_counter() - start
-
-rows = {}
-for result in summary.results:
-    test = result.test
-    row = rows.setdefault((test.net_name, test.stage, test.bs), {})
-    if test.test_var == "memory" and result.outcome is not None and result.outcome.memory is not None:
-        memory = result.outcome.memory
-        row.update(mem_alloc=memory.mem_alloc, mem_reserved=memory.mem_reserved, mem_used=memory.mem_used,
-                   mem_context=memory.mem_context)
-    if test.test_var == "latency":
-        row["latency"] = result.latency_ms
-    row.setdefault("status", set()).add(result.status)
-columns = ["network", "stage", "bs", "mem_alloc MiB", "mem_reserved MiB", "mem_used MiB", "context MiB",
-           "latency ms", "status"]
-table = [
-    [net, stage, bs, row.get("mem_alloc"), row.get("mem_reserved"), row.get("mem_used"),
-     row.get("mem_context"), row.get("latency"), ",".join(sorted(row["status"]))]
-    for (net, stage, bs), row in rows.items()
-]
-console.print_table("CUDA profiler check", columns, table)
-environment = json.loads(summary.environment_file.read_text())
-keys = ("device_name", "driver", "torch", "torch_cuda", "cudnn", "cuda_context_mib", "power_limit_w",
-        "cuda_module_loading", "cpu_cores_logical")
-console.info("environment: " + ", ".join(f"{k}={environment.get(k)}" for k in keys))
-console.info(f"{len(tests)} tests in {elapsed_s:.1f} s: passed {summary.passed}, failed {summary.failed}; "
-             f"logs in {log_dir}")
-sys.exit(0 if summary.passed == len(tests) else 1)
+config = load_config("examples/cuda_gpu.ini")
+settings = config.profile
+if not any(Path(settings.local_model_loc).glob("*.json")):
+    create_network_dataset(config.create_network_dataset)
+create_test_config(settings)
+tests = sorted(read_test_config(settings.test_config), key=lambda test: test.stage != "training")
+profile_campaign(tests, log_dir=settings.log_dir, device=settings.device, iterations=settings.iterations,
+                 warmup=settings.warmup)
 EOF
 
-if "$PYTHON" -c "import pytest" 2>/dev/null; then
-    timeout 110 "$PYTHON" -m pytest -q -p no:cacheprovider tests/profile/test_cuda.py
-fi
+"$PYTHON" - <<'EOF' || status=1
+import json
+from pathlib import Path
+
+from perf4sight import console
+from perf4sight.profile import read_log
+
+log_dir, BS = Path("out/cuda/logs"), 128
+rows = {}
+for path in sorted(p for p in log_dir.glob("*/*.csv") if not p.stem.endswith("-gt")):
+    for row in read_log(path):
+        params = row["params"]
+        if row["passed"] and params["exec_stage"] == "training" and params["bs"] == BS:
+            figures = rows.setdefault(path.stem, {})
+            figures.update({key: row.get(key) for key in ("mem_used", "mem_reserved", "mem_alloc", "latency")
+                            if row.get(key) is not None})
+console.print_table(f"training at batch size {BS} (MiB, ms)", ["model", "mem_used", "mem_reserved", "mem_alloc",
+                                                              "latency"],
+                    [[name, *(f.get(k) for k in ("mem_used", "mem_reserved", "mem_alloc", "latency"))]
+                     for name, f in rows.items()])
+for environment in sorted(log_dir.glob("environment-*.json")):
+    console.info(f"{environment.name}: " + json.dumps(json.loads(environment.read_text())))
+EOF
+
+tar -czf "$LOG_DIR/cuda_logs.tar.gz" out/cuda/logs out/cuda/test_config.ini 2>/dev/null || true
+exit $status
