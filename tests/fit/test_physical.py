@@ -25,7 +25,7 @@ from perf4sight.fit import (
     read_logs,
     save_model,
 )
-from perf4sight.fit.physical import PARAMETER_STREAM_FACTOR, PhysicalRegressor
+from perf4sight.fit.physical import PARAMETER_STREAM_FACTOR, PhysicalRegressor, ReplayRegressor
 
 NETS = ("resnet18", "googlenet", "squeezenet")
 TARGETS = {"mem_used": "memory", "latency": "latency"}
@@ -48,8 +48,9 @@ def _levels(dataset):
 
 def test_registered_and_default():
     assert METHODS["physical"] is PhysicalRegressor
-    assert DEFAULT_METHOD == "physical"
-    assert PhysicalRegressor.feature_set in FEATURE_SETS
+    assert METHODS["replay"] is ReplayRegressor
+    assert DEFAULT_METHOD == "replay"
+    assert PhysicalRegressor.feature_set in FEATURE_SETS and ReplayRegressor.feature_set in FEATURE_SETS
 
 
 def test_estimator_contract(datasets):

@@ -176,7 +176,8 @@ def test_the_memory_bound_covers_a_network_left_out(predictor: Predictor, models
     assert stored["quantile"] == 0.95 and stored["left_out"] == "network" and stored["ratio"] > 1
     catalog = ArchitectureCatalog(tx2_dir / "models", complete=True)
     logs = read_logs(["googlenet"], LEVELS, [tx2_dir / "memory"], ["mem_used"])
-    unseen = build_dataset(logs, target="mem_used", feature_set="network", stage="training", catalog=catalog)
+    feature_set = predictor.models[MEMORY].metadata["feature_set"]
+    unseen = build_dataset(logs, target="mem_used", feature_set=feature_set, stage="training", catalog=catalog)
     predicted = predictor.models[MEMORY].estimator.predict(unseen.features)
     assert (unseen.target > predicted).mean() > 0.3  # the prediction is often below what was measured
     table = predictor.predict(tx2_dir / "models" / "googlenet_50.json", [8, 32])

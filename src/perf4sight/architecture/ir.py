@@ -7,7 +7,8 @@ per sample (the batch dimension is dropped): features scale them by the batch si
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from collections.abc import Callable
+from dataclasses import dataclass, field
 from typing import Any
 
 __all__ = ["Layer", "Architecture"]
@@ -80,6 +81,10 @@ class Architecture:
     buffer_bytes: int = 0
     dtype_bytes: int = 4
     complete: bool = True
+    # Builds the network again (a `LoadedNetwork` on the meta device) for what only a run
+    # shows, its tensor lifetimes; None for a description of no buildable network (a layer
+    # table, or one propagated to other channel counts).
+    builder: Callable[[], Any] | None = field(default=None, compare=False, repr=False)
 
     def of_kind(self, *kinds: str) -> list[Layer]:
         """The layers whose kind is one of `kinds`, in forward order."""

@@ -110,6 +110,7 @@ def with_layer_shapes(
         params=params + unowned,
         trainable_params=params + unowned - (template.params - template.trainable_params),
         buffer_bytes=buffers,
+        builder=None,
     )
 
 

@@ -15,9 +15,11 @@ from perf4sight.architecture import Architecture
 from perf4sight.config import STAGES
 from perf4sight.features.network import network_features
 from perf4sight.features.paper import paper_features
+from perf4sight.features.replay import replay_features
 
 __all__ = [
     "FEATURE_SETS", "FeatureFunction", "STAGES", "needs_complete_architecture", "network_features", "paper_features",
+    "replay_features",
 ]
 
 FeatureFunction = Callable[[Architecture, Sequence[int], str], pd.DataFrame]
@@ -25,6 +27,7 @@ FeatureFunction = Callable[[Architecture, Sequence[int], str], pd.DataFrame]
 FEATURE_SETS: dict[str, FeatureFunction] = {
     "paper": paper_features,
     "network": network_features,
+    "replay": replay_features,
 }
 
 # Feature sets that need only the Conv2d and Linear layers a spec lists; any other set

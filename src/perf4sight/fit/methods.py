@@ -18,7 +18,7 @@ from sklearn.utils.validation import check_is_fitted, has_fit_parameter, validat
 
 from perf4sight.errors import ConfigError
 from perf4sight.fit.dataset import Dataset
-from perf4sight.fit.physical import PhysicalRegressor
+from perf4sight.fit.physical import PhysicalRegressor, ReplayRegressor
 
 __all__ = [
     "PaperExtraTrees", "METHODS", "DEFAULT_METHOD", "fit_method", "network_weights", "predict_rows", "resolve_method",
@@ -61,9 +61,10 @@ class PaperExtraTrees(RegressorMixin, BaseEstimator):
 METHODS: dict[str, type] = {
     "paper": PaperExtraTrees,
     "physical": PhysicalRegressor,
+    "replay": ReplayRegressor,
 }
 
-DEFAULT_METHOD = "physical"
+DEFAULT_METHOD = "replay"
 
 
 def resolve_method(name: str) -> str:

@@ -41,8 +41,8 @@ from sklearn.utils.validation import check_is_fitted
 from perf4sight.errors import ConfigError
 
 __all__ = [
-    "PhysicalRegressor", "MEMORY_TERMS", "MEMORY_EXACT", "MEMORY_OPTIMIZER", "MEMORY_LIBRARY", "LATENCY_TERMS",
-    "PARAMETER_STREAM_FACTOR", "TARGET_TERMS",
+    "PhysicalRegressor", "ReplayRegressor", "MEMORY_TERMS", "MEMORY_EXACT", "MEMORY_OPTIMIZER", "MEMORY_LIBRARY",
+    "LATENCY_TERMS", "PARAMETER_STREAM_FACTOR", "REPLAY_MEMORY_TERMS", "REPLAY_MEMORY_EXACT", "TARGETS",
 ]
 
 _MIB = float(1 << 20)
@@ -85,7 +85,12 @@ LATENCY_TERMS: dict[str, dict[str, float]] = {
     },
     "launches": {"layers": 1.0},
 }
-TARGET_TERMS = {"mem_used": MEMORY_TERMS, "latency": LATENCY_TERMS}
+# The allocator replay (`replay` features): the peak of live tensors, which includes the
+# weights, gradients, momentum buffers and the optimizer's temporaries, is an exact amount
+# (added as it is); what the caching allocator holds beyond it gets a fitted multiple.
+REPLAY_MEMORY_TERMS: dict[str, dict[str, float]] = {"cached": {"replay_cached_bytes": 1.0}}
+REPLAY_MEMORY_EXACT = ("replay_allocated_bytes",)
+TARGETS = ("mem_used", "latency")
 # Sharpness of the smooth corners at the memory floor and capacity: a p-norm of this
 # exponent, so a corner is about 1 % of the memory wide (2 ** (1 / 60) - 1 above both
 # sides where they meet) whatever the device's scale.
@@ -148,14 +153,19 @@ class PhysicalRegressor(RegressorMixin, BaseEstimator):
 
     feature_set = "network"
     trusted_types: tuple[str, ...] = ()
+    # what the memory model weighs (one coefficient per term), adds as it is, and holds as
+    # the larger of it and the activations (None: nothing)
+    memory_terms = MEMORY_TERMS
+    memory_exact: tuple[str, ...] = MEMORY_EXACT
+    memory_optimizer: str | None = MEMORY_OPTIMIZER
 
     def __init__(self, target: str = "mem_used") -> None:
         self.target = target
 
     def _terms(self) -> dict[str, dict[str, float]]:
-        if self.target not in TARGET_TERMS:
-            raise ConfigError(f"PhysicalRegressor: unknown target '{self.target}'; known: {', '.join(TARGET_TERMS)}")
-        return TARGET_TERMS[self.target]
+        if self.target not in TARGETS:
+            raise ConfigError(f"{type(self).__name__}: unknown target '{self.target}'; known: {', '.join(TARGETS)}")
+        return self.memory_terms if self.target == "mem_used" else LATENCY_TERMS
 
     def _amounts(self, X: Any) -> _Amounts:  # noqa: N803 (scikit-learn's names)
         """The term amounts, one column per term, and for memory the exact bytes, the
@@ -164,10 +174,11 @@ class PhysicalRegressor(RegressorMixin, BaseEstimator):
             raise ValueError("PhysicalRegressor needs a DataFrame of 'network' features (named columns)")
         terms = self._terms()
         memory = self.target == "mem_used"
-        exact = (*MEMORY_EXACT, MEMORY_OPTIMIZER, MEMORY_LIBRARY) if memory else ()
+        optimizer = () if self.memory_optimizer is None else (self.memory_optimizer,)
+        exact = (*self.memory_exact, *optimizer, MEMORY_LIBRARY) if memory else ()
         missing = sorted({c for cols in terms.values() for c in cols}.union(exact) - set(X.columns.tolist()))
         if missing:
-            raise ValueError(f"PhysicalRegressor: feature columns missing: {', '.join(missing)}")
+            raise ValueError(f"{type(self).__name__}: feature columns missing: {', '.join(missing)}")
         # One array for the whole frame: selecting a sub-frame per term costs more than the
         # arithmetic.
         values = X.to_numpy(dtype=float)
@@ -175,13 +186,13 @@ class PhysicalRegressor(RegressorMixin, BaseEstimator):
         design = np.column_stack(
             [sum(column[name] * weight for name, weight in cols.items()) for cols in terms.values()]
         )
+        zeros = np.zeros(len(X))
         if not memory:
-            zeros = np.zeros(len(X))
             return _Amounts(design, zeros, zeros, zeros)
         return _Amounts(
             design / _MIB,
-            sum(column[name] for name in MEMORY_EXACT) / _MIB,
-            column[MEMORY_OPTIMIZER] / _MIB,
+            sum((column[name] for name in self.memory_exact), zeros) / _MIB,
+            column[self.memory_optimizer] / _MIB if self.memory_optimizer is not None else zeros,
             (column[MEMORY_LIBRARY] > 0).astype(float),
         )
 
@@ -294,3 +305,19 @@ class PhysicalRegressor(RegressorMixin, BaseEstimator):
         if self.target != "mem_used":
             raise ValueError("predict_fits needs the memory model (target='mem_used')")
         return self.predict_demand(X) <= self.capacity_mib_
+
+
+class ReplayRegressor(PhysicalRegressor):
+    """`PhysicalRegressor` whose memory model follows the allocator replay.
+
+    The same latency model. Memory is the runtime's footprint (and cuBLAS's), plus the peak
+    of live tensors as the replay finds it, plus a fitted multiple of what the caching
+    allocator holds beyond that peak: near 1 on a CUDA device, where the rest is what the
+    replay does not see (cuDNN workspaces), and little on a CPU, whose allocator gives
+    large blocks back.
+    """
+
+    feature_set = "replay"
+    memory_terms = REPLAY_MEMORY_TERMS
+    memory_exact = REPLAY_MEMORY_EXACT
+    memory_optimizer = None

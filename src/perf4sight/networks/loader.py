@@ -7,6 +7,7 @@ not torchvision's is looked for as `<model_desc_dir>/<name>.py`, then `<name>.js
 
 from __future__ import annotations
 
+import copy
 import dataclasses
 import functools
 from collections.abc import Sequence
@@ -75,30 +76,47 @@ def load_architecture(
     _check_num_classes(num_classes)
     if not isinstance(source, nn.Module) and str(source).endswith(".json"):
         spec = read_spec(source)
+        builder = functools.partial(_from_spec, spec, input_size, num_classes, "meta")
         same_size = input_size is None or tuple(input_size) == tuple(spec["input_size"])
         if same_size and (num_classes is None or num_classes == int(spec["num_classes"])):
-            return spec_architecture(spec)
-        loaded = _from_spec(spec, input_size, num_classes, "meta")
+            return dataclasses.replace(spec_architecture(spec), builder=builder)
+        loaded = builder()
     elif not isinstance(source, nn.Module) and is_torchvision_network(str(source)):
         name = str(source)
-        builder, kwargs = resolve_network(name)
+        network_builder, kwargs = resolve_network(name)
         size = _check_input_size(input_size if input_size is not None else default_input_size(name))
         classes = num_classes if num_classes is not None else 1000
         try:
-            arch = torchvision_architecture(builder, kwargs, num_classes=classes, input_size=size)
+            arch = torchvision_architecture(network_builder, kwargs, num_classes=classes, input_size=size)
         except Exception as exc:
             raise _does_not_run(name, size, exc) from exc
-        return dataclasses.replace(arch, name=name)
+        builder = functools.partial(
+            _load, name, input_size=size, num_classes=classes, model_desc_dir=None, device="meta"
+        )
+        return dataclasses.replace(arch, name=name, builder=builder)
     else:
         # The trace finds the classes itself: no separate forward pass for them.
-        loaded = _load(
-            source, input_size=input_size, num_classes=num_classes, model_desc_dir=model_desc_dir,
+        build = functools.partial(
+            _load, source, input_size=input_size, num_classes=num_classes, model_desc_dir=model_desc_dir,
             device="cpu", initialise=False, find_classes=False,
         )
+        loaded = build()
+        builder = None
     try:
-        return trace_architecture(loaded.module, loaded.input_size, name=loaded.name, num_classes=loaded.num_classes)
+        arch = trace_architecture(loaded.module, loaded.input_size, name=loaded.name, num_classes=loaded.num_classes)
     except Exception as exc:
         raise _does_not_run(loaded.name, loaded.input_size, exc) from exc
+    if builder is None:
+        builder = functools.partial(_rebuilt, build, arch.num_classes, isinstance(source, nn.Module))
+    return dataclasses.replace(arch, builder=builder)
+
+
+def _rebuilt(build: Any, num_classes: int, copied: bool) -> LoadedNetwork:
+    """A network built again, with the classes its trace found; a module given as the source
+    is `copied`, so that it keeps its weights when the copy moves to the meta device."""
+    loaded = build()
+    module = copy.deepcopy(loaded.module) if copied else loaded.module
+    return dataclasses.replace(loaded, module=module, num_classes=num_classes)
 
 
 def _check_input_size(input_size: Sequence[int]) -> tuple[int, int, int]:

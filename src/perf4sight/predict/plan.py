@@ -7,13 +7,13 @@ iteration), and rank the feasible ones by predicted throughput.
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Sequence
 from typing import Any
 
 import pandas as pd
 
 from perf4sight import console
-from perf4sight.architecture import trace_architecture
 from perf4sight.predict.predictor import BudgetError, Predictor
 
 __all__ = ["plan_variants"]
@@ -34,7 +34,7 @@ def plan_variants(
 ) -> pd.DataFrame:
     """Feasible pruned variants, best predicted throughput (images per second) first; with
     `bound`, a variant's batch size is chosen by its memory bound (`Predictor.max_batch_size`)."""
-    from perf4sight.networks import ChannelPruner, load_network
+    from perf4sight.networks import ChannelPruner, load_architecture, load_network
 
     loaded = load_network(network, input_size=input_size, num_classes=num_classes)
     pruner = ChannelPruner(loaded.module, input_size=loaded.input_size, mode=mode, seed=seed, name=loaded.name)
@@ -43,8 +43,9 @@ def plan_variants(
     with console.progress("planning", total=len(levels)) as bar:
         for level in levels:
             pruned = pruner.prune(level, meta=True)  # shapes are all a prediction needs
-            arch = trace_architecture(
-                pruned.module, loaded.input_size, name=f"{loaded.name}_{level:g}", num_classes=loaded.num_classes
+            arch = dataclasses.replace(
+                load_architecture(pruned.module, input_size=loaded.input_size, num_classes=loaded.num_classes),
+                name=f"{loaded.name}_{level:g}",
             )
             bar.advance(f"level {level:g}")
             try:

@@ -26,7 +26,7 @@ from perf4sight.profile.test_config import DATASETS, ProfileTest
 if TYPE_CHECKING:
     from perf4sight.networks import LoadedNetwork
 
-__all__ = ["TestOutcome", "model_source", "run_test"]
+__all__ = ["TestOutcome", "iteration", "model_source", "run_test"]
 
 SGD_OPTIONS = {"lr": 0.1, "momentum": 0.9, "weight_decay": 5e-4}
 # The per-parameter loop; PyTorch before 1.12 has no other, nor the `foreach` argument.
@@ -118,14 +118,16 @@ def _iterate(test: ProfileTest, backend: Backend, iterations: int, warmup: int, 
     device = backend.device
     model = network.module.to(device)
     inputs = torch.randn(test.bs, *network.input_size, device=device)
-    step = _step(model, test.stage, inputs, network.num_classes)
+    step = iteration(model, test.stage, inputs, network.num_classes)
     for _ in range(warmup):
         step()
     backend.synchronize()
     times.extend(backend.time_ms(step) for _ in range(iterations))
 
 
-def _step(model: nn.Module, stage: str, inputs: torch.Tensor, num_classes: int) -> Callable[[], None]:
+def iteration(model: nn.Module, stage: str, inputs: torch.Tensor, num_classes: int) -> Callable[[], None]:
+    """One iteration of `stage` on `inputs`, as a function to call repeatedly: what is measured
+    (and what `perf4sight.features.lifetimes` replays on the meta device)."""
     if stage == "inference":
         model.eval()
 

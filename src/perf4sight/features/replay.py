@@ -1,0 +1,37 @@
+"""Whole-network features plus the CUDA caching allocator's peaks from a lifetime replay.
+
+`network_features` bounds what the allocator holds from above and below; the replay
+(`perf4sight.features.caching_allocator` over `perf4sight.features.lifetimes`) follows
+the iteration's tensors through the allocator's rules, so it sees what those bounds
+cannot: how much the order of sizes leaves cached but unused. It needs a network that
+can be built again (`Architecture.builder`): a spec, a model file, a torchvision name or
+a module, not a bare layer table.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import pandas as pd
+
+from perf4sight.architecture import Architecture
+from perf4sight.errors import NetworkError
+from perf4sight.features.caching_allocator import replay_peaks
+from perf4sight.features.lifetimes import timeline_of
+from perf4sight.features.network import network_features
+
+__all__ = ["replay_features"]
+
+
+def replay_features(arch: Architecture, batch_sizes: Sequence[int], stage: str = "training") -> pd.DataFrame:
+    """`network_features` with `replay_allocated_bytes` (the peak of live tensors) and
+    `replay_cached_bytes` (what the allocator holds beyond them at its peak), both
+    non-decreasing in the batch size (`replay_peaks`)."""
+    table = network_features(arch, batch_sizes, stage)
+    if arch.builder is None:
+        raise NetworkError(
+            f"network '{arch.name}': the allocator replay runs the network, and this description "
+            "came from no buildable network (load it from a spec, model file, torchvision name or module)"
+        )
+    allocated, cached = replay_peaks(timeline_of(arch.builder, stage), table["batch_size"].astype(int).tolist())
+    return table.assign(replay_allocated_bytes=allocated, replay_cached_bytes=cached)

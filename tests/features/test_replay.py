@@ -1,0 +1,157 @@
+"""Tensor lifetimes recorded on the meta device and replayed through the caching allocator model."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+from torch import nn
+
+from perf4sight.architecture import trace_architecture
+from perf4sight.errors import NetworkError
+from perf4sight.features import FEATURE_SETS
+from perf4sight.features.caching_allocator import AllocatorPeaks, replay, replay_peaks
+from perf4sight.features.lifetimes import _record, record_timeline
+from perf4sight.features.network import network_features
+from perf4sight.features.replay import replay_features
+from perf4sight.networks import load_architecture
+
+MIB = 1 << 20
+INPUT = (3, 16, 16)
+
+
+def _tiny() -> nn.Module:
+    return nn.Sequential(
+        nn.Conv2d(3, 8, 3, padding=1, bias=False), nn.BatchNorm2d(8), nn.ReLU(inplace=True),
+        nn.Conv2d(8, 16, 3, padding=1), nn.ReLU(), nn.AdaptiveAvgPool2d(1), nn.Flatten(), nn.Linear(16, 10),
+    )
+
+
+# the caching allocator's rules ---------------------------------------------------------------
+
+def test_small_requests_share_a_2_mib_segment_and_large_ones_get_their_own():
+    allocator = AllocatorPeaks()
+    allocator.malloc(0, 100)  # rounded to 512 bytes, from a new 2 MiB segment
+    allocator.malloc(1, 1000)  # 1024 bytes from the same segment
+    assert allocator.reserved == 2 * MIB and allocator.allocated == 512 + 1024
+    allocator.malloc(2, 3 * MIB)  # a 20 MiB segment for requests between 1 and 10 MiB
+    allocator.malloc(3, 11 * MIB)  # from the 17 MiB left in it
+    assert allocator.reserved == (2 + 20) * MIB
+    allocator.malloc(4, 11 * MIB + 1)  # a segment of its own, rounded up to 2 MiB: 12 MiB
+    assert allocator.reserved == (2 + 20 + 12) * MIB
+
+
+def test_a_freed_block_serves_a_smaller_request_but_not_a_larger_one():
+    allocator = AllocatorPeaks()
+    allocator.malloc(0, 40 * MIB)
+    allocator.free(0)
+    allocator.malloc(1, 30 * MIB)  # fits in the cached 40 MiB segment (split)
+    assert allocator.reserved == 40 * MIB
+    allocator.malloc(2, 10 * MIB)  # the 10 MiB left over after the split
+    assert allocator.reserved == 40 * MIB
+    allocator.free(1)
+    allocator.free(2)  # merges with its free neighbour: 40 MiB in one block again
+    allocator.malloc(3, 40 * MIB)
+    assert allocator.reserved == 40 * MIB
+    allocator.malloc(4, 50 * MIB)  # nothing cached fits: a new segment
+    assert allocator.reserved == 90 * MIB and allocator.peak_allocated == 90 * MIB
+
+
+def test_growing_requests_after_frees_fragment_the_cache():
+    """Gradients in backward come in the reverse order of the activations: none fits."""
+    allocator = AllocatorPeaks()
+    for tensor, size in enumerate((40, 30, 20)):
+        allocator.malloc(tensor, size * MIB)
+    for tensor, size in zip((0, 1, 2), (20, 30, 40)):
+        allocator.free(tensor)
+        allocator.malloc(10 + tensor, (size + 5) * MIB)
+    assert allocator.peak_allocated < allocator.peak_reserved
+
+
+# lifetimes ---------------------------------------------------------------------------------
+
+@pytest.fixture(scope="module")
+def tiny_timeline():
+    arch = load_architecture(_tiny(), input_size=INPUT)
+    return record_timeline(arch.builder, "training")
+
+
+def test_the_timeline_scales_exactly_with_the_batch_size(tiny_timeline):
+    recorded = _record(_tiny().to("meta"), INPUT, 10, "training", 7)
+    assert [(n, a) for n, a, _ in recorded] == list(zip(tiny_timeline.tensor.tolist(), tiny_timeline.allocates.tolist()))
+    assert [size for *_, size in recorded] == tiny_timeline.sizes(7).tolist()
+
+
+def test_the_timeline_holds_the_model_state_and_every_allocation_is_freed_at_most_once(tiny_timeline):
+    module = _tiny()
+    state = sum(p.numel() * 4 for p in module.parameters()) + sum(b.nbytes for b in module.buffers())
+    # the parameters and buffers come first, as when the model moves to the device
+    count = len(list(module.parameters())) + len(list(module.buffers()))
+    assert tiny_timeline.allocates[:count].all()
+    assert tiny_timeline.fixed_bytes[:count].sum() == state and not tiny_timeline.per_sample_bytes[:count].any()
+    freed = tiny_timeline.tensor[~tiny_timeline.allocates]
+    assert len(freed) == len(set(freed.tolist()))
+    assert set(freed.tolist()) <= set(tiny_timeline.tensor[tiny_timeline.allocates].tolist())
+
+
+def test_the_live_peak_covers_weights_gradients_momentum_and_the_saved_activations(tiny_timeline):
+    arch = trace_architecture(_tiny(), INPUT)
+    features = network_features(arch, [64], "training")
+    peak = replay(tiny_timeline, 64).peak_allocated
+    assert peak >= float(features["param_state_bytes"].iloc[0] + features["saved_bytes"].iloc[0])
+    assert peak <= replay(tiny_timeline, 64).peak_reserved
+
+
+def test_inference_holds_no_gradients():
+    arch = load_architecture(_tiny(), input_size=INPUT)
+    training, inference = (replay_peaks(record_timeline(arch.builder, stage), [64]) for stage in ("training", "inference"))
+    assert inference[0][0] < training[0][0]
+
+
+def test_recording_leaves_the_callers_module_alone():
+    module = _tiny()
+    weight = module[0].weight.detach().clone()
+    arch = load_architecture(module, input_size=INPUT)
+    record_timeline(arch.builder, "training")
+    assert module[0].weight.device.type == "cpu" and torch.equal(module[0].weight, weight)
+    assert module[0].weight.grad is None
+
+
+# the feature set ---------------------------------------------------------------------------
+
+def test_the_peaks_never_fall_as_the_batch_size_grows():
+    """vgg11's replayed peaks fall at some batch sizes (up to 700 MiB at 224x224); the features do not."""
+    timeline = record_timeline(load_architecture("vgg11").builder, "training")
+    sizes = list(range(1, 65))
+    raw = np.array([replay(timeline, bs).peak_reserved for bs in sizes])
+    assert (np.diff(raw) < 0).any()
+    allocated, cached = replay_peaks(timeline, sizes)
+    assert (np.diff(allocated) >= 0).all() and (np.diff(cached) >= 0).all()
+    assert allocated[31] + cached[31] >= raw[31]  # at a replayed size, the running maximum
+    assert replay_peaks(timeline, [32])[0][0] == allocated[31]  # the same whatever else is asked
+
+
+def test_replay_features_extend_the_network_features_and_grow_with_the_batch_size():
+    assert FEATURE_SETS["replay"] is replay_features
+    arch = load_architecture("resnet18", input_size=(3, 32, 32), num_classes=10)
+    table = replay_features(arch, [4, 16, 64], "training")
+    base = network_features(arch, [4, 16, 64], "training")
+    assert table.columns.tolist() == [*base.columns, "replay_allocated_bytes", "replay_cached_bytes"]
+    assert np.all(np.diff(table["replay_allocated_bytes"]) > 0)
+    assert (table["replay_cached_bytes"] >= 0).all()
+
+
+def test_a_name_and_a_module_of_one_network_replay_the_same():
+    from torchvision.models import squeezenet1_0
+
+    by_name = load_architecture("squeezenet1_0", input_size=(3, 32, 32), num_classes=10)
+    by_module = load_architecture(squeezenet1_0(num_classes=10), input_size=(3, 32, 32))
+    tables = [replay_features(arch, [8], "training") for arch in (by_name, by_module)]
+    assert tables[0]["replay_allocated_bytes"].iloc[0] == tables[1]["replay_allocated_bytes"].iloc[0]
+    assert tables[0]["replay_cached_bytes"].iloc[0] == tables[1]["replay_cached_bytes"].iloc[0]
+
+
+def test_a_layer_table_cannot_be_replayed():
+    arch = trace_architecture(_tiny(), INPUT)  # a description with no way to rebuild the network
+    with pytest.raises(NetworkError, match="came from no buildable network"):
+        replay_features(arch, [4], "training")
