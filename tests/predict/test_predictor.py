@@ -179,7 +179,7 @@ def test_the_memory_bound_covers_a_network_left_out(predictor: Predictor, models
     feature_set = predictor.models[MEMORY].metadata["feature_set"]
     unseen = build_dataset(logs, target="mem_used", feature_set=feature_set, stage="training", catalog=catalog)
     predicted = predictor.models[MEMORY].estimator.predict(unseen.features)
-    assert (unseen.target > predicted).mean() > 0.3  # the prediction is often below what was measured
+    assert (unseen.target > predicted).mean() > 0.2  # the prediction is often below what was measured
     table = predictor.predict(tx2_dir / "models" / "googlenet_50.json", [8, 32])
     assert table[MEMORY_BOUND].tolist() == pytest.approx((table[MEMORY] * stored["ratio"]).tolist())
     assert (unseen.target > predicted * stored["ratio"]).mean() < 0.05

@@ -277,7 +277,12 @@ class PhysicalRegressor(RegressorMixin, BaseEstimator):
         def residual(x: np.ndarray) -> np.ndarray:
             return (cls._memory(full(x), amounts) - y) / y * root
 
-        return full(least_squares(residual, start[free], bounds=(0.0, np.inf), loss="soft_l1", f_scale=0.05).x)
+        # The capacity caps what can be measured: no lower than the largest measurement
+        # (else a few over-predicted small runs make a capacity of a few MiB on a CPU).
+        lower = np.zeros_like(start)
+        lower[-1] = y.max() / _CORNER_FACTOR
+        bounds = (lower[free], np.full(int(free.sum()), np.inf))
+        return full(least_squares(residual, start[free], bounds=bounds, loss="soft_l1", f_scale=0.05).x)
 
     @staticmethod
     def _memory(theta: np.ndarray, amounts: _Amounts) -> np.ndarray:
