@@ -176,14 +176,15 @@ def memory_boundary(
     return out
 
 
-def feature_ms(feature_set: str, data: Data, catalog: ArchitectureCatalog, batch_sizes: list[int]) -> float:
-    """Median time to compute one network's features for all `batch_sizes`, in ms."""
+def feature_ms(feature_set: str, data: Data, catalog: ArchitectureCatalog, batch_sizes: list[int],
+               stage: str) -> float:
+    """Median time to compute one network's features of `stage` for all `batch_sizes`, in ms."""
     times = []
     for net in data.nets:
         for level in data.levels:
             arch = catalog.get(f"{net}_{level}")
             start = time.perf_counter()
-            FEATURE_SETS[feature_set](arch, batch_sizes, "training")
+            FEATURE_SETS[feature_set](arch, batch_sizes, stage)
             times.append((time.perf_counter() - start) * 1e3)
     return float(np.median(times))
 
@@ -235,7 +236,7 @@ def main(argv: list[str] | None = None) -> int:
                             ("case", "evaluated net", "fit / no fit right %", "memory under-estimated %",
                              "bound under-estimated %", "bound above measured %"), rows)
         sizes = list(range(8, 208, 8))
-        ms = feature_ms(feature_set, data, catalog, sizes)
+        ms = feature_ms(feature_set, data, catalog, sizes, args.stage)
         print(f"'{feature_set}' features of one network for {len(sizes)} batch sizes: {ms:.2f} ms (median)")
     return 0
 

@@ -150,8 +150,8 @@ def replay_peaks(timeline: Timeline, batch_sizes: Sequence[int]) -> tuple[np.nda
     """
     sizes = np.asarray(batch_sizes, dtype=float)
     top = float(sizes.max())
-    grid = [size for size in _GRID if size < top]
-    grid.append(next((size for size in _GRID if size >= top), _GRID[-1]))
+    # the grid's sizes below the largest asked for, and the first at or above it (if any)
+    grid = [size for size in _GRID if size < top] + [size for size in _GRID if size >= top][:1]
     runs = [replay(timeline, size) for size in grid]
     allocated = np.maximum.accumulate([run.peak_allocated for run in runs])
     cached = np.maximum.accumulate([run.peak_reserved - run.peak_allocated for run in runs])

@@ -52,9 +52,6 @@ class Timeline:
     fixed_bytes: np.ndarray
     per_sample_bytes: np.ndarray
 
-    def __len__(self) -> int:
-        return len(self.tensor)
-
     def sizes(self, batch_size: int) -> np.ndarray:
         """Each event's size in bytes at `batch_size` (0 for a free)."""
         return self.fixed_bytes + self.per_sample_bytes * batch_size

@@ -78,9 +78,10 @@ class Predictor:
         could leave a network out) the memory that held-out networks' runs stayed under
         (95 % of them; for a calibrated prediction, held-out levels of its family), never
         below the prediction; `fits_device` (when the memory model learned the device's
-        capacity) whether training fits on the profiled device; `calibrated` whether the network's family (other pruning levels of it) was profiled
-        and corrected the predictions (`perf4sight.fit.FamilyCalibration`); `extrapolated`
-        marks rows outside the fitted range (a bigger network or batch than any profiled)."""
+        capacity) whether training fits on the profiled device; `calibrated` whether the
+        network's family (other pruning levels of it) was profiled and corrected the
+        predictions (`perf4sight.fit.FamilyCalibration`); `extrapolated` marks rows outside
+        the fitted range (a bigger network or batch than any profiled)."""
         sizes = _check_batch_sizes(batch_sizes)
         arch = self.describe(network, **load_options)
         batch = np.asarray(sizes)
