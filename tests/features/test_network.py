@@ -68,8 +68,10 @@ def test_gemm_flops_by_hand(tiny_arch):
     assert table.loc[1, "linear_flops"] == 3 * 2 * 16 * 10
     assert table.loc[3, "conv_1x1_flops"] == 3 * table.loc[1, "conv_1x1_flops"]
     assert table.loc[1, "conv_depthwise_count"] == 1
-    # 32 output channels round the 16-wide pointwise conv's work up to a full tile
-    assert table.loc[1, "conv_1x1_padded_flops"] == 3 * 2 * 32 * 32 * spatial
+    # a tile of 64 output channels rounds the 16-wide pointwise conv's work up; its 8 input
+    # channels (the GEMM's reduction) are not padded
+    assert table.loc[1, "conv_1x1_padded_flops"] == 3 * 2 * 64 * 8 * spatial
+    assert table.loc[1, "linear_padded_flops"] == 3 * 2 * 64 * 16
 
 
 def test_saved_bytes_grow_linearly_and_everything_is_monotone(tiny_arch):

@@ -58,8 +58,10 @@ _SEGMENT_BYTES = 2 << 20
 # one parameter at a time: the decayed gradient (2 in, 1 out), the momentum buffer scaled
 # (1 in, 1 out) and accumulated (2 in, 1 out), the weights updated (2 in, 1 out).
 _OPTIMIZER_PASSES = 11
-# Tile sizes GEMM kernels pad channel counts to; odd pruned widths cost the padded work.
-_CHANNEL_TILE = 32
+# GPU GEMM kernels cover a layer's output channels in tiles (64 wide in typical cuDNN and
+# cuBLAS kernels); a pruned width just above a multiple costs the whole next tile. The input
+# channels are the GEMM's reduction, split finer, and are not padded.
+_CHANNEL_TILE = 64
 
 
 def layer_group(layer: Layer) -> str:
@@ -82,7 +84,7 @@ def _round_up(value: np.ndarray, step: float) -> np.ndarray:
 
 
 def _gemm_flops(layer: Layer, tile: int = 1) -> int:
-    """Forward multiply-adds x 2 of a conv or linear layer, channels padded to `tile`.
+    """Forward multiply-adds x 2 of a conv or linear layer, output channels padded to `tile`.
 
     A linear layer works on the last dimension, a convolution on the first (channels).
     """
@@ -90,8 +92,6 @@ def _gemm_flops(layer: Layer, tile: int = 1) -> int:
     c_in = layer.in_shape[-1] if linear else layer.in_shape[0] // layer.groups
     c_out = layer.output[-1] if linear else layer.output[0]
     spatial = _numel(layer.output[:-1] if linear else layer.output[1:])
-    if layer.groups == 1:
-        c_in = -(-c_in // tile) * tile
     c_out = -(-c_out // tile) * tile
     return 2 * c_out * c_in * (1 if linear else _numel(layer.kernel)) * spatial
 
@@ -205,8 +205,8 @@ def network_features(arch: Architecture, batch_sizes: Sequence[int], stage: str 
 
 
 def _gemm_amounts(layer: Layer, passes: float, dtype: int) -> tuple[float, float, float]:
-    """A GEMM layer's work per sample and iteration: flops, flops with channels padded to
-    tiles, and bytes of its input and output moved."""
+    """A GEMM layer's work per sample and iteration: flops, flops with output channels padded
+    to tiles, and bytes of its input and output moved."""
     layer_passes = _passes(layer, passes)
     moved = (_numel(layer.in_shape) + _numel(layer.output)) * dtype * passes
     return _gemm_flops(layer) * layer_passes, _gemm_flops(layer, _CHANNEL_TILE) * layer_passes, moved

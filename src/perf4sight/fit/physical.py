@@ -21,7 +21,7 @@ to nothing, and the corners between them are relative (about 1 % wide), since
 devices differ in scale by orders of magnitude.
 
 Latency (ms per iteration): a fixed cost, plus GEMM operations at the device's
-arithmetic rate, plus bytes moved at its memory rate (every layer, and the passes over
+arithmetic rate (output channels padded to whole tiles), plus bytes moved at its memory rate (every layer, and the passes over
 the parameters, which do not depend on the batch size: the kernels' and the optimizer
 step's, and the reorders of convolution weights), plus a cost per layer (kernel launches);
 fitted with non-negative least squares on relative error.
@@ -75,7 +75,10 @@ MEMORY_LIBRARY = "linear_count"
 # data, nearly all convolutions: 5.4-5.8), against 3 + 3 here.
 PARAMETER_STREAM_FACTOR = 3.0 / 14.0
 LATENCY_TERMS: dict[str, dict[str, float]] = {
-    "gemm": dict.fromkeys(("conv_kxk_flops", "conv_1x1_flops", "conv_grouped_flops", "linear_flops"), 1.0),
+    # GEMM work with the output channels padded to whole tiles: the steps pruned widths cause
+    "gemm": dict.fromkeys(
+        ("conv_kxk_padded_flops", "conv_1x1_padded_flops", "conv_grouped_padded_flops", "linear_padded_flops"), 1.0
+    ),
     "traffic": {
         **dict.fromkeys(("conv_kxk_bytes", "conv_1x1_bytes", "conv_grouped_bytes", "conv_depthwise_bytes",
                          "linear_bytes", "norm_bytes", "act_bytes", "pool_bytes", "elementwise_bytes",
