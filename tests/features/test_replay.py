@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import gc
+import weakref
+
 import numpy as np
 import pytest
 import torch
@@ -115,6 +118,18 @@ def test_recording_leaves_the_callers_module_alone():
     record_timeline(arch.builder, "training")
     assert module[0].weight.device.type == "cpu" and torch.equal(module[0].weight, weight)
     assert module[0].weight.grad is None
+
+
+def test_a_recorded_module_is_not_kept_once_its_architecture_is_gone():
+    module = _tiny()
+    arch = load_architecture(module, input_size=INPUT)
+    first = replay_features(arch, [2, 8], "training")
+    # recorded once per architecture: the second call replays what the first recorded
+    assert replay_features(arch, [2, 8], "training").equals(first)
+    alive = weakref.ref(module)
+    del module, arch
+    gc.collect()
+    assert alive() is None
 
 
 # the feature set ---------------------------------------------------------------------------

@@ -17,7 +17,6 @@ handles) are not seen: they are left to the fitted coefficients.
 
 from __future__ import annotations
 
-import functools
 import gc
 import weakref
 from collections.abc import Callable
@@ -154,7 +153,14 @@ def record_timeline(builder: Callable[[], Any], stage: str) -> Timeline:
     )
 
 
-@functools.lru_cache(maxsize=128)
+# Timelines per builder and stage, kept while the builder lives (as long as its architecture):
+# a builder of a module given as the source holds that module, weights and all.
+_TIMELINES: weakref.WeakKeyDictionary[Callable[[], Any], dict[str, Timeline]] = weakref.WeakKeyDictionary()
+
+
 def timeline_of(builder: Callable[[], Any], stage: str) -> Timeline:
     """`record_timeline`, once per builder and stage."""
-    return record_timeline(builder, stage)
+    recorded = _TIMELINES.setdefault(builder, {})
+    if stage not in recorded:
+        recorded[stage] = record_timeline(builder, stage)
+    return recorded[stage]
