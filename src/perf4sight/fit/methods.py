@@ -64,7 +64,7 @@ METHODS: dict[str, type] = {
     "replay": ReplayRegressor,
 }
 
-DEFAULT_METHOD = "replay"
+DEFAULT_METHOD = "physical"
 
 
 def resolve_method(name: str) -> str:
