@@ -4,8 +4,8 @@ Each network is a spec written by the network-dataset stage (224x224, 1000 class
 its standalone model file for the original way. Both ways predict the same 25 batch sizes
 with models fitted on the TX2 data (skipped when ../shared/datasets/tx2 is absent):
 
-- perf4sight: `Predictor.predict(spec, batch_sizes)` with the default method, cold: once
-  with the per-process trace of the base networks cleared before every network (each
+- perf4sight: `Predictor.predict(spec, batch_sizes)` with the default method (or `--method`),
+  cold: once with the per-process trace of the base networks cleared before every network (each
   prediction describes its network from nothing), and over the whole set from a cleared
   state (each base traced once, inside the timed run, then shared by its pruned variants;
   the median of 3 such runs).
@@ -15,7 +15,7 @@ with models fitted on the TX2 data (skipped when ../shared/datasets/tx2 is absen
 
 Setup (pruning, writing specs and model files, fitting) is not timed.
 
-    .venv/bin/python benchmarks/predict_speed.py [--networks resnet18 ...] [--levels 0 50 90]
+    .venv/bin/python benchmarks/predict_speed.py [--networks resnet18 ...] [--levels 0 50 90] [--method replay]
 """
 
 from __future__ import annotations
@@ -101,6 +101,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--networks", nargs="+", default=NETWORKS)
     parser.add_argument("--levels", nargs="+", type=int, default=[0, 25, 50, 75, 90])
+    parser.add_argument("--method", default="default", help="perf4sight's method (default: the default method)")
     args = parser.parse_args()
     if not (TX2 / "models").is_dir():
         print(f"TX2 dataset not found at {TX2}: nothing to fit the models on, skipping")
@@ -111,7 +112,7 @@ def main() -> None:
         create_network_dataset(NetworkDatasetSettings(
             networks=args.networks, pruning_perc=args.levels, model_path=out / "nets", write_model_files=True,
         ))
-        predictor = Predictor.load(fit(out, "default"))
+        predictor = Predictor.load(fit(out, args.method))
         paper_dir = fit(out, "paper")
         paper = [load_model(paper_dir, stage="training", target=t) for t in ("mem_used", "latency")]
         specs = sorted((out / "nets").glob("*.json"))

@@ -100,8 +100,9 @@ def _record(module: torch.nn.Module, input_size: tuple[int, ...], num_classes: i
     """The events of `ITERATIONS[stage]` iterations at `batch_size`, the model's own tensors first."""
     recorder = _Recorder()
     # Tensors die when their last reference goes; a garbage collection in the middle would
-    # free whatever cycles hold at a moment that depends on the process's history.
-    gc.collect()
+    # free whatever cycles hold at a moment that depends on the process's history. (No
+    # collection first: older garbage holds none of the tensors recorded here, and a full
+    # collection costs more than the recording in a large process.)
     gc.disable()
     try:
         return _run(recorder, module, input_size, num_classes, stage, batch_size)
