@@ -161,3 +161,33 @@ def test_campaign_killed_mid_way_resumes_with_one_row_per_test(tmp_path: Path, m
         assert len(_gt(log_dir, test_var, "tinynet_0")) == len(rows) == 3
     assert len(keys) == len(set(keys)) == 6
     assert {dict(k)["bs"] for k in keys} == {2, 4, 8}
+
+
+def _busy_loops() -> list[subprocess.Popen]:
+    """One spinning process per CPU: another job taking the machine."""
+    return [subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in range(os.cpu_count() or 1)]
+
+
+def test_latency_timed_on_a_busy_machine_is_reported(
+    tmp_path: Path, model_dir: Path, write_test_config, capsys: pytest.CaptureFixture[str]
+) -> None:
+    config = write_test_config(tmp_path / "t.ini", [model_dir / "tinynet_0.py"], [16], test_var=("latency",))
+    tests = read_test_config(config)
+    quiet = profile_campaign(tests, log_dir=tmp_path / "quiet", iterations=40)
+    (result,) = quiet.results
+    assert 0.0 <= result.outcome.cpu_elsewhere <= 1.0
+    loops = _busy_loops()
+    try:
+        time.sleep(0.5)  # the loops up and running
+        busy = profile_campaign(tests, log_dir=tmp_path / "busy", iterations=40)
+    finally:
+        for loop in loops:
+            loop.kill()
+            loop.wait()
+    (result,) = busy.results
+    # every CPU had a spinning process: the test got at most its share of them
+    assert result.passed and result.outcome.cpu_elsewhere >= 0.3
+    assert busy.disturbed == [result]
+    err = capsys.readouterr().err
+    assert "1 of 1 latency tests ran while other processes took 20% or more of the CPU" in err
+    assert "tinynet_0 bs=16 training" in err

@@ -19,6 +19,7 @@ from perf4sight import console
 from perf4sight.config import ProfileSettings
 from perf4sight.errors import ConfigError
 from perf4sight.profile.backends import backend_name
+from perf4sight.profile.contention import BUSY_ELSEWHERE_WARNING
 from perf4sight.profile.environment import environment_record, write_environment
 from perf4sight.profile.logs import LogRow, append_gt_row, append_row, log_path, read_log, write_gt
 from perf4sight.profile.test_config import ProfileTest, create_test_config, read_test_config
@@ -69,6 +70,11 @@ class CampaignSummary:
     @property
     def skipped(self) -> int:
         return self.count("skipped")
+
+    @property
+    def disturbed(self) -> list[TestResult]:
+        """Passed latency tests timed while other processes took a large share of the CPU."""
+        return [r for r in self.results if r.test.test_var == "latency" and _elsewhere(r) >= BUSY_ELSEWHERE_WARNING]
 
 
 def profile_campaign(
@@ -135,6 +141,13 @@ def profile_campaign(
     return summary
 
 
+def _elsewhere(result: TestResult) -> float:
+    """The share of the CPU other processes took during a passed test (0 when unknown)."""
+    if not result.passed or result.outcome is None:
+        return 0.0
+    return result.outcome.cpu_elsewhere or 0.0
+
+
 def _note_failure(failed_at: dict[tuple, int], test: ProfileTest) -> None:
     failed_at[test.group] = min(failed_at.get(test.group, test.bs), test.bs)
 
@@ -181,6 +194,16 @@ def _report(summary: CampaignSummary, log_dir: Path | None) -> None:
         ["passed", "failed", "skipped", "already recorded"],
         [[summary.passed, summary.failed, summary.skipped, summary.already_recorded]],
     )
+    disturbed = summary.disturbed
+    if disturbed:
+        worst = max(disturbed, key=_elsewhere)
+        timed = sum(r.passed and r.test.test_var == "latency" for r in summary.results)
+        console.warn(
+            f"{len(disturbed)} of {timed} latency tests ran while other processes took "
+            f"{BUSY_ELSEWHERE_WARNING:.0%} or more of the CPU (most: {_elsewhere(worst):.0%}, "
+            f"{worst.test.log_name} bs={worst.test.bs} {worst.test.stage}); their latencies may be too long: "
+            "profile on an otherwise idle machine"
+        )
     if log_dir is not None:
         console.info(f"logs in {log_dir}")
 

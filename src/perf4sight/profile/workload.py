@@ -21,6 +21,7 @@ import torch
 from torch import nn
 
 from perf4sight.profile.backends import Backend, MemoryFigures
+from perf4sight.profile.contention import CpuElsewhere
 from perf4sight.profile.test_config import DATASETS, ProfileTest
 
 if TYPE_CHECKING:
@@ -37,12 +38,15 @@ _DRY_RUN_BS = 2
 
 @dataclass(frozen=True)
 class TestOutcome:
-    """What one test produced; `error` is one line when it failed."""
+    """What one test produced; `error` is one line when it failed. `cpu_elsewhere` is the
+    share of the host's CPU time other processes took while the iterations ran (None
+    when they ran too briefly to tell; `perf4sight.profile.contention`)."""
 
     passed: bool
     latency_iters_ms: list[float]
     memory: MemoryFigures | None
     error: str | None = None
+    cpu_elsewhere: float | None = None
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -50,6 +54,7 @@ class TestOutcome:
             "latency_iters_ms": self.latency_iters_ms,
             "memory": None if self.memory is None else self.memory.__dict__,
             "error": self.error,
+            "cpu_elsewhere": self.cpu_elsewhere,
         }
 
     @classmethod
@@ -60,6 +65,7 @@ class TestOutcome:
             latency_iters_ms=[float(t) for t in data.get("latency_iters_ms", [])],
             memory=None if memory is None else MemoryFigures(**memory),
             error=data.get("error"),
+            cpu_elsewhere=data.get("cpu_elsewhere"),
         )
 
 
@@ -89,18 +95,20 @@ def run_test(test: ProfileTest, backend: Backend, *, iterations: int, warmup: in
     times: list[float] = []
     error = None
     measuring = False
+    elsewhere = CpuElsewhere()
     try:
         if test.test_var == "memory":
-            _iterate(replace(test, bs=min(test.bs, _DRY_RUN_BS)), backend, 0, 1, [])
+            _iterate(replace(test, bs=min(test.bs, _DRY_RUN_BS)), backend, 0, 1, [], CpuElsewhere())
             backend.release()
             backend.memory_begin()
             measuring = True
-        _iterate(test, backend, iterations, warmup, times)
+        _iterate(test, backend, iterations, warmup, times, elsewhere)
     except Exception as exc:  # the model's own code, OOM included: a failed test, not a crash
         error = " ".join(f"{type(exc).__name__}: {exc}".split())[:_ERROR_CHARS]
     memory = backend.memory_end() if measuring else None
     backend.release()
-    return TestOutcome(passed=error is None, latency_iters_ms=times, memory=memory, error=error)
+    return TestOutcome(passed=error is None, latency_iters_ms=times, memory=memory, error=error,
+                       cpu_elsewhere=elsewhere.share)
 
 
 def _load(test: ProfileTest) -> LoadedNetwork:
@@ -112,17 +120,20 @@ def _load(test: ProfileTest) -> LoadedNetwork:
     return load_network(model_source(test), input_size=shape[0], num_classes=shape[1])
 
 
-def _iterate(test: ProfileTest, backend: Backend, iterations: int, warmup: int, times: list[float]) -> None:
-    """Build and run; locals die with this frame so that `release()` can free them."""
+def _iterate(test: ProfileTest, backend: Backend, iterations: int, warmup: int, times: list[float],
+             elsewhere: CpuElsewhere) -> None:
+    """Build and run, the iterations watched by `elsewhere`; locals die with this frame so
+    that `release()` can free them."""
     network = _load(test)
     device = backend.device
     model = network.module.to(device)
     inputs = torch.randn(test.bs, *network.input_size, device=device)
     step = iteration(model, test.stage, inputs, network.num_classes)
-    for _ in range(warmup):
-        step()
-    backend.synchronize()
-    times.extend(backend.time_ms(step) for _ in range(iterations))
+    with elsewhere:
+        for _ in range(warmup):
+            step()
+        backend.synchronize()
+        times.extend(backend.time_ms(step) for _ in range(iterations))
 
 
 def iteration(model: nn.Module, stage: str, inputs: torch.Tensor, num_classes: int) -> Callable[[], None]:
