@@ -21,10 +21,11 @@ to nothing, and the corners between them are relative (about 1 % wide), since
 devices differ in scale by orders of magnitude.
 
 Latency (ms per iteration): a fixed cost, plus GEMM operations at the device's
-arithmetic rate (output channels padded to whole tiles), plus bytes moved at its memory rate (every layer, and the passes over
-the parameters, which do not depend on the batch size: the kernels' and the optimizer
-step's, and the reorders of convolution weights), plus a cost per layer (kernel launches);
-fitted with non-negative least squares on relative error.
+arithmetic rate (output channels padded to whole tiles), plus bytes moved at its memory
+rate (every layer, and the passes over the parameters, which do not depend on the batch
+size: the kernels' and the optimizer step's, and the reorders of convolution weights),
+plus a cost per layer (kernel launches); fitted with non-negative least squares on
+relative error.
 """
 
 from __future__ import annotations
