@@ -27,11 +27,11 @@ def replay_features(arch: Architecture, batch_sizes: Sequence[int], stage: str =
     """`network_features` with `replay_allocated_bytes` (the peak of live tensors) and
     `replay_cached_bytes` (what the allocator holds beyond them at its peak), both
     non-decreasing in the batch size (`replay_peaks`)."""
-    table = network_features(arch, batch_sizes, stage)
     if arch.builder is None:
         raise NetworkError(
             f"network '{arch.name}': the allocator replay runs the network, and this description "
             "came from no buildable network (load it from a spec, model file, torchvision name or module)"
         )
+    table = network_features(arch, batch_sizes, stage)
     allocated, cached = replay_peaks(timeline_of(arch.builder, stage), table["batch_size"].astype(int).tolist())
     return table.assign(replay_allocated_bytes=allocated, replay_cached_bytes=cached)

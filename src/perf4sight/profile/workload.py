@@ -11,6 +11,7 @@ under no_grad. Inputs are random tensors of the dataset's shape.
 
 from __future__ import annotations
 
+import contextlib
 import inspect
 from collections.abc import Callable
 from dataclasses import dataclass, replace
@@ -98,7 +99,7 @@ def run_test(test: ProfileTest, backend: Backend, *, iterations: int, warmup: in
     elsewhere = CpuElsewhere()
     try:
         if test.test_var == "memory":
-            _iterate(replace(test, bs=min(test.bs, _DRY_RUN_BS)), backend, 0, 1, [], CpuElsewhere())
+            _iterate(replace(test, bs=min(test.bs, _DRY_RUN_BS)), backend, 0, 1, [])
             backend.release()
             backend.memory_begin()
             measuring = True
@@ -121,15 +122,15 @@ def _load(test: ProfileTest) -> LoadedNetwork:
 
 
 def _iterate(test: ProfileTest, backend: Backend, iterations: int, warmup: int, times: list[float],
-             elsewhere: CpuElsewhere) -> None:
-    """Build and run, the iterations watched by `elsewhere`; locals die with this frame so
-    that `release()` can free them."""
+             elsewhere: CpuElsewhere | None = None) -> None:
+    """Build and run, the iterations watched by `elsewhere` when given; locals die with this
+    frame so that `release()` can free them."""
     network = _load(test)
     device = backend.device
     model = network.module.to(device)
     inputs = torch.randn(test.bs, *network.input_size, device=device)
     step = iteration(model, test.stage, inputs, network.num_classes)
-    with elsewhere:
+    with elsewhere or contextlib.nullcontext():
         for _ in range(warmup):
             step()
         backend.synchronize()
