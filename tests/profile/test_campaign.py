@@ -188,6 +188,10 @@ def test_latency_timed_on_a_busy_machine_is_reported(
     # every CPU had a spinning process: the test got at most its share of them
     assert result.passed and result.outcome.cpu_elsewhere >= 0.3
     assert busy.disturbed == [result]
+    # the share is kept in the logs, for rows read long after the warning scrolled by
+    (row,) = read_log(tmp_path / "busy" / "latency" / "tinynet_0.csv")
+    assert row["cpu_elsewhere"] == round(result.outcome.cpu_elsewhere, 3)
+    assert _gt(tmp_path / "busy", "latency", "tinynet_0")["cpu_elsewhere"].tolist() == [row["cpu_elsewhere"]]
     err = capsys.readouterr().err
     assert "1 of 1 latency tests ran while other processes took 20% or more of the CPU" in err
     assert "tinynet_0 bs=16 training" in err

@@ -63,6 +63,20 @@ def test_latency_log_keeps_each_iteration(tmp_path: Path) -> None:
     assert list(gt.columns[:2]) == ["passed", "latency"]
 
 
+def test_journal_begun_with_fewer_columns_is_appended_in_its_own_columns(tmp_path: Path) -> None:
+    path = log_path(tmp_path, _test(2, "latency"))
+    path.parent.mkdir(parents=True)
+    old_header = "passed|latency|latency_iters_ms|status|error|params"
+    path.write_text(f"{old_header}\nTrue|2.0|[2.0]|ok||{_test(2, 'latency').params()!r}\n")
+    append_row(path, "latency", {"passed": True, "latency": 3.0, "latency_iters_ms": [3.0], "cpu_elsewhere": 0.5,
+                                 "status": "ok", "params": _test(4, "latency").params()})
+    assert path.read_text().splitlines()[0] == old_header
+    rows = read_log(path)
+    assert [(r["params"]["bs"], r["latency"]) for r in rows] == [(2, 2.0), (4, 3.0)]
+    gt = pd.read_csv(write_gt(path, "latency"), sep="|")
+    assert list(gt.columns) == GT_COLUMNS["latency"] and gt["cpu_elsewhere"].isna().all()
+
+
 def test_torn_last_line_is_cut_before_appending(tmp_path: Path) -> None:
     path = log_path(tmp_path, _test(2))
     append_row(path, "memory", {"passed": True, "mem_used": 1.0, "status": "ok", "params": _test(2).params()})

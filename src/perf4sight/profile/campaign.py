@@ -183,6 +183,9 @@ def _row(result: TestResult) -> LogRow:
         "latency": result.latency_ms,
         "latency_iters_ms": outcome.latency_iters_ms if outcome is not None and outcome.latency_iters_ms else None,
     }
+    if result.test.test_var == "latency" and outcome is not None:
+        share = outcome.cpu_elsewhere
+        row["cpu_elsewhere"] = None if share is None else round(share, 3)
     if memory is not None:
         row.update(dataclasses.asdict(memory))
     return row

@@ -8,9 +8,13 @@ named `stage`: appended after each journalled row, and rewritten from the journa
 campaign resumes.
 
 Columns beyond the original's: `mem_context` (MiB of runtime context in mem_used),
-`latency_iters_ms` (each timed iteration, a list literal), `status` (`ok`; `error` for
+`latency_iters_ms` (each timed iteration, a list literal), `cpu_elsewhere` (the share of
+the host's CPU other processes took while a latency test was timed; empty when too short
+to tell, `perf4sight.profile.contention`), `status` (`ok`; `error` for
 an exception such as out of memory; `crashed` when the worker died; `skipped` for a
-batch size not run after a smaller one failed under till_first_fail) and `error`.
+batch size not run after a smaller one failed under till_first_fail) and `error`. Rows
+are appended in the columns of the file's own header, so a journal begun by a version
+with fewer columns stays readable when resumed.
 """
 
 from __future__ import annotations
@@ -40,11 +44,11 @@ _MEMORY_FIGURES = ["mem_alloc", "mem_reserved", "mem_used", "mem_avail", "free",
 _PARAM_COLUMNS = ["test_var", "bs", "dataset", "net_name", "model", "stage"]
 COLUMNS: dict[str, list[str]] = {
     "memory": ["passed", *_MEMORY_FIGURES, "mem_context", "status", "error", "params"],
-    "latency": ["passed", "latency", "latency_iters_ms", "status", "error", "params"],
+    "latency": ["passed", "latency", "latency_iters_ms", "cpu_elsewhere", "status", "error", "params"],
 }
 GT_COLUMNS: dict[str, list[str]] = {
     "memory": ["passed", *_MEMORY_FIGURES, *_PARAM_COLUMNS, "mem_context", "status", "error"],
-    "latency": ["passed", "latency", *_PARAM_COLUMNS, "latency_iters_ms", "status", "error"],
+    "latency": ["passed", "latency", *_PARAM_COLUMNS, "latency_iters_ms", "cpu_elsewhere", "status", "error"],
 }
 SEPARATOR = "|"
 # `<model>-gt.csv`: the expanded log that fingerprinting reads.
@@ -119,16 +123,26 @@ def _value(name: str, text: str, *, where: str) -> Any:
 
 def append_row(path: Path, test_var: str, row: LogRow) -> None:
     """Append one row (writing the header first for a new file) and fsync it."""
-    columns = COLUMNS[test_var]
     path.parent.mkdir(parents=True, exist_ok=True)
-    new = not path.exists() or path.stat().st_size == 0
-    text = SEPARATOR.join(_field(row.get(c)) for c in columns) + "\n"
-    if new:
-        text = SEPARATOR.join(columns) + "\n" + text
+    columns = _header(path)
+    text = ""
+    if columns is None:
+        columns = COLUMNS[test_var]
+        text = SEPARATOR.join(columns) + "\n"
+    text += SEPARATOR.join(_field(row.get(c)) for c in columns) + "\n"
     with open(path, "a", encoding="utf-8") as handle:
         handle.write(text)
         handle.flush()
         os.fsync(handle.fileno())
+
+
+def _header(path: Path) -> list[str] | None:
+    """The columns named by the file's first line; None for a missing or empty file."""
+    if not path.exists():
+        return None
+    with open(path, encoding="utf-8") as handle:
+        first = handle.readline().rstrip("\n")
+    return first.split(SEPARATOR) if first else None
 
 
 def _field(value: Any) -> str:
@@ -143,7 +157,7 @@ def write_gt(path: Path, test_var: str) -> Path:
     """Rewrite `<model>-gt.csv` from the journal at `path`; returns the gt path."""
     target = gt_path(path)
     lines = [SEPARATOR.join(GT_COLUMNS[test_var])]
-    lines.extend(_gt_line(row, test_var) for row in read_log(path))
+    lines.extend(_gt_line(row, GT_COLUMNS[test_var]) for row in read_log(path))
     temporary = target.with_name(target.name + ".tmp")
     temporary.write_text("\n".join(lines) + "\n", encoding="utf-8")
     os.replace(temporary, target)
@@ -155,16 +169,18 @@ def append_gt_row(path: Path, test_var: str, row: LogRow) -> None:
     file). Not synced: should a crash lose it, the resumed campaign rewrites the file from
     the journal."""
     target = gt_path(path)
-    text = _gt_line(row, test_var) + "\n"
-    if not target.exists() or target.stat().st_size == 0:
-        text = SEPARATOR.join(GT_COLUMNS[test_var]) + "\n" + text
+    columns = _header(target)
+    text = ""
+    if columns is None:
+        columns = GT_COLUMNS[test_var]
+        text = SEPARATOR.join(columns) + "\n"
     with open(target, "a", encoding="utf-8") as handle:
-        handle.write(text)
+        handle.write(text + _gt_line(row, columns) + "\n")
 
 
-def _gt_line(row: LogRow, test_var: str) -> str:
-    """A journal row with `params` expanded into columns and `exec_stage` named `stage`."""
+def _gt_line(row: LogRow, columns: list[str]) -> str:
+    """A journal row with `params` expanded into `columns` and `exec_stage` named `stage`."""
     params = row["params"]
     expanded = {**row, **{k: v for k, v in params.items() if k != "exec_stage"}}
     expanded["stage"] = params["exec_stage"]
-    return SEPARATOR.join(_field(expanded.get(c)) for c in GT_COLUMNS[test_var])
+    return SEPARATOR.join(_field(expanded.get(c)) for c in columns)
