@@ -83,16 +83,27 @@ def test_stored_models_are_kept_unless_overwrite(trained, tx2_dir):
     assert path.stat().st_mtime_ns == before
 
 
-def test_a_stored_model_that_cannot_be_used_is_refitted(tx2_dir, tmp_path, edit_metadata, capsys):
+def _older_format(meta: dict) -> None:
+    meta.update(format=1)
+
+
+def _features_computed_otherwise(meta: dict) -> None:
+    meta["feature_probe"][0] = [value * 1.01 for value in meta["feature_probe"][0]]
+
+
+@pytest.mark.parametrize("edit", [_older_format, _features_computed_otherwise])
+def test_a_stored_model_that_cannot_be_used_is_refitted(tx2_dir, tmp_path, edit_metadata, capsys, edit):
     settings = _settings(tx2_dir, tmp_path, report=None, latency_model=False)
     fingerprint_device(settings)
     path = settings.model_storedir / "training_mem_used.skops"
-    edit_metadata(path, lambda meta: meta.update(format=1))
+    fitted = json.loads(path.with_suffix(".json").read_text())
+    edit_metadata(path, edit)
     capsys.readouterr()
     report = fingerprint_device(settings)
     captured = capsys.readouterr()
     assert "cannot be used" in captured.out + captured.err and report["memory"]["n"] > 0
-    assert json.loads(path.with_suffix(".json").read_text())["format"] > 1
+    refitted = json.loads(path.with_suffix(".json").read_text())
+    assert refitted["format"] == fitted["format"] and refitted["feature_probe"] == fitted["feature_probe"]
 
 
 def test_evaluate_without_stored_models_says_where_it_looked(tx2_dir, tmp_path):

@@ -20,6 +20,7 @@ from perf4sight.fit import (
     save_model,
 )
 from perf4sight.fit import FamilyCalibration
+from perf4sight.features import FEATURE_SETS
 from perf4sight.fit.store import library_versions
 from perf4sight.networks import architecture_from_spec, read_spec
 
@@ -96,7 +97,20 @@ def test_another_library_version_is_refused(stored, tmp_path, edit_metadata):
 
 def test_an_older_storage_format_is_refused(stored, tmp_path, edit_metadata):
     edit_metadata(stored[1], lambda meta: meta.update(format=1))
-    with pytest.raises(FittedModelError, match="stored in format 1, this perf4sight reads format 4; fingerprint again"):
+    with pytest.raises(FittedModelError, match="stored in format 1, this perf4sight reads format 5; fingerprint again"):
+        load_model(tmp_path, stage="training", target="latency")
+
+
+def test_a_model_fitted_on_features_computed_otherwise_is_refused(stored, tmp_path, monkeypatch):
+    assert load_model(tmp_path, stage="training", target="latency").metadata["feature_probe"]
+    paper = FEATURE_SETS["paper"]
+
+    def changed(arch, batch_sizes, stage):  # one column defined differently since the fit
+        table = paper(arch, batch_sizes, stage)
+        return table * 1.01
+
+    monkeypatch.setitem(FEATURE_SETS, "paper", changed)
+    with pytest.raises(FittedModelError, match="fitted on 'paper' features as another version of the code computed"):
         load_model(tmp_path, stage="training", target="latency")
 
 

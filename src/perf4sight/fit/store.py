@@ -3,9 +3,11 @@
 `<model_storedir>/<stage>_<target>.skops` holds the estimator (skops, never a pickle: only
 the types the methods declare are trusted when loading) and `<stage>_<target>.json` what
 a later run needs to trust and use it: method, stage, target, feature set and names, the
-ranges of the training data, and the library versions. A model is refused when it was
-stored for another stage or target, by another scikit-learn or perf4sight version, or when
-its file no longer matches its metadata.
+ranges of the training data, the library versions, and the features of a small reference
+network. A model is refused when it was stored for another stage or target, by another
+scikit-learn or perf4sight version, when its file no longer matches its metadata, or when
+this run computes other features for the reference network than the fit did: features
+defined differently would be fed to coefficients fitted on the old ones, silently.
 """
 
 from __future__ import annotations
@@ -22,6 +24,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 import skops.io
+from torch import nn
 
 from perf4sight.architecture import Architecture
 from perf4sight.errors import DataNotFoundError, FittedModelError
@@ -30,10 +33,11 @@ from perf4sight.fit.calibration import FamilyCalibration, family_key
 from perf4sight.fit.dataset import Dataset
 from perf4sight.fit.methods import METHODS, trusted_types
 from perf4sight.jsonfile import read_json
+from perf4sight.networks import load_architecture
 
 __all__ = ["FittedModel", "library_versions", "model_path", "save_model", "load_model"]
 
-_FORMAT = 4  # 4: latency charges convolution weights more passes (a feature column more)
+_FORMAT = 5  # 5: the reference network's features are stored (`feature_probe`)
 # Versions that must match for a stored model to be used: the estimator's internals
 # (scikit-learn) and the feature definitions (perf4sight).
 _PINNED = ("scikit-learn", "perf4sight")
@@ -98,6 +102,30 @@ def _ranges(dataset: Dataset) -> dict[str, list[float]]:
     return {name: [float(values.min()), float(values.max())] for name, values in columns.items()}
 
 
+# The reference network's input and batch sizes: small, with channel counts that are not
+# multiples of the tiles and every kind of layer the feature sets weigh differently.
+_PROBE_INPUT = (3, 20, 20)
+_PROBE_BATCH_SIZES = (1, 5)
+# Feature values may differ in their last bits between machines (summation order).
+_PROBE_RTOL = 1e-9
+
+
+def _probe_network() -> nn.Module:
+    """The reference network whose features a stored model keeps (weights never used)."""
+    return nn.Sequential(
+        nn.Conv2d(3, 13, 3, padding=1), nn.BatchNorm2d(13), nn.ReLU(inplace=True),
+        nn.Conv2d(13, 13, 3, padding=1, groups=13), nn.ReLU(),
+        nn.Conv2d(13, 70, 1, bias=False), nn.MaxPool2d(2),
+        nn.AdaptiveAvgPool2d(1), nn.Flatten(), nn.Dropout(), nn.Linear(70, 7),
+    )
+
+
+def _feature_probe(feature_set: str, stage: str) -> list[list[float]]:
+    """The features of `feature_set` for the reference network, one row per batch size."""
+    arch = load_architecture(_probe_network(), input_size=_PROBE_INPUT)
+    return FEATURE_SETS[feature_set](arch, _PROBE_BATCH_SIZES, stage).to_numpy(dtype=float).tolist()
+
+
 def _sha256(data: bytes) -> str:
     return hashlib.sha256(data).hexdigest()
 
@@ -125,6 +153,7 @@ def save_model(estimator: Any, *, method: str, storedir: str | Path, stage: str,
         "bound_ratio": bound_ratio,
         "family_residuals": {key: dict(runs) for key, runs in calibration.residuals.items()} if calibration else {},
         "versions": library_versions(),
+        "feature_probe": _feature_probe(type(estimator).feature_set, stage),
         "sha256": _sha256(path.read_bytes()),
     }
     path.with_suffix(".json").write_text(json.dumps(metadata, indent=2) + "\n")
@@ -169,4 +198,16 @@ def load_model(storedir: str | Path, *, stage: str, target: str) -> FittedModel:
     if type(estimator) is not expected:
         raise FittedModelError(f"{path}: holds a {type(estimator).__name__}, method '{metadata['method']}' "
                                f"is a {expected.__name__}")
+    _check_features(metadata, path)
     return FittedModel(estimator=estimator, metadata=metadata)
+
+
+def _check_features(metadata: dict[str, Any], path: Path) -> None:
+    """Refuse a model whose reference-network features this run computes differently."""
+    stored = np.asarray(metadata.get("feature_probe"), dtype=float)
+    current = np.asarray(_feature_probe(metadata["feature_set"], metadata["stage"]), dtype=float)
+    if stored.shape != current.shape or not np.allclose(stored, current, rtol=_PROBE_RTOL, atol=0.0):
+        raise FittedModelError(
+            f"{path}: fitted on '{metadata['feature_set']}' features as another version of the code computed "
+            "them; fingerprint again (overwrite = True) to refit"
+        )
