@@ -5,9 +5,12 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 import pytest
+import torchvision
 
+from perf4sight.errors import LogFormatError
 from perf4sight.features import paper_features
 from perf4sight.fit import ArchitectureCatalog, architecture_name, build_dataset, read_logs
+from perf4sight.networks import spec_from_module, write_spec
 
 
 @pytest.mark.parametrize(
@@ -45,3 +48,39 @@ def test_rows_get_the_features_of_their_architecture_and_batch_size(tx2_dir):
     assert dataset.rows.loc[row, "params"] == catalog.get("resnet18_70").params
     subset = dataset.select(dataset.rows["net"] == "googlenet")
     assert set(subset.rows["net"]) == {"googlenet"} and len(subset) == len(subset.features)
+
+
+
+def _log_as(tmp_path, dataset: str):
+    """A memory log of `squeezenet_0` (a 3x64x64, 10-class spec) profiled with
+    `[profile] dataset = <dataset>`."""
+    spec = spec_from_module(torchvision.models.squeezenet1_1(num_classes=10), name="squeezenet_0", net="squeezenet",
+                            prune_level=0, input_size=(3, 64, 64), num_classes=10, torchvision_name="squeezenet1_1")
+    write_spec(spec, tmp_path / "models" / "squeezenet_0.json")
+    rows = [f"True|{100 + bs}|{bs}|{dataset}|squeezenet|/device/models/squeezenet_0.json|training" for bs in (2, 8)]
+    log = tmp_path / "logs" / "squeezenet_0-gt.csv"
+    log.parent.mkdir()
+    log.write_text("\n".join(["passed|mem_used|bs|dataset|net_name|model|stage", *rows]) + "\n")
+    return read_logs(["squeezenet"], [0], [log.parent], ["mem_used"])
+
+
+@pytest.mark.parametrize("feature_set", ["paper", "network"])
+def test_features_follow_the_input_size_the_logs_dataset_ran(tmp_path, feature_set):
+    catalog = ArchitectureCatalog(tmp_path / "models", complete=feature_set == "network")
+    logs = _log_as(tmp_path, "cifar10")
+    built = build_dataset(logs, target="mem_used", feature_set=feature_set, stage="training", catalog=catalog)
+    # cifar10 ran the 3x64x64 spec on 3x32x32 inputs: a quarter of the activations
+    spec_size = build_dataset(logs.assign(dataset="spec"), target="mem_used", feature_set=feature_set,
+                              stage="training", catalog=catalog)
+    smaller = built.features.drop(columns="batch_size") < spec_size.features.drop(columns="batch_size")
+    assert smaller.any(axis=1).all()
+    if feature_set == "network":
+        assert built.features["input_bytes"].tolist() == [bs * 3 * 32 * 32 * 4 for bs in (2, 8)]
+        assert spec_size.features["input_bytes"].tolist() == [bs * 3 * 64 * 64 * 4 for bs in (2, 8)]
+
+
+def test_an_unknown_dataset_in_a_log_names_the_file(tmp_path):
+    logs = _log_as(tmp_path, "mnist")
+    catalog = ArchitectureCatalog(tmp_path / "models", complete=False)
+    with pytest.raises(LogFormatError, match=r"squeezenet_0-gt.csv: dataset='mnist' .*known: spec, imagenet"):
+        build_dataset(logs, target="mem_used", feature_set="paper", stage="training", catalog=catalog)

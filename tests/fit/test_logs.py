@@ -76,6 +76,19 @@ def test_levels_that_match_nothing_list_the_paths_searched(tx2_dir, tmp_path):
         assert str(searched) in message
 
 
+def test_a_network_without_logs_is_named_with_those_there(tx2_dir):
+    with pytest.raises(DataNotFoundError, match=r"no profiling logs of 'resnt18' at levels \[0, 50\] in .*memory; "
+                                                r"the logs there are of: googlenet, resnet18, squeezenet"):
+        find_logs(["squeezenet", "resnt18"], [0, 50], [tx2_dir / "memory"])
+
+
+def test_a_log_that_is_not_text_names_the_file(tmp_path):
+    path = tmp_path / "squeezenet_0-gt.csv"
+    path.write_bytes("passed|bs|model|latency\nTrue|2|squeezenet_0|1.0\n".encode("utf-16"))
+    with pytest.raises(LogFormatError, match=rf"{path}: not UTF-8 text"):
+        read_log(path, ["latency"])
+
+
 def test_read_logs_keeps_the_levels_found_and_tags_the_net(tx2_dir):
     logs = read_logs(["resnet18", "squeezenet"], [0, 50, 51], [tx2_dir / "memory"], ["mem_used"])
     assert set(logs["net"]) == {"resnet18", "squeezenet"}

@@ -2,7 +2,8 @@
 
 Each log row names its architecture by file name (the `model` column); the architecture is
 looked up in the pruned-models folder as `<name>.json` (a spec) or `<name>.py` (a model
-description). Features are computed once per architecture for all of its batch sizes.
+description), at the input size and class count the row's `dataset` ran it with (`spec`:
+its own). Features are computed once per architecture for all of its batch sizes.
 """
 
 from __future__ import annotations
@@ -16,10 +17,11 @@ import pandas as pd
 
 from perf4sight import console
 from perf4sight.architecture import Architecture
-from perf4sight.errors import DataNotFoundError
+from perf4sight.errors import DataNotFoundError, LogFormatError
 from perf4sight.features import FEATURE_SETS, needs_complete_architecture
 from perf4sight.fit.calibration import family_key
 from perf4sight.networks import architecture_from_spec, load_architecture, read_spec
+from perf4sight.profile.test_config import DATASETS
 
 __all__ = ["ArchitectureCatalog", "ArchitectureCatalogs", "Dataset", "architecture_name", "build_dataset"]
 
@@ -42,23 +44,29 @@ class ArchitectureCatalog:
     def __init__(self, storedir: str | Path, *, complete: bool) -> None:
         self.storedir = Path(storedir)
         self.complete = complete
-        self._cache: dict[str, Architecture | None] = {}
+        self._cache: dict[tuple[str, str], Architecture | None] = {}
 
-    def get(self, name: str) -> Architecture | None:
-        """The architecture called `name`, or None when the folder has no file for it."""
-        if name not in self._cache:
-            self._cache[name] = self._load(name)
-        return self._cache[name]
+    def get(self, name: str, dataset: str = "spec") -> Architecture | None:
+        """The architecture called `name` as `dataset` (a `DATASETS` key) runs it, or None
+        when the folder has no file for it."""
+        key = (name, dataset)
+        if key not in self._cache:
+            self._cache[key] = self._load(name, DATASETS[dataset])
+        return self._cache[key]
 
-    def _load(self, name: str) -> Architecture | None:
+    def _load(self, name: str, shape: tuple[tuple[int, int, int], int] | None) -> Architecture | None:
         spec_path = self.storedir / f"{name}.json"
         model_path = self.storedir / f"{name}.py"
+        size = {} if shape is None else {"input_size": shape[0], "num_classes": shape[1]}
         if spec_path.is_file():
-            if not self.complete:
-                return architecture_from_spec(read_spec(spec_path))
-            return load_architecture(spec_path)
+            spec = read_spec(spec_path)
+            if shape == (tuple(spec["input_size"]), int(spec["num_classes"])):
+                size = {}  # the spec's own: no rebuild
+            if not self.complete and not size:
+                return architecture_from_spec(spec)
+            return load_architecture(spec_path, **size)
         if model_path.is_file():
-            return load_architecture(model_path)
+            return load_architecture(model_path, **size)
         return None
 
 
@@ -102,6 +110,20 @@ class Dataset:
         )
 
 
+def _datasets(logs: pd.DataFrame) -> pd.Series:
+    """Each row's `dataset` (`spec` where the log has no such column), checked."""
+    if "dataset" not in logs.columns:
+        return pd.Series("spec", index=logs.index)
+    names = logs["dataset"].astype(str).str.strip()
+    unknown = ~names.isin(list(DATASETS))
+    if unknown.any():
+        first = logs[unknown].iloc[0]
+        where = f"{first['log']}: " if "log" in logs.columns else ""
+        raise LogFormatError(f"{where}dataset={first['dataset']!r} (model {first['model']}); "
+                             f"known: {', '.join(DATASETS)}")
+    return names
+
+
 def build_dataset(
     logs: pd.DataFrame,
     *,
@@ -117,11 +139,11 @@ def build_dataset(
         logs = logs[logs["passed"]]
     if "stage" in logs.columns:
         logs = logs[logs["stage"].astype(str).str.strip() == stage]
-    logs = logs.assign(arch_name=logs["model"].map(architecture_name))
+    logs = logs.assign(arch_name=logs["model"].map(architecture_name), dataset=_datasets(logs))
     features_of = FEATURE_SETS[feature_set]
     blocks, kept, missing = [], [], []
-    for name, group in logs.groupby("arch_name", sort=False):
-        arch = catalog.get(name)
+    for (name, dataset), group in logs.groupby(["arch_name", "dataset"], sort=False):
+        arch = catalog.get(name, dataset)
         if arch is None:
             missing.append((name, len(group)))
             continue

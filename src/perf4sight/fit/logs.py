@@ -32,7 +32,9 @@ def find_logs(nets: Sequence[str], levels: Sequence[int], log_dirs: Sequence[str
     """(net, path) of every existing log for nets x levels in any of `log_dirs`.
 
     A level that is missing for one net is skipped; when nothing matches at all, the error
-    lists every path searched.
+    lists every path searched. A net without a single log is an error too (a misspelt name
+    would otherwise leave the fit to the other networks without a word); it names the
+    networks the folders do hold.
     """
     searched: list[Path] = []
     found: list[tuple[str, Path]] = []
@@ -46,6 +48,14 @@ def find_logs(nets: Sequence[str], levels: Sequence[int], log_dirs: Sequence[str
     if not found:
         shown = ", ".join(str(p) for p in searched) or "(no nets, levels or log directories given)"
         raise DataNotFoundError(f"no profiling logs found; searched: {shown}")
+    absent = [net for net in dict.fromkeys(nets) if net not in {net for net, _ in found}]
+    if absent:
+        held = sorted({path.name[: -len(GT_SUFFIX)].rpartition("_")[0]
+                       for log_dir in log_dirs for path in Path(log_dir).glob(f"*_*{GT_SUFFIX}")})
+        raise DataNotFoundError(
+            f"no profiling logs of {', '.join(repr(net) for net in absent)} at levels {list(levels)} in "
+            f"{', '.join(str(d) for d in log_dirs)}; the logs there are of: {', '.join(held) or 'no network'}"
+        )
     return found
 
 
@@ -71,8 +81,11 @@ def read_log(path: str | Path, targets: Sequence[str]) -> pd.DataFrame:
     file and line of the first problem.
     """
     path = Path(path)
-    with path.open(newline="") as handle:
-        rows = list(csv.reader(handle, delimiter="|"))
+    try:
+        with path.open(newline="", encoding="utf-8") as handle:
+            rows = list(csv.reader(handle, delimiter="|"))
+    except UnicodeDecodeError as exc:
+        raise LogFormatError(f"{path}: not UTF-8 text (byte {exc.start}); is it a profiling log?") from None
     if not rows:
         raise LogFormatError(f"{path}: empty file, expected a '|'-separated header")
     header = [name.strip() for name in rows[0]]
