@@ -29,6 +29,9 @@ def test_prune_writes_specs_and_manifest(tmp_path, capsys):
         (["--net", "resnet18", "--levels", "ten"], "--levels 'ten'"),
         (["--net", "resnet18", "--input-size", "3,32"], "--input-size '3,32'"),
         (["--net", "resnet18", "--mode", "magnitude"], "unknown mode 'magnitude'"),
+        (["--net", "resnet18", "--levels", "90:0:10"], "--levels 90:0:10: the range runs downward"),
+        (["--net", "resnet18", "--seed", "-1"], "[create_network_dataset] seed: -1 is not an integer in [0, 4294967295]"),
+        (["--net", "resnet18", "--seed", "99999999999999999999"], "seed: 99999999999999999999 is not an integer"),
     ],
 )
 def test_bad_input_exits_2_with_one_line(tmp_path, capsys, args, message):
@@ -41,5 +44,8 @@ def test_level_and_size_parsing():
     assert parse_levels("0:90:10") == list(range(0, 91, 10))
     assert parse_levels("5, 15,25") == [5, 15, 25]
     assert parse_input_size("3x64x64") == [3, 64, 64]
+    assert parse_levels("40:40:10") == [40]
     with pytest.raises(ConfigError):
         parse_levels("0:90:0")
+    with pytest.raises(ConfigError, match="did you mean 0:90:10"):
+        parse_levels("90:0:10")

@@ -7,6 +7,7 @@ import dataclasses
 import pandas as pd
 import pytest
 
+from perf4sight.cli import main
 from perf4sight.config import NetworkDatasetSettings
 from perf4sight.errors import ConfigError, NetworkError
 from perf4sight.networks import MANIFEST_COLUMNS, build_from_spec, create_network_dataset, load_network, read_spec
@@ -65,7 +66,10 @@ def test_users_own_model_file_from_model_desc_dir(tmp_path, tinynet_file):
         ({"pruning_perc": [0, 96]}, r"pruning_perc: level 96 is outside \[0, 95\]"),
         ({"mode": "magnitude"}, r"mode: unknown mode 'magnitude'"),
         ({"input_size": [3, 32]}, r"input_size: \[3, 32\] is not three positive integers"),
-        ({"networks": []}, r"networks: no network given"),
+        ({"networks": []}, r"^\[create_network_dataset\] networks: no network given$"),
+        ({"pruning_perc": []}, r"^\[create_network_dataset\] pruning_perc: no level given$"),
+        ({"seed": -1}, r"^\[create_network_dataset\] seed: -1 is not an integer in \[0, 4294967295\]$"),
+        ({"seed": 2**32}, r"seed: 4294967296 is not an integer in \[0, 4294967295\]"),
     ],
 )
 def test_bad_settings_are_refused_before_any_work(tmp_path, changes, message):
@@ -77,3 +81,12 @@ def test_bad_settings_are_refused_before_any_work(tmp_path, changes, message):
 def test_unknown_network_lists_the_known_ones(tmp_path):
     with pytest.raises(NetworkError, match=r"unknown network 'lenet'.*known networks: alexnet"):
         create_network_dataset(_settings(tmp_path, networks=["lenet"]))
+
+
+def test_a_config_with_a_bad_seed_exits_2_with_one_line(tmp_path, capsys):
+    config = tmp_path / "config.ini"
+    config.write_text(f"[create_network_dataset]\nnetworks = ['resnet18']\nseed = -1\nmodel_path = {tmp_path / 'models'}\n")
+    assert main(["run", "--config", str(config)]) == 2
+    err = capsys.readouterr().err
+    assert "[create_network_dataset] seed: -1 is not an integer" in err and "Traceback" not in err
+    assert not (tmp_path / "models").exists()

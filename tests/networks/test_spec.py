@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import copy
 import json
+from collections.abc import Callable
+from pathlib import Path
 
 import pytest
 import torch
@@ -11,8 +13,17 @@ import torchvision
 from torch import nn
 from torch.utils.flop_counter import FlopCounterMode
 
+from perf4sight.cli import main
 from perf4sight.errors import NetworkError
-from perf4sight.networks import build_from_spec, read_spec, spec_from_module, spec_macs, write_spec
+from perf4sight.networks import (
+    build_from_spec,
+    load_architecture,
+    load_network,
+    read_spec,
+    spec_from_module,
+    spec_macs,
+    write_spec,
+)
 
 
 def _describe(module: nn.Module, spec: dict) -> dict:
@@ -93,3 +104,144 @@ def test_read_spec_names_the_missing_key(tmp_path):
     path.write_text(json.dumps({"name": "x", "net": "resnet18"}))
     with pytest.raises(NetworkError, match=r"broken\.json.*torchvision"):
         read_spec(path)
+
+
+
+@pytest.fixture
+def small_spec() -> dict:
+    """The spec of an unpruned resnet18 for 10 classes at 3x32x32 (traced on meta, fast)."""
+    with torch.device("meta"):
+        model = torchvision.models.resnet18(num_classes=10)
+    return spec_from_module(model, name="resnet18_0", net="resnet18", prune_level=0, input_size=(3, 32, 32),
+                            num_classes=10, torchvision_name="resnet18")
+
+
+def _layer(spec: dict, name: str) -> dict:
+    return next(entry for entry in spec["layers"] if entry["name"] == name)
+
+
+def _written(tmp_path: Path, spec: dict, change: Callable[[dict], object]) -> Path:
+    """A copy of `spec` with `change` applied, written to `edited.json`."""
+    spec = copy.deepcopy(spec)
+    change(spec)
+    path = tmp_path / "edited.json"
+    path.write_text(json.dumps(spec))
+    return path
+
+
+# Each edit used to give a traceback, or a prediction for the unedited spec.
+BAD_SPECS = {
+    "input_size text": (lambda s: s.update(input_size="abc"), r"input_size 'abc' is not three positive integers"),
+    "input_size zero": (lambda s: s.update(input_size=[3, 0, 0]), r"input_size \[3, 0, 0\] is not three positive"),
+    "num_classes text": (lambda s: s.update(num_classes="ten"), r"num_classes 'ten' is not a positive integer"),
+    "layer without name": (lambda s: s["layers"][1].pop("name"), r"layers\[1\] is not an object with a 'name'"),
+    "layer out text": (lambda s: _layer(s, "conv1").update(out="64"), r"layers entry 'conv1': out '64' is not a list"),
+    "out_channels list": (lambda s: s.update(out_channels=[64]), r"out_channels is not an object of layer names"),
+    "out_channels negative": (lambda s: s["out_channels"].update(conv1=-3), r"out_channels 'conv1': -3 is not a positive"),
+    "out_channels unknown": (
+        lambda s: s["out_channels"].update({"layer9.conv": 3}), r"out_channels 'layer9\.conv' is not in the spec's layers"
+    ),
+    "out_channels edited alone": (
+        lambda s: s["out_channels"].update({"layer1.0.conv1": 32}),
+        r"layers entry 'layer1\.0\.conv1' has 64 output channels, out_channels says 32",
+    ),
+    "layers edited alone": (
+        lambda s: _layer(s, "layer1.0.conv1")["out"].__setitem__(0, 500000),
+        r"layers entry 'layer1\.0\.conv1' has 500000 output channels, out_channels says 64",
+    ),
+    "classifier": (
+        lambda s: _layer(s, "fc")["out"].__setitem__(0, 500000), r"layers entry 'fc' has 500000 .*num_classes says 10"
+    ),
+}
+
+
+@pytest.mark.parametrize("case", list(BAD_SPECS))
+def test_read_spec_names_the_file_and_what_is_wrong(tmp_path, small_spec, case):
+    change, message = BAD_SPECS[case]
+    with pytest.raises(NetworkError, match=rf"edited\.json: {message}"):
+        read_spec(_written(tmp_path, small_spec, change))
+
+
+def test_a_spec_is_a_json_object(tmp_path):
+    path = tmp_path / "five.json"
+    path.write_text("5")
+    with pytest.raises(NetworkError, match=r"five\.json: a spec is a JSON object, not int"):
+        read_spec(path)
+
+
+@pytest.mark.parametrize(
+    ("case", "message"),
+    [("input_size zero", "input_size [3, 0, 0] is not three positive"), ("out_channels negative", "'conv1': -3")],
+)
+def test_cli_refuses_a_bad_spec_with_one_line(tmp_path, capsys, small_spec, case, message):
+    path = _written(tmp_path, small_spec, BAD_SPECS[case][0])
+    assert main(["prune", "--net", str(path), "--out", str(tmp_path / "models")]) == 2
+    err = capsys.readouterr().err
+    assert "edited.json" in err and message in err and "Traceback" not in err
+
+
+def test_the_architecture_of_a_correct_spec_follows_its_tables(tmp_path, small_spec):
+    def prune(spec: dict) -> None:
+        spec["out_channels"]["layer1.0.conv1"] = 32
+        _layer(spec, "layer1.0.conv1")["out"][0] = 32
+        _layer(spec, "layer1.0.conv2")["in"][0] = 32
+
+    arch = load_architecture(_written(tmp_path, small_spec, prune))
+    conv2 = next(layer for layer in arch.layers if layer.name == "layer1.0.conv2")
+    assert conv2.in_shape == (32, 8, 8) and arch.complete
+
+
+def test_a_layer_the_base_lacks_is_refused(tmp_path, small_spec):
+    def add_layer(spec: dict) -> None:
+        spec["out_channels"]["layer9.conv"] = 8
+        spec["layers"].append({**_layer(spec, "conv1"), "name": "layer9.conv", "out": [8, 16, 16]})
+
+    with pytest.raises(NetworkError, match=r"layer 'layer9\.conv' is not a Conv2d or Linear of resnet18"):
+        load_architecture(_written(tmp_path, small_spec, add_layer))
+
+
+def test_a_layers_table_its_out_channels_do_not_build_is_refused(tmp_path, small_spec):
+    # The input recorded for layer1.0.conv2 cannot follow from the base: the architecture
+    # used to be the rebuild from out_channels instead, whatever the table said.
+    def disagree(spec: dict) -> None:
+        _layer(spec, "layer1.0.conv2")["in"][0] = 63
+
+    message = r"layer 'layer1\.0\.conv2' is recorded as \[63, 8, 8\] -> \[64, 8, 8\], .* has \[64, 8, 8\] -> \[64, 8, 8\]"
+    with pytest.raises(NetworkError, match=message):
+        load_architecture(_written(tmp_path, small_spec, disagree))
+
+
+SUMMED = """
+import torch
+from torch import nn
+
+
+class Summed(nn.Module):
+    def __init__(self, num_classes: int = 10) -> None:
+        super().__init__()
+        self.conv1 = nn.Conv2d(3, 16, 3, padding=1)
+        self.conv2 = nn.Conv2d(1, 8, 3, padding=1)
+        self.fc = nn.Linear(8, num_classes)
+
+    def forward(self, x):
+        x = torch.relu(self.conv1(x)).sum(1, keepdim=True)
+        x = torch.relu(self.conv2(x)).mean((2, 3))
+        return self.fc(x)
+
+
+def summed(num_classes: int = 10) -> nn.Module:
+    return Summed(num_classes)
+"""
+
+
+def test_a_base_without_channel_rules_is_rebuilt_when_the_tables_agree(tmp_path):
+    # A channel sum has no channel rule: the spec is rebuilt, and its table checked, silently.
+    model_file = tmp_path / "summed.py"
+    model_file.write_text(SUMMED)
+    module = load_network(model_file, input_size=(3, 8, 8)).module
+    spec = spec_from_module(module, name="summed_50", net="summed", prune_level=50, input_size=(3, 8, 8),
+                            num_classes=10, model_desc=str(model_file))
+    spec["out_channels"]["conv1"] = 8
+    _layer(spec, "conv1")["out"][0] = 8
+    arch = load_architecture(write_spec(spec, tmp_path / "summed_50.json"))
+    assert [layer.output for layer in arch.layers if layer.name in ("conv1", "conv2")] == [(8, 8, 8), (8, 8, 8)]

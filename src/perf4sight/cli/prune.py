@@ -15,13 +15,17 @@ __all__ = ["register", "parse_levels", "parse_input_size"]
 
 
 def parse_levels(text: str) -> list[int]:
-    """'0,10,20' -> [0, 10, 20]; 'start:stop:step' -> start to stop inclusive."""
+    """'0,10,20' -> [0, 10, 20]; 'start:stop:step' -> start to stop inclusive (never empty)."""
     text = text.strip()
     match = re.fullmatch(r"(\d+):(\d+):(\d+)", text)
     if match:
         start, stop, step = (int(g) for g in match.groups())
         if step < 1:
             raise ConfigError(f"--levels {text}: the step must be at least 1")
+        if stop < start:
+            raise ConfigError(
+                f"--levels {text}: the range runs downward, so it holds no level; did you mean {stop}:{start}:{step}?"
+            )
         return list(range(start, stop + 1, step))
     if re.fullmatch(r"\d+(\s*,\s*\d+)*", text):
         return [int(v) for v in text.split(",")]

@@ -29,7 +29,8 @@ __all__ = ["MANIFEST_COLUMNS", "MANIFEST_FILE", "create_network_dataset"]
 
 MANIFEST_FILE = "manifest.csv"
 MANIFEST_COLUMNS = ("name", "network", "target_level", "level_reached", "params", "macs", "spec_file")
-_WHERE = "create_network_dataset"
+_WHERE = "[create_network_dataset]"
+_MAX_SEED = 2**32 - 1  # a seed every RNG takes (torch's are 64-bit, numpy's legacy ones 32-bit)
 
 
 def _check_settings(settings: NetworkDatasetSettings) -> list[int]:
@@ -38,6 +39,11 @@ def _check_settings(settings: NetworkDatasetSettings) -> list[int]:
         raise ConfigError(f"{_WHERE} networks: no network given")
     if settings.mode not in MODES:
         raise ConfigError(f"{_WHERE} mode: unknown mode '{settings.mode}'; known modes: {', '.join(MODES)}")
+    seed = settings.seed
+    if isinstance(seed, bool) or not isinstance(seed, int) or not 0 <= seed <= _MAX_SEED:
+        raise ConfigError(f"{_WHERE} seed: {seed!r} is not an integer in [0, {_MAX_SEED}]")
+    if not settings.pruning_perc:
+        raise ConfigError(f"{_WHERE} pruning_perc: no level given")
     for level in settings.pruning_perc:
         if not 0 <= level <= MAX_LEVEL:
             raise ConfigError(f"{_WHERE} pruning_perc: level {level} is outside [0, {MAX_LEVEL}]")

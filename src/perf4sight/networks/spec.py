@@ -41,12 +41,82 @@ SPEC_KEYS = ("name", "net", "torchvision", "num_classes", "input_size", "out_cha
 
 
 def read_spec(path: str | Path) -> dict[str, Any]:
-    """Load and check a spec JSON; errors name the file and the missing key."""
+    """Load and check a spec JSON; errors name the file and the key or layer that is wrong.
+
+    Every reader indexes a spec without further checks, so its types are checked here,
+    as is the agreement of `out_channels` (what a rebuild uses) with the `layers` table
+    (what predictions use): a spec edited in one place only would otherwise predict for
+    a network it does not describe.
+    """
     spec = read_json(path, what="architecture spec", error=NetworkError)
+    if not isinstance(spec, dict):
+        raise NetworkError(f"{path}: a spec is a JSON object, not {type(spec).__name__}")
     missing = [k for k in SPEC_KEYS if k not in spec]
     if missing:
         raise NetworkError(f"{path}: spec lacks key '{missing[0]}'")
+    problem = _spec_problem(spec)
+    if problem is not None:
+        raise NetworkError(f"{path}: {problem}")
     return spec
+
+
+def _positive_int(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and value > 0
+
+
+def _positive_ints(value: Any, length: int | None = None) -> bool:
+    """Whether `value` is a non-empty list of positive integers (of `length`, if given)."""
+    if not isinstance(value, list) or not value or (length is not None and len(value) != length):
+        return False
+    return all(_positive_int(v) for v in value)
+
+
+def _spec_problem(spec: dict[str, Any]) -> str | None:
+    """The first thing wrong with a spec's structure, or None."""
+    for key in ("name", "net"):
+        if not isinstance(spec[key], str) or not spec[key]:
+            return f"{key} {spec[key]!r} is not a name"
+    for key in ("torchvision", "model_desc"):
+        if not isinstance(spec.get(key), (str, type(None))):
+            return f"{key} {spec[key]!r} is not a name"
+    if not isinstance(spec.get("torchvision_kwargs"), (dict, type(None))):
+        return f"torchvision_kwargs {spec['torchvision_kwargs']!r} is not an object of keyword arguments"
+    if "params" in spec and not _positive_int(spec["params"]):
+        return f"params {spec['params']!r} is not a positive integer"
+    if not _positive_int(spec["num_classes"]):
+        return f"num_classes {spec['num_classes']!r} is not a positive integer"
+    if not _positive_ints(spec["input_size"], 3):
+        return f"input_size {spec['input_size']!r} is not three positive integers (channels, height, width)"
+    out_channels = spec["out_channels"]
+    if not isinstance(out_channels, dict):
+        return "out_channels is not an object of layer names and output channels"
+    for name, channels in out_channels.items():
+        if not _positive_int(channels):
+            return f"out_channels '{name}': {channels!r} is not a positive integer"
+    if not isinstance(spec["layers"], list):
+        return "layers is not a list of layer entries"
+    recorded: set[str] = set()
+    for k, entry in enumerate(spec["layers"]):
+        if not isinstance(entry, dict) or not isinstance(entry.get("name"), str):
+            return f"layers[{k}] is not an object with a 'name'"
+        name = entry["name"]
+        if entry.get("type") not in ("Conv2d", "Linear"):
+            return f"layers entry '{name}': type {entry.get('type')!r} is not 'Conv2d' or 'Linear'"
+        for key in ("in", "out") + (("kernel",) if entry["type"] == "Conv2d" else ()):
+            if not _positive_ints(entry.get(key), 2 if key == "kernel" else None):
+                return f"layers entry '{name}': {key} {entry.get(key)!r} is not a list of positive integers"
+        if not _positive_int(entry.get("groups", 1)):
+            return f"layers entry '{name}': groups {entry['groups']!r} is not a positive integer"
+        # The classifier is the one layer out_channels leaves out: its outputs are the classes.
+        source = "out_channels" if name in out_channels else "num_classes"
+        expected = out_channels[name] if name in out_channels else spec["num_classes"]
+        if entry["out"][0] != expected:
+            return f"layers entry '{name}' has {entry['out'][0]} output channels, {source} says {expected}"
+        recorded.add(name)
+    unrecorded = [name for name in out_channels if name not in recorded]
+    if unrecorded:
+        return f"out_channels '{unrecorded[0]}' is not in the spec's layers"
+    return None
 
 
 def architecture_from_spec(spec: dict[str, Any]) -> Architecture:
@@ -254,7 +324,9 @@ def spec_architecture(spec: dict[str, Any]) -> Architecture:
 
     The spec's base is traced once per process (cached); its layers' shapes are then
     propagated to the channel counts that the spec's `layers` record. Should a layer of
-    the base have no channel rule, the spec is rebuilt and traced instead.
+    the base have no channel rule, the spec is rebuilt from its `out_channels` and traced
+    instead; the rebuilt layers must then have the shapes the `layers` table records, or
+    the prediction would be for another network than the one the spec describes.
     """
     template = _base_architecture(
         spec.get("torchvision"),
@@ -267,11 +339,30 @@ def spec_architecture(spec: dict[str, Any]) -> Architecture:
         entry["name"]: LayerShape(tuple(entry["in"]), tuple(entry["out"]), entry.get("groups", 1))
         for entry in spec["layers"]
     }
+    known = {layer.name for layer in template.layers if layer.kind in ("conv2d", "linear")}
+    unknown = [name for name in shapes if name not in known]
+    if unknown:
+        raise NetworkError(f"spec {spec['name']}: layer '{unknown[0]}' is not a Conv2d or Linear of {_base_name(spec)}")
     try:
         return with_layer_shapes(template, shapes, name=spec["name"])
     except NetworkError:
         module = build_from_spec(spec, device="meta")
-        return trace_architecture(module, spec["input_size"], name=spec["name"], num_classes=int(spec["num_classes"]))
+        arch = trace_architecture(module, spec["input_size"], name=spec["name"], num_classes=int(spec["num_classes"]))
+    rebuilt: dict[str, tuple[tuple[int, ...], tuple[int, ...]]] = {}
+    for layer in arch.layers:
+        if layer.kind == "conv2d":
+            rebuilt.setdefault(layer.name, (layer.in_shape, layer.output))
+        elif layer.kind == "linear":  # the table records a Linear's features only
+            rebuilt.setdefault(layer.name, ((layer.in_shape[-1],), (layer.output[-1],)))
+    for entry in spec["layers"]:
+        built = rebuilt.get(entry["name"])
+        if built != (tuple(entry["in"]), tuple(entry["out"])):
+            got = f"{list(built[0])} -> {list(built[1])}" if built else "no such layer"
+            raise NetworkError(
+                f"spec {spec['name']}: layer '{entry['name']}' is recorded as {entry['in']} -> {entry['out']}, "
+                f"but the network its out_channels build has {got}"
+            )
+    return arch
 
 
 def torchvision_architecture(
