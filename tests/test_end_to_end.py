@@ -107,3 +107,19 @@ def test_no_device_boundary_without_failed_runs(run_dir: Path, capsys: pytest.Ca
                  "--num-classes", "10", "--bs", "2", "--json"]) == 0
     (row,) = json.loads(capsys.readouterr().out)
     assert "fits_device" not in row and row["mem_used_mib"] > 0
+
+
+def test_the_original_interface_runs_quietly(tmp_path: Path) -> None:
+    config = tmp_path / "config.ini"
+    config.write_text("[create_network_dataset]\nnetworks = ['squeezenet']\npruning_perc = [0]\n"
+                      "input_size = [3, 32, 32]\nnum_classes = 10\nmodel_path = specs\n")
+    runs = {}
+    for quiet in ([], ["--quiet"]):
+        runs[bool(quiet)] = subprocess.run(
+            [sys.executable, str(ROOT / "main.py"), "--config-file", str(config), *quiet],
+            capture_output=True, text=True, cwd=tmp_path, timeout=120,
+        )
+        assert runs[bool(quiet)].returncode == 0 and (tmp_path / "specs" / "squeezenet_0.json").is_file()
+    written = "1 architecture specs and manifest.csv written to specs"
+    assert written in runs[False].stdout and written not in runs[True].stdout + runs[True].stderr
+    assert "all outputs are under" in runs[True].stdout  # what was made is still said

@@ -18,6 +18,7 @@ import numpy as np
 import pandas as pd
 
 from perf4sight.architecture import Architecture
+from perf4sight.config import STAGES
 from perf4sight.errors import DataNotFoundError, UsageError
 from perf4sight.fit import FittedModel, bound_factor, family_key, load_model
 
@@ -47,6 +48,8 @@ class Predictor:
     @classmethod
     def load(cls, directory: str | Path, *, stage: str = "training") -> Predictor:
         """Load whichever of the memory and latency models `directory` holds (at least one)."""
+        if stage not in STAGES:
+            raise UsageError(f"stage '{stage}': not one of {', '.join(STAGES)}")
         models = {}
         for column, target in _TARGETS.items():
             try:
@@ -83,6 +86,9 @@ class Predictor:
         predictions (`perf4sight.fit.FamilyCalibration`); `extrapolated` marks rows outside
         the fitted range (a bigger network or batch than any profiled)."""
         sizes = _check_batch_sizes(batch_sizes)
+        if dataset_size is not None and (isinstance(dataset_size, bool) or not isinstance(dataset_size, int)
+                                         or dataset_size < 1):
+            raise UsageError(f"dataset size {dataset_size!r}: expected a positive number of images per epoch")
         arch = self.describe(network, **load_options)
         batch = np.asarray(sizes)
         columns: dict[str, np.ndarray] = {"batch_size": batch}
