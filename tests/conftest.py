@@ -1,15 +1,25 @@
-"""Shared fixtures: the TX2 dataset beside the project (skipped when absent), and an editor
-of a stored model's metadata."""
+"""Shared fixtures: the TX2 dataset beside the project (skipped when absent), an editor of a
+stored model's metadata, and the console's messages back on after a test that ran the CLI
+with --quiet."""
 
 from __future__ import annotations
 
 import json
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
 
+from perf4sight import console
+
 TX2_DIR = Path(__file__).resolve().parents[1].parent / "shared" / "datasets" / "tx2"
+
+
+@pytest.fixture(autouse=True)
+def _console_not_quiet() -> Iterator[None]:
+    """`--quiet` sets process-wide state; a later test's messages must not depend on it."""
+    yield
+    console.set_quiet(False)
 
 
 @pytest.fixture(scope="session")

@@ -123,3 +123,28 @@ def test_the_original_interface_runs_quietly(tmp_path: Path) -> None:
     written = "1 architecture specs and manifest.csv written to specs"
     assert written in runs[False].stdout and written not in runs[True].stdout + runs[True].stderr
     assert "all outputs are under" in runs[True].stdout  # what was made is still said
+
+
+@pytest.mark.parametrize(("section", "line", "message"), [
+    ("fingerprint", "method = foo", "[fingerprint] method: unknown method 'foo'"),
+    ("fingerprint", "stage = tarining", "[fingerprint] stage: 'tarining' is not one of training, inference"),
+    ("profile", "device = tpu", "[profile] device: unknown device 'tpu'"),
+    ("profile", "stage = ['tarining']", "[profile] stage: unknown value 'tarining'"),
+])
+def test_every_section_is_checked_before_any_stage_runs(tmp_path: Path, capsys: pytest.CaptureFixture[str],
+                                                        section: str, line: str, message: str) -> None:
+    sections = {
+        "create_network_dataset": "networks = ['squeezenet']\ninput_size = [3, 32, 32]\nnum_classes = 10\n"
+                                  f"model_path = {tmp_path / 'specs'}\n",
+        "profile": f"network = ['squeezenet']\nbs = [2]\nlocal_model_loc = {tmp_path / 'specs'}\n"
+                   f"test_config = {tmp_path / 'tc.ini'}\nlog_dir = {tmp_path / 'logs'}\n",
+        "fingerprint": f"train_nets = ['squeezenet']\ntrain_logs = [0]\npruned_models_storedir = {tmp_path / 'specs'}\n"
+                       f"model_storedir = {tmp_path / 'fitted'}\nmemory_logs = ['{tmp_path / 'logs' / 'memory'}']\n"
+                       f"latency_logs = ['{tmp_path / 'logs' / 'latency'}']\n",
+    }
+    sections[section] += line + "\n"
+    config = tmp_path / "config.ini"
+    config.write_text("".join(f"[{name}]\n{body}\n" for name, body in sections.items()))
+    assert main(["run", "--config", str(config)]) == 2
+    assert message in capsys.readouterr().err
+    assert not (tmp_path / "specs").exists()  # nothing pruned for a run that could not finish

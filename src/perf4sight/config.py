@@ -156,9 +156,11 @@ def read_ini(path: Path, *, kind: str = "config file") -> configparser.ConfigPar
         raise ConfigError(f"{kind} not found: {path}")
     parser = configparser.ConfigParser(interpolation=None)
     try:
-        parser.read(path)
+        parser.read(path, encoding="utf-8")
     except configparser.Error as exc:
         raise ConfigError(f"{path}: cannot parse: {exc}".replace("\n", " ")) from None
+    except UnicodeDecodeError as exc:
+        raise ConfigError(f"{path}: not UTF-8 text (byte {exc.start}); is it a {kind}?") from None
     return parser
 
 

@@ -12,8 +12,13 @@ __all__ = ["run_config"]
 
 
 def run_config(path: str | Path) -> Config:
-    """Execute the sections present in the config at `path`; returns the parsed config."""
+    """Execute the sections present in the config at `path`; returns the parsed config.
+
+    Every section's values are checked first: a bad value in [fingerprint] must not wait
+    for the pruning and profiling before it to finish.
+    """
     config = load_config(path)
+    _check(config)
     outputs: list[tuple[str, Path]] = []
     if config.create_network_dataset is not None:
         from perf4sight.networks import create_network_dataset
@@ -37,6 +42,17 @@ def run_config(path: str | Path) -> Config:
             outputs.append(("evaluation report", config.fingerprint.report))
     _print_outputs(outputs)
     return config
+
+
+def _check(config: Config) -> None:
+    from perf4sight.fit.fingerprint import check_settings as check_fingerprint
+    from perf4sight.networks.dataset import check_settings as check_network_dataset
+    from perf4sight.profile.campaign import check_settings as check_profile
+
+    for settings, check in ((config.create_network_dataset, check_network_dataset),
+                            (config.profile, check_profile), (config.fingerprint, check_fingerprint)):
+        if settings is not None:
+            check(settings)
 
 
 def _print_outputs(outputs: list[tuple[str, Path]]) -> None:

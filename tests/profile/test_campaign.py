@@ -16,7 +16,9 @@ import pytest
 import torch
 import torchvision
 
+from perf4sight.cli import main
 from perf4sight.config import ProfileSettings, load_config
+from perf4sight.errors import ConfigError
 from perf4sight.networks import spec_from_module, write_spec
 from perf4sight.profile import (
     profile_campaign,
@@ -195,3 +197,79 @@ def test_latency_timed_on_a_busy_machine_is_reported(
     err = capsys.readouterr().err
     assert "1 of 1 latency tests ran while other processes took 20% or more of the CPU" in err
     assert "tinynet_0 bs=16 training" in err
+
+
+def _run_config(tmp_path: Path, test_config: Path, log_dir: Path, extra: str = "") -> Path:
+    """A config.ini whose [profile] runs `test_config` into `log_dir`, one iteration a test."""
+    config = tmp_path / "config.ini"
+    config.write_text(f"[profile]\nlog_dir = {log_dir}\ntest_config = {test_config}\niterations = 1\n{extra}")
+    return config
+
+
+def _one_error_line(capsys: pytest.CaptureFixture[str]) -> str:
+    err = capsys.readouterr().err
+    assert "Traceback" not in err and len(err.strip().splitlines()) == 1, err
+    return err
+
+
+@pytest.mark.parametrize("limit", ["-5", "0"])
+def test_memory_limit_not_a_positive_integer_is_a_config_error(
+    tmp_path: Path, model_dir: Path, write_test_config, capsys: pytest.CaptureFixture[str], limit: str
+) -> None:
+    test_config = write_test_config(tmp_path / "t.ini", [model_dir / "tinynet_0.py"], [2], test_var=("memory",))
+    log_dir = tmp_path / "logs"
+    config = _run_config(tmp_path, test_config, log_dir, f"memory_limit_mib = {limit}\n")
+    assert main(["--quiet", "profile", "run", "--config", str(config)]) == 2
+    err = _one_error_line(capsys)
+    assert "error: [profile] memory_limit_mib: expected a positive integer (MiB)" in err
+    assert not log_dir.exists()
+
+
+@pytest.mark.parametrize("save", [True, False])
+def test_worker_over_the_memory_limit_while_starting_stops_the_campaign(
+    tmp_path: Path, model_dir: Path, write_test_config, capsys: pytest.CaptureFixture[str], save: bool
+) -> None:
+    """Python and torch alone are over 50 MiB: no test could run, so none is recorded as crashed."""
+    test_config = write_test_config(tmp_path / "t.ini", [model_dir / "tinynet_0.py"], [2, 4], test_var=("memory",))
+    log_dir = tmp_path / "logs"
+    journal = log_dir / "memory" / "tinynet_0.csv"
+    if save:  # a campaign under way: bs 2 recorded already
+        profile_campaign(read_test_config(test_config)[:1], log_dir=log_dir, iterations=1)
+    capsys.readouterr()
+    config = _run_config(tmp_path, test_config, log_dir, f"save = {save}\nmemory_limit_mib = 50\n")
+    assert main(["--quiet", "profile", "run", "--config", str(config)]) == 2
+    err = _one_error_line(capsys)
+    assert "error: [profile] memory_limit_mib = 50: the worker went over it while starting, before any test" in err
+    if save:
+        assert [r["status"] for r in read_log(journal)] == ["ok"]  # kept, and no crashed row for bs 4
+        resumed = profile_campaign(read_test_config(test_config), log_dir=log_dir, iterations=1)
+        assert resumed.already_recorded == 1 and [(r.test.bs, r.status) for r in resumed.results] == [(4, "ok")]
+    else:
+        assert not log_dir.exists()
+
+
+@pytest.mark.parametrize("save", [True, False])
+def test_worker_that_does_not_start_in_time_stops_the_campaign(
+    tmp_path: Path, model_dir: Path, write_test_config, monkeypatch: pytest.MonkeyPatch, save: bool
+) -> None:
+    monkeypatch.setattr("perf4sight.profile.worker._START_TIMEOUT_S", 0.01)  # torch alone takes longer
+    test_config = write_test_config(tmp_path / "t.ini", [model_dir / "tinynet_0.py"], [2], test_var=("memory",))
+    log_dir = tmp_path / "logs"
+    with pytest.raises(ConfigError, match=r"^\[profile\] device = cpu: the worker could not start: "
+                                          r"no answer within 0\.01 s") as info:
+        profile_campaign(read_test_config(test_config), log_dir=log_dir, iterations=1, save=save)
+    assert str(info.value).endswith(f"; its output is in {log_dir / 'worker.log'}" if save else "0.01 s")
+    assert not (log_dir / "memory").exists()  # nothing recorded for the test
+
+
+def test_non_utf8_journal_is_a_log_format_error(
+    tmp_path: Path, model_dir: Path, write_test_config, capsys: pytest.CaptureFixture[str]
+) -> None:
+    test_config = write_test_config(tmp_path / "t.ini", [model_dir / "tinynet_0.py"], [2], test_var=("memory",))
+    log_dir = tmp_path / "logs"
+    journal = log_dir / "memory" / "tinynet_0.csv"
+    journal.parent.mkdir(parents=True)
+    journal.write_bytes("passed|mem_used|params\nFalse|1.0|{'model': 'caf\u00e9'}\n".encode("latin-1"))
+    config = _run_config(tmp_path, test_config, log_dir)
+    assert main(["--quiet", "profile", "run", "--config", str(config)]) == 2
+    assert f"error: {journal}: line 2: not UTF-8 text" in _one_error_line(capsys)

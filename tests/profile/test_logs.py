@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import pandas as pd
@@ -97,3 +98,23 @@ def test_malformed_row_names_file_and_line(tmp_path: Path) -> None:
     path.write_text("passed|mem_used|params\nmaybe|1.0|{}\n")
     with pytest.raises(LogFormatError, match=r"line 2: passed must be True or False"):
         read_log(path)
+
+
+def test_non_utf8_journal_names_file_and_line(tmp_path: Path) -> None:
+    path = log_path(tmp_path, _test(2))
+    append_row(path, "memory", {"passed": True, "mem_used": 1.0, "status": "ok", "params": _test(2).params()})
+    with open(path, "ab") as handle:
+        handle.write("False|||||||error|caf\u00e9|{}\n".encode("latin-1"))
+        handle.write(b"True|1.0|")  # a torn line too: not cut off a file that cannot be read
+    size = path.stat().st_size
+    with pytest.raises(LogFormatError, match=rf"^{re.escape(str(path))}: line 3: not UTF-8 text"):
+        read_log(path, repair=True)
+    assert path.stat().st_size == size
+
+
+def test_non_utf8_gt_file_names_it_when_appended_to(tmp_path: Path) -> None:
+    path = log_path(tmp_path, _test(2))
+    gt_path(path).parent.mkdir(parents=True)
+    gt_path(path).write_bytes(b"\xff\xfe binary\n")
+    with pytest.raises(LogFormatError, match=rf"^{re.escape(str(gt_path(path)))}: line 1: not UTF-8 text"):
+        append_gt_row(path, "memory", {"passed": True, "status": "ok", "params": _test(2).params()})

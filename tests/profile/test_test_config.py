@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import configparser
+import re
 from pathlib import Path
 
 import pytest
@@ -126,3 +127,44 @@ def test_cli_run_errors_are_one_line_and_exit_code_2(tmp_path: Path, capsys: pyt
     assert main(["profile", "run", "--config", str(bad_device)]) == 2
     err = capsys.readouterr().err
     assert "unknown device 'tpu'" in err and "Traceback" not in err
+
+
+@pytest.mark.parametrize(
+    ("key", "message"),
+    [
+        ("bs", "[profile] bs: empty list; expected positive integers"),
+        ("stage", "[profile] stage: empty list; expected one or more of training, inference"),
+        ("profile_variables", "[profile] profile_variables: empty list; expected one or more of memory, latency"),
+    ],
+)
+def test_create_config_rejects_an_empty_list(
+    tmp_path: Path, model_dir: Path, capsys: pytest.CaptureFixture[str], key: str, message: str
+) -> None:
+    """Else it writes a test config with no tests, which `profile run` then rejects, naming that file."""
+    config = tmp_path / "config.ini"
+    config.write_text(f"[profile]\nnetwork = ['tinynet']\n{key} = []\nlocal_model_loc = {model_dir}\n"
+                      f"test_config = {tmp_path / 'tc.ini'}\n")
+    assert main(["--quiet", "profile", "create-config", "--config", str(config)]) == 2
+    err = capsys.readouterr().err
+    assert f"error: {message}" in err and "Traceback" not in err
+    assert not (tmp_path / "tc.ini").exists()
+
+
+def test_create_config_rejects_a_non_positive_batch_size(tmp_path: Path, model_dir: Path) -> None:
+    settings = ProfileSettings(network=["tinynet"], bs=[2, 0], local_model_loc=model_dir,
+                               test_config=tmp_path / "t.ini")
+    with pytest.raises(ConfigError, match=r"^\[profile\] bs: expected positive integers, got 0$"):
+        create_test_config(settings)
+    assert not settings.test_config.exists()
+
+
+def test_non_utf8_test_config_names_the_file(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    test_config = tmp_path / "latin1.ini"
+    test_config.write_bytes(ORIGINAL.replace("resnet18']", "r\u00e9seau']").encode("latin-1"))
+    with pytest.raises(ConfigError, match=rf"^{re.escape(str(test_config))}: not UTF-8 text"):
+        read_test_config(test_config)
+    config = tmp_path / "config.ini"
+    config.write_text(f"[profile]\ntest_config = {test_config}\nlog_dir = {tmp_path / 'logs'}\n")
+    assert main(["--quiet", "profile", "run", "--config", str(config)]) == 2
+    err = capsys.readouterr().err
+    assert f"error: {test_config}: not UTF-8 text" in err and "Traceback" not in err

@@ -21,7 +21,7 @@ from typing import Any
 import pandas as pd
 
 from perf4sight import console
-from perf4sight.config import FingerprintSettings
+from perf4sight.config import STAGES, FingerprintSettings
 from perf4sight.errors import ConfigError, FittedModelError, LogFormatError
 from perf4sight.fit.bound import bound_factor, held_out_ratio
 from perf4sight.fit.calibration import FamilyCalibration
@@ -31,7 +31,7 @@ from perf4sight.fit.methods import METHODS, fit_method, predict_rows, resolve_me
 from perf4sight.fit.report import print_report, summarise, write_report
 from perf4sight.fit.store import FittedModel, load_model, model_path, save_model
 
-__all__ = ["TARGETS", "fingerprint_device"]
+__all__ = ["TARGETS", "check_settings", "fingerprint_device"]
 
 
 @dataclass(frozen=True)
@@ -103,6 +103,13 @@ def _evaluate(settings: FingerprintSettings, target: _Target, model: FittedModel
     return rows.assign(bound=predicted * bound_factor(bound, calibrated)) if bound else rows
 
 
+def check_settings(settings: FingerprintSettings) -> None:
+    """Refuse values no fit could use (before a config's earlier stages run for nothing)."""
+    resolve_method(settings.method)
+    if settings.stage not in STAGES:
+        raise ConfigError(f"[fingerprint] stage: '{settings.stage}' is not one of {', '.join(STAGES)}")
+
+
 def fingerprint_device(settings: FingerprintSettings) -> dict[str, Any]:
     """Fit (or reuse) and evaluate this device's models; returns the evaluation report.
 
@@ -110,6 +117,7 @@ def fingerprint_device(settings: FingerprintSettings) -> dict[str, Any]:
     row count and the same per network; it is printed as a table and, when `report` is
     set, written there as JSON with the per-row predictions (CSV) and a plot (PNG) beside it.
     """
+    check_settings(settings)
     method = resolve_method(settings.method)
     catalogs = ArchitectureCatalogs(settings.pruned_models_storedir)
     enabled = [t for t in TARGETS if getattr(settings, f"{t.kind}_model")]

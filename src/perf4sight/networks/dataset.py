@@ -25,7 +25,7 @@ from perf4sight.networks.pruning import MAX_LEVEL, MODES, ChannelPruner
 from perf4sight.networks.registry import build_torchvision, is_torchvision_network, resolve_network
 from perf4sight.networks.spec import spec_from_module, spec_macs, write_spec
 
-__all__ = ["MANIFEST_COLUMNS", "MANIFEST_FILE", "create_network_dataset"]
+__all__ = ["MANIFEST_COLUMNS", "MANIFEST_FILE", "check_settings", "create_network_dataset"]
 
 MANIFEST_FILE = "manifest.csv"
 MANIFEST_COLUMNS = ("name", "network", "target_level", "level_reached", "params", "macs", "spec_file")
@@ -33,7 +33,7 @@ _WHERE = "[create_network_dataset]"
 _MAX_SEED = 2**32 - 1  # a seed every RNG takes (torch's are 64-bit, numpy's legacy ones 32-bit)
 
 
-def _check_settings(settings: NetworkDatasetSettings) -> list[int]:
+def check_settings(settings: NetworkDatasetSettings) -> list[int]:
     """Refuse bad settings before any work; returns the levels without repeats."""
     if not settings.networks:
         raise ConfigError(f"{_WHERE} networks: no network given")
@@ -89,7 +89,7 @@ def create_network_dataset(settings: NetworkDatasetSettings) -> pd.DataFrame:
     Returns the manifest: one row per pruned network with the level asked for, the level
     reached, its parameters and its multiply-accumulates for one input of `input_size`.
     """
-    levels = _check_settings(settings)
+    levels = check_settings(settings)
     out_dir = Path(settings.model_path)
     out_dir.mkdir(parents=True, exist_ok=True)
     input_size = tuple(settings.input_size)

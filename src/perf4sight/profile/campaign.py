@@ -22,11 +22,13 @@ from perf4sight.profile.backends import backend_name
 from perf4sight.profile.contention import BUSY_ELSEWHERE_WARNING
 from perf4sight.profile.environment import environment_record, write_environment
 from perf4sight.profile.logs import LogRow, append_gt_row, append_row, log_path, read_log, write_gt
-from perf4sight.profile.test_config import ProfileTest, create_test_config, read_test_config
+from perf4sight.profile.test_config import ProfileTest, check_test_settings, create_test_config, read_test_config
 from perf4sight.profile.worker import WorkerCrashed, WorkerProcess
 from perf4sight.profile.workload import TestOutcome
 
-__all__ = ["TestResult", "CampaignSummary", "profile_campaign", "run_test_config", "profile_from_settings"]
+__all__ = [
+    "TestResult", "CampaignSummary", "check_settings", "profile_campaign", "run_test_config", "profile_from_settings",
+]
 
 
 @dataclass(frozen=True)
@@ -91,8 +93,7 @@ def profile_campaign(
     meminfo_path: str | Path = "/proc/meminfo",
 ) -> CampaignSummary:
     """Run `tests` on `device`, appending each result to the logs under `log_dir`."""
-    if iterations < 1 or warmup < 0:
-        raise ConfigError(f"[profile] iterations >= 1 and warmup >= 0 needed, got {iterations}, {warmup}")
+    _check_run(iterations, warmup, memory_limit_mib)
     backend = backend_name(device)
     log_dir = Path(log_dir)
     summary = CampaignSummary()
@@ -139,6 +140,24 @@ def profile_campaign(
             bar.advance(label)
     _report(summary, log_dir if save else None)
     return summary
+
+
+def _check_run(iterations: int, warmup: int, memory_limit_mib: int | None) -> None:
+    if iterations < 1 or warmup < 0:
+        raise ConfigError(f"[profile] iterations >= 1 and warmup >= 0 needed, got {iterations}, {warmup}")
+    if memory_limit_mib is not None and (
+        isinstance(memory_limit_mib, bool) or not isinstance(memory_limit_mib, int) or memory_limit_mib < 1
+    ):
+        raise ConfigError(f"[profile] memory_limit_mib: expected a positive integer (MiB), got {memory_limit_mib!r}")
+
+
+def check_settings(settings: ProfileSettings) -> None:
+    """Refuse [profile] values that would stop the section part-way (a config's earlier
+    stages would have run for nothing)."""
+    if settings.network:
+        check_test_settings(settings)
+    backend_name(settings.device)
+    _check_run(settings.iterations, settings.warmup, settings.memory_limit_mib)
 
 
 def _elsewhere(result: TestResult) -> float:

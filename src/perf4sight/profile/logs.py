@@ -73,11 +73,11 @@ def read_log(path: Path, *, repair: bool = False) -> list[LogRow]:
         return []
     data = path.read_bytes()
     complete, newline, torn = data.rpartition(b"\n")
+    lines = _decode(complete, path).splitlines() if complete else []  # a file not ours is not cut
     if torn and repair:
         with open(path, "r+b") as handle:
             handle.truncate(len(complete) + len(newline))
             os.fsync(handle.fileno())
-    lines = complete.decode().splitlines() if complete else []
     if not lines:
         return []
     header = lines[0].split(SEPARATOR)
@@ -88,6 +88,16 @@ def read_log(path: Path, *, repair: bool = False) -> list[LogRow]:
         if line.strip():
             rows.append(_parse(line, header, where=f"{path}: line {number}"))
     return rows
+
+
+def _decode(data: bytes, path: Path) -> str:
+    """The journal's text; LogFormatError naming the line when it is not UTF-8 (perf4sight
+    writes UTF-8, so another encoding means a foreign or damaged file)."""
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        line = data.count(b"\n", 0, exc.start) + 1
+        raise LogFormatError(f"{path}: line {line}: not UTF-8 text ({exc.reason})") from None
 
 
 def _parse(line: str, header: list[str], *, where: str) -> LogRow:
@@ -140,8 +150,8 @@ def _header(path: Path) -> list[str] | None:
     """The columns named by the file's first line; None for a missing or empty file."""
     if not path.exists():
         return None
-    with open(path, encoding="utf-8") as handle:
-        first = handle.readline().rstrip("\n")
+    with open(path, "rb") as handle:
+        first = _decode(handle.readline(), path).rstrip("\r\n")
     return first.split(SEPARATOR) if first else None
 
 

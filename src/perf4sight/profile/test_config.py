@@ -112,6 +112,14 @@ def _level_key(level: str) -> tuple[int, float, str]:
         return (1, 0.0, level)
 
 
+def check_test_settings(settings: ProfileSettings) -> None:
+    """Refuse [profile] values no test config can hold (the models are looked up later)."""
+    _check_choices("[profile] profile_variables", settings.profile_variables, TEST_VARIABLES)
+    _check_choices("[profile] stage", settings.stage, STAGES)
+    _check_choices("[profile] dataset", [settings.dataset], tuple(DATASETS))
+    _check_batch_sizes("[profile] bs", settings.bs)
+
+
 def create_test_config(settings: ProfileSettings) -> Path:
     """Write the test config for `settings.network` to `settings.test_config`; returns its path."""
     if not settings.network:
@@ -121,10 +129,7 @@ def create_test_config(settings: ProfileSettings) -> Path:
     local = settings.local_model_loc
     if not local.is_dir():
         raise ConfigError(f"[profile] local_model_loc: directory not found: {local}")
-    _check_choices("[profile] profile_variables", settings.profile_variables, TEST_VARIABLES)
-    _check_choices("[profile] stage", settings.stage, STAGES)
-    _check_choices("[profile] dataset", [settings.dataset], tuple(DATASETS))
-    _check_batch_sizes("[profile] bs", settings.bs)
+    check_test_settings(settings)
     sections = []
     for network in settings.network:
         files = find_model_files(local, network)
@@ -206,12 +211,18 @@ def _read_section(section: configparser.SectionProxy, *, where: str) -> dict[str
 
 
 def _check_choices(where: str, values: list[Any], allowed: tuple[str, ...]) -> None:
+    """Known values, at least one: an empty list would make a test config with no tests."""
+    if not values:
+        raise ConfigError(f"{where}: empty list; expected one or more of {', '.join(allowed)}")
     for value in values:
         if value not in allowed:
             raise ConfigError(f"{where}: unknown value {value!r}; expected one of {', '.join(allowed)}")
 
 
 def _check_batch_sizes(where: str, values: list[Any]) -> None:
+    """A test config without batch sizes has no tests; one that makes it must not write it."""
+    if not values:
+        raise ConfigError(f"{where}: empty list; expected positive integers")
     for value in values:
         if isinstance(value, bool) or not isinstance(value, int) or value < 1:
             raise ConfigError(f"{where}: expected positive integers, got {value!r}")

@@ -28,7 +28,7 @@ from perf4sight.profile.memory import BYTES_PER_MIB
 from perf4sight.profile.test_config import ProfileTest
 from perf4sight.profile.workload import TestOutcome
 
-__all__ = ["WorkerProcess", "WorkerCrashed", "main"]
+__all__ = ["WorkerProcess", "WorkerCrashed", "MemoryLimitExceeded", "main"]
 
 _POLL_S = 0.02
 _START_TIMEOUT_S = 600.0
@@ -37,6 +37,10 @@ _ENTRY = "import sys; from perf4sight.profile.worker import main; sys.exit(main(
 
 class WorkerCrashed(RuntimeError):
     """The worker died (or was killed) before answering."""
+
+
+class MemoryLimitExceeded(WorkerCrashed):
+    """The watchdog killed the worker for going over memory_limit_mib."""
 
 
 class WorkerProcess:
@@ -64,7 +68,11 @@ class WorkerProcess:
         return self._proc is not None and self._proc.poll() is None
 
     def start(self) -> dict[str, Any]:
-        """Start the worker and wait until its device is ready; returns its facts."""
+        """Start the worker and wait until its device is ready; returns its facts.
+
+        A worker that dies or hangs before its first test is no test's failure and would
+        fail the same way for every test, so it is a ConfigError naming the likely key.
+        """
         read_fd, write_fd = os.pipe()
         log = open(self.log_path, "ab") if self.log_path is not None else subprocess.DEVNULL
         try:
@@ -79,7 +87,10 @@ class WorkerProcess:
                 log.close()
         self._results = os.fdopen(read_fd, "rb", buffering=0)
         self._buffer = b""
-        reply = self._receive(timeout_s=_START_TIMEOUT_S)
+        try:
+            reply = self._receive(timeout_s=_START_TIMEOUT_S)
+        except WorkerCrashed as exc:
+            raise ConfigError(self._start_failure(exc)) from None
         if "fatal" in reply:
             self.stop()
             raise ConfigError(reply["fatal"])
@@ -87,7 +98,8 @@ class WorkerProcess:
         return self.facts
 
     def run(self, test: ProfileTest, *, iterations: int, warmup: int) -> TestOutcome:
-        """Run one test; raises WorkerCrashed when the worker dies meanwhile."""
+        """Run one test; raises WorkerCrashed when the worker dies meanwhile (ConfigError
+        when a fresh one cannot start, see `start`)."""
         if not self.alive:
             self.start()
         request = {"test": asdict(test), "iterations": iterations, "warmup": warmup}
@@ -117,9 +129,18 @@ class WorkerProcess:
             self._watch_memory()
             if deadline is not None and time.monotonic() > deadline:
                 self.stop()
-                raise WorkerCrashed(f"worker did not start within {timeout_s:.0f} s")
+                raise WorkerCrashed(f"no answer within {timeout_s:g} s")
         line, _, self._buffer = self._buffer.partition(b"\n")
         return json.loads(line)
+
+    def _start_failure(self, exc: WorkerCrashed) -> str:
+        if isinstance(exc, MemoryLimitExceeded):
+            return (
+                f"[profile] memory_limit_mib = {self.memory_limit_mib}: the worker went over it while "
+                f"starting, before any test ({exc}); the limit must leave room for Python and torch"
+            )
+        output = f"; its output is in {self.log_path}" if self.log_path is not None else ""
+        return f"[profile] device = {self.options['device']}: the worker could not start: {exc}{output}"
 
     def _watch_memory(self) -> None:
         if self.memory_limit_mib is None or self._proc is None:
@@ -132,7 +153,7 @@ class WorkerProcess:
             self._proc.kill()
             self._proc.wait()
             self.stop()
-            raise WorkerCrashed(
+            raise MemoryLimitExceeded(
                 f"worker killed: resident memory {rss_mib:.0f} MiB over memory_limit_mib "
                 f"{self.memory_limit_mib}"
             )

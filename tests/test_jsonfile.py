@@ -1,0 +1,29 @@
+"""JSON files perf4sight reads: a missing, malformed or non-UTF-8 file is an error naming it."""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+
+import pytest
+
+from perf4sight.errors import DataNotFoundError, NetworkError
+from perf4sight.networks.spec import read_spec
+
+
+def test_non_utf8_spec_is_the_invalid_json_error(tmp_path: Path) -> None:
+    path = tmp_path / "tinynet_0.json"
+    path.write_bytes(json.dumps({"name": "r\u00e9seau"}, ensure_ascii=False).encode("latin-1"))
+    with pytest.raises(NetworkError) as info:
+        read_spec(path)
+    assert str(info.value) == f"{path}: not valid JSON: not UTF-8 text (invalid continuation byte at byte 11)"
+
+
+def test_missing_and_malformed_files_name_the_file(tmp_path: Path) -> None:
+    path = tmp_path / "spec.json"
+    with pytest.raises(DataNotFoundError, match=rf"^architecture spec not found: {re.escape(str(path))}$"):
+        read_spec(path)
+    path.write_text("{")
+    with pytest.raises(NetworkError, match=rf"^{re.escape(str(path))}: not valid JSON: "):
+        read_spec(path)
