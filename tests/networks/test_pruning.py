@@ -107,6 +107,13 @@ def test_unknown_mode_is_refused():
         ChannelPruner(base, input_size=SIZE, mode="magnitude")
 
 
+@pytest.mark.parametrize("seed", [-1, 1.5, True])
+def test_a_seed_that_is_not_a_non_negative_integer_is_refused(seed):
+    base = build_torchvision("resnet18", num_classes=10, device="meta")
+    with pytest.raises(NetworkError, match=f"pruning seed {seed!r}: expected a non-negative integer"):
+        ChannelPruner(base, input_size=SIZE, seed=seed)
+
+
 @pytest.mark.parametrize("network", ["resnet18", "googlenet"])
 def test_predicted_parameter_counts_equal_pruned_counts(network):
     model = build_torchvision(network, num_classes=10, device="meta")

@@ -93,6 +93,8 @@ class ChannelPruner:
     ) -> None:
         if mode not in MODES:
             raise NetworkError(f"unknown pruning mode '{mode}'; known modes: {', '.join(MODES)}")
+        if isinstance(seed, bool) or not isinstance(seed, int) or seed < 0:
+            raise NetworkError(f"pruning seed {seed!r}: expected a non-negative integer")
         self.name = name or type(module).__name__.lower()
         self.mode = mode
         self.seed = seed
