@@ -67,8 +67,9 @@ if not any(Path(settings.local_model_loc).glob("*.json")):
     create_network_dataset(config.create_network_dataset)
 create_test_config(settings)
 tests = sorted(read_test_config(settings.test_config), key=lambda test: test.stage != "training")
-profile_campaign(tests, log_dir=settings.log_dir, device=settings.device, iterations=settings.iterations,
-                 warmup=settings.warmup)
+profile_campaign(tests, log_dir=settings.log_dir, device=settings.device, gpu_id=settings.gpu_id,
+                 iterations=settings.iterations, warmup=settings.warmup, till_first_fail=settings.till_first_fail,
+                 save=settings.save, memory_limit_mib=settings.memory_limit_mib)
 EOF
 
 "$PYTHON" - <<'EOF' || status=1

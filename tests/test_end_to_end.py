@@ -69,7 +69,7 @@ def test_every_stage_leaves_its_output(run_dir: Path) -> None:
         assert (run_dir / "fitted" / f"training_{target}.skops").is_file()
     report = json.loads((run_dir / "report.json").read_text())
     assert report["memory"]["n"] == 2 and report["latency"]["n"] == 2
-    assert report["memory"]["per_net"]["squeezenet"]["mape_pct"] >= 0
+    assert 0 <= report["memory"]["per_net"]["squeezenet"]["mape_pct"] < 25  # evaluated on its training runs
     assert (run_dir / "report.png").read_bytes()[:4] == b"\x89PNG"
 
 

@@ -99,12 +99,15 @@ def test_unknown_kind_is_counted_with_a_warning(capsys):
     assert "softmin" in capsys.readouterr().err
 
 
-def test_bad_input_is_refused(tiny_arch, tx2_dir):
+def test_bad_input_is_refused(tiny_arch):
     with pytest.raises(ConfigError, match="stage 'validation'"):
         network_features(tiny_arch, [1], "validation")
     for sizes in ([0, 2], [1.5], []):
         with pytest.raises(NetworkError, match="batch sizes"):
             network_features(tiny_arch, sizes, "training")
+
+
+def test_a_spec_layer_table_is_not_enough(tx2_dir):
     spec = read_spec(tx2_dir / "models" / "squeezenet_90.json")
     with pytest.raises(NetworkError, match="every layer"):
         network_features(architecture_from_spec(spec), [1], "training")
@@ -116,8 +119,9 @@ def test_tx2_spec_rebuilt_and_traced(tx2_dir):
     table = network_features(arch, [2, 32], "training")
     assert (table["param_bytes"] == 4 * spec["params"]).all()
     assert table["norm_count"].iloc[0] == 20 and table["elementwise_count"].iloc[0] == 8  # BN, residual adds
-    # resnet18 saves far more activations per sample than it holds parameters at batch 32
-    assert table["saved_bytes"].iloc[1] > 16 * table["saved_bytes"].iloc[0] / 2
+    # the saved activations grow with the batch size; at 32 they are far more than the parameters
+    per_sample = (table["saved_bytes"].iloc[1] - table["saved_bytes"].iloc[0]) / 30
+    assert per_sample > 0 and 32 * per_sample > 4 * table["param_bytes"].iloc[0]
 
 
 @pytest.mark.parametrize("builder", ["mobilenet_v2", "efficientnet_b0"])

@@ -70,6 +70,7 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def entry() -> None:
+    """The `perf4sight` console script."""
     sys.exit(main())
 
 

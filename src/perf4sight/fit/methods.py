@@ -46,6 +46,7 @@ class PaperExtraTrees(RegressorMixin, BaseEstimator):
         self.n_jobs = n_jobs
 
     def fit(self, X: Any, y: Any) -> PaperExtraTrees:  # noqa: N803 (scikit-learn's names)
+        """Fit the forest on the paper's feature columns."""
         X, y = validate_data(self, X, y, y_numeric=True)
         self.forest_ = ExtraTreesRegressor(
             n_estimators=self.n_estimators, random_state=self.random_state, n_jobs=self.n_jobs
@@ -53,6 +54,7 @@ class PaperExtraTrees(RegressorMixin, BaseEstimator):
         return self
 
     def predict(self, X: Any) -> np.ndarray:  # noqa: N803
+        """The forest's mean prediction per row."""
         check_is_fitted(self)
         X = validate_data(self, X, reset=False)
         return self.forest_.predict(X)

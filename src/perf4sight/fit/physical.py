@@ -304,6 +304,7 @@ class PhysicalRegressor(RegressorMixin, BaseEstimator):
         return self.intercept_ + amounts.design @ self.coef_
 
     def predict(self, X: Any) -> np.ndarray:  # noqa: N803
+        """What would be measured: memory capped at the device's capacity, or latency."""
         demand = self.predict_demand(X)
         if self.target == "mem_used":
             return _smooth_min(demand, self.capacity_mib_)

@@ -2,7 +2,7 @@
 
 `Predictor.load(DIR)` reads the models that fingerprinting stored for one device;
 `predict(network, batch_sizes)` describes the network (a torchvision name, a spec, a
-model file or a module: no forward pass, no real weights) and evaluates both models for
+model file or a module: traced with an empty batch, no real weights, nothing computed) and evaluates both models for
 all batch sizes at once. A prediction outside the range the models were fitted on is
 flagged as extrapolated rather than silently trusted.
 """

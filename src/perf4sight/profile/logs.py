@@ -59,10 +59,12 @@ LogRow = dict[str, Any]
 
 
 def log_path(log_dir: Path, test: ProfileTest) -> Path:
+    """The journal of `test`'s model and variable."""
     return log_dir / test.test_var / f"{test.log_name}.csv"
 
 
 def gt_path(path: Path) -> Path:
+    """The expanded `-gt.csv` beside the journal at `path`."""
     return path.with_name(f"{path.stem}{GT_SUFFIX}")
 
 
