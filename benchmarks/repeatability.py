@@ -1,0 +1,98 @@
+"""Repeatability of a device's measurements: the same tests profiled in two campaigns.
+
+A model's error against one campaign cannot fall much below the difference between two
+campaigns of the same tests, so this is the floor to read the accuracy figures against.
+Tests are matched by model, stage and batch size among the passed rows of both log folders'
+`-gt.csv` files; for each variable (memory: `mem_used`, latency) and batch size, the mean and
+median of |second / first - 1| in percent. For latency, also the spread within one test (the
+coefficient of variation of its timed iterations, `latency_iters_ms`) in each campaign: when
+it is much smaller than the difference between campaigns, more iterations per test would not
+bring the two closer.
+
+    .venv/bin/python benchmarks/repeatability.py --first benchmarks/data/h200 --second benchmarks/data/h200-rerun
+"""
+
+from __future__ import annotations
+
+import argparse
+import ast
+import sys
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from perf4sight import console
+from perf4sight.fit import architecture_name
+from perf4sight.fit.logs import read_log
+from perf4sight.profile.logs import GT_SUFFIX
+
+VARIABLES = {"memory": "mem_used", "latency": "latency"}
+
+
+def passed_rows(log_dir: Path, variable: str) -> pd.DataFrame:
+    """Passed rows of every `-gt.csv` under `log_dir/<variable>`: test key and measured value."""
+    column = VARIABLES[variable]
+    frames = []
+    for path in sorted((log_dir / variable).glob(f"*{GT_SUFFIX}")):
+        log = read_log(path, [column])
+        log = log[log["passed"]]
+        stage = log["stage"] if "stage" in log.columns else "training"
+        frames.append(pd.DataFrame({
+            "model": log["model"].map(architecture_name), "stage": stage, "bs": log["bs"],
+            "value": log[column].astype(float),
+            "iterations": log["latency_iters_ms"] if "latency_iters_ms" in log.columns else None,
+        }))
+    if not frames:
+        raise SystemExit(f"no {variable} logs ({GT_SUFFIX}) under {log_dir / variable}")
+    # a test repeated within one campaign counts once, its first run
+    return pd.concat(frames, ignore_index=True).drop_duplicates(["model", "stage", "bs"])
+
+
+def _spread_pct(text: object) -> float:
+    """Coefficient of variation (%) of one test's timed iterations, NaN when fewer than two."""
+    if not isinstance(text, str) or not text.strip():
+        return np.nan
+    times = np.asarray(ast.literal_eval(text), dtype=float)
+    return float(100 * times.std() / times.mean()) if times.size > 1 else np.nan
+
+
+def compare(first: Path, second: Path, variable: str, stage: str | None = None) -> tuple[pd.DataFrame, list[float]]:
+    """Per batch size (and all): pairs, mean and median |difference| %; and each campaign's
+    mean within-test spread (%) over the matched tests (NaN without iteration times).
+    `stage`: only the tests of that stage."""
+    a, b = passed_rows(first, variable), passed_rows(second, variable)
+    pairs = a.merge(b, on=["model", "stage", "bs"], suffixes=("_first", "_second"))
+    if stage is not None:
+        pairs = pairs[pairs["stage"] == stage]
+    if pairs.empty:
+        raise SystemExit(f"no {variable} test{f' of stage {stage}' if stage else ''} passed in both {first} "
+                         f"and {second}")
+    pairs["diff_pct"] = 100 * (pairs["value_second"] / pairs["value_first"] - 1).abs()
+    rows = [(str(bs), len(group), group["diff_pct"].mean(), group["diff_pct"].median())
+            for bs, group in pairs.groupby("bs")]
+    rows.append(("all", len(pairs), pairs["diff_pct"].mean(), pairs["diff_pct"].median()))
+    table = pd.DataFrame(rows, columns=["batch size", "pairs", "mean |diff| %", "median |diff| %"])
+    spreads = [float(np.nanmean(pairs[f"iterations_{side}"].map(_spread_pct)))
+               if pairs[f"iterations_{side}"].notna().any() else np.nan for side in ("first", "second")]
+    return table, spreads
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--first", type=Path, required=True, help="log folder of one campaign (memory/, latency/)")
+    parser.add_argument("--second", type=Path, required=True, help="log folder of a campaign of the same tests")
+    parser.add_argument("--stage", choices=("training", "inference"), help="only this stage (default: both)")
+    args = parser.parse_args(argv)
+    for variable in VARIABLES:
+        table, spreads = compare(args.first, args.second, variable, args.stage)
+        console.print_table(f"{variable}: {args.second} against {args.first}", list(table.columns),
+                            table.round(2).values.tolist())
+        if variable == "latency":
+            print("within one test, the timed iterations' coefficient of variation: "
+                  + ", ".join(f"{name} {value:.2f} %" for name, value in zip(("first", "second"), spreads)))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
