@@ -153,3 +153,44 @@ def test_a_replaced_layer_copies_every_other_field_and_refuses_unknown_ones() ->
     assert conv.output == (8, 16, 16)  # the original is unchanged
     with pytest.raises(TypeError, match="no field"):
         conv.replaced(channels=3)
+
+
+class Unusual(nn.Module):
+    """Amounts that do not follow the channels: one PReLU weight for all of them, and
+    stochastic depth's noise (one value per sample); with `loose`, a parameter of the
+    module's own, outside any layer."""
+
+    def __init__(self, width: int = 16, loose: bool = False) -> None:
+        super().__init__()
+        self.conv1 = nn.Conv2d(3, width, 3, padding=1)
+        self.act = nn.PReLU()
+        self.conv2 = nn.Conv2d(width, width, 3, padding=1)
+        self.drop = torchvision.ops.StochasticDepth(0.2, "row")
+        self.fc = nn.Linear(width, 10)
+        self.scale = nn.Parameter(torch.ones(width, 1, 1)) if loose else None
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        y = self.act(self.conv1(x))
+        if self.scale is not None:
+            y = y * self.scale
+        y = y + self.drop(self.conv2(y))
+        return self.fc(torch.flatten(nn.functional.adaptive_avg_pool2d(y, 1), 1))
+
+
+def _gemm_shapes(arch) -> dict[str, LayerShape]:
+    return {layer.name: LayerShape(layer.in_shape, layer.output, layer.groups)
+            for layer in arch.layers if layer.kind in ("conv2d", "linear")}
+
+
+def test_propagation_keeps_amounts_that_do_not_follow_the_channels() -> None:
+    template = trace_architecture(Unusual(16), (3, 8, 8), name="n")
+    pruned = trace_architecture(Unusual(9), (3, 8, 8), name="n")
+    assert [layer.params for layer in template.layers if layer.kind == "prelu"] == [1]
+    assert with_layer_shapes(template, _gemm_shapes(pruned), name="n") == pruned
+
+
+def test_parameters_outside_the_layers_are_not_propagated() -> None:
+    template = trace_architecture(Unusual(16, loose=True), (3, 8, 8), name="n")
+    pruned = trace_architecture(Unusual(9, loose=True), (3, 8, 8), name="n")
+    with pytest.raises(NetworkError, match="16 parameters outside its layers"):
+        with_layer_shapes(template, _gemm_shapes(pruned))

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+import torchvision
 import torch
 import torch_pruning as tp
 from torch import nn
@@ -105,6 +106,14 @@ def test_unknown_mode_is_refused():
     base = build_torchvision("resnet18", num_classes=10, device="meta")
     with pytest.raises(NetworkError, match="unknown pruning mode 'magnitude'.*random, l1-norm"):
         ChannelPruner(base, input_size=SIZE, mode="magnitude")
+
+
+def test_a_layer_that_runs_only_in_training_is_refused():
+    """torch-pruning traces in eval mode: GoogLeNet's auxiliary classifiers would keep their
+    input channels and break the training forward pass."""
+    base = torchvision.models.googlenet(num_classes=10, init_weights=False)  # aux_logits=True
+    with pytest.raises(NetworkError, match=r"layer 'aux1.conv.conv' \(6 in all\) does not run in eval mode"):
+        ChannelPruner(base, input_size=SIZE)
 
 
 @pytest.mark.parametrize("seed", [-1, 1.5, True])

@@ -105,6 +105,14 @@ def test_plan_ranks_feasible_variants(predictor: Predictor) -> None:
     assert abs(by_level.loc[50, "level_reached"] - 50) <= 1
 
 
+def test_plan_says_which_limit_no_variant_meets(predictor: Predictor) -> None:
+    with pytest.raises(BudgetError, match=r"fits the budget and the latency limit; at level 90, no batch size fits: "
+                                          r"batch size 1 .* 0.001 ms\)"):
+        plan_variants(predictor=predictor, network="resnet18", levels=[0, 90], budget_mib=1e6, max_latency_ms=0.001)
+    with pytest.raises(UsageError, match="no pruning level given"):
+        plan_variants(predictor=predictor, network="resnet18", levels=[], budget_mib=1e6)
+
+
 def test_cli_predict_json_and_errors(models_dir: Path, capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["predict", "--models", str(models_dir), "--net", "resnet18", "--bs", "8,16", "--json"]) == 0
     records = json.loads(capsys.readouterr().out)

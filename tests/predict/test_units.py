@@ -26,7 +26,7 @@ def test_duration(text: str, ms: float) -> None:
     assert parse_duration_ms(text) == pytest.approx(ms)
 
 
-@pytest.mark.parametrize("text", ["lots", "5 parsecs", "-1GiB", "0MiB", ""])
+@pytest.mark.parametrize("text", ["lots", "5 parsecs", "-1GiB", "0MiB", "", "1" + "0" * 400 + "TiB"])
 def test_bad_memory(text: str) -> None:
     with pytest.raises(UsageError, match="memory budget"):
         parse_memory_mib(text)

@@ -41,10 +41,6 @@ def _reshaped(template_in: Shape, old: Shape, new: Shape) -> Shape:
     return (template_in[0] * _numel(new) // _numel(old), *template_in[1:])
 
 
-def _scaled(value: int, new: Shape, old: Shape) -> int:
-    return _rescaled(value, _numel(new), _numel(old))
-
-
 def _rescaled(value: int, new_numel: int, old_numel: int) -> int:
     """`value` in proportion to a tensor's new element count (unchanged for an empty one)."""
     return value * new_numel // old_numel if old_numel else value
@@ -67,8 +63,14 @@ def with_layer_shapes(
     """`template` with the given Conv2d/Linear shapes, every other layer following.
 
     Raises NetworkError naming the layer when the shapes do not fit the template (a spec
-    whose channels cannot be applied to its base) or a layer's channels cannot be derived.
+    whose channels cannot be applied to its base) or a layer's channels cannot be derived,
+    and when the template holds parameters outside its layers (a module's own
+    `nn.Parameter` used in its forward): where they enter the dataflow is not traced, so
+    their pruned shapes cannot follow.
     """
+    unowned = template.params - sum(layer.params for layer in template.layers)
+    if unowned:
+        raise NetworkError(f"{template.name}: {unowned} parameters outside its layers; their channels cannot follow")
     new_outputs: list[Shape] = []
     layers: list[Layer] = []
     for layer in template.layers:
@@ -97,7 +99,6 @@ def with_layer_shapes(
         unchanged = inputs_tuple == layer.inputs and output == layer.output and groups == layer.groups
         layers.append(layer if unchanged else _resized(layer, inputs_tuple, output, groups))
     params = sum(layer.params for layer in layers)
-    unowned = template.params - sum(layer.params for layer in template.layers)
     bn_old = sum(l.output[0] for l in template.layers if l.kind == "batch_norm")
     bn_new = sum(l.output[0] for l in layers if l.kind == "batch_norm")
     # BatchNorm's running mean and variance are the buffers that follow the channels.
@@ -107,29 +108,39 @@ def with_layer_shapes(
         template,
         name=name or template.name,
         layers=tuple(layers),
-        params=params + unowned,
-        trainable_params=params + unowned - (template.params - template.trainable_params),
+        params=params,
+        trainable_params=params - (template.params - template.trainable_params),
         buffer_bytes=buffers,
         builder=None,
     )
 
 
+def _per_channel(value: int, new_numel: int, old_numel: int, old_channels: int) -> int:
+    """`value` rescaled when it is a per-channel amount (a multiple of the channel count:
+    BatchNorm's weights, saved statistics); kept otherwise (a single PReLU weight,
+    stochastic depth's per-sample noise)."""
+    if not old_channels or value % old_channels:
+        return value
+    return _rescaled(value, new_numel, old_numel)
+
+
 def _resized(layer: Layer, inputs: tuple[Shape, ...], output: Shape, groups: int) -> Layer:
     old_in = layer.in_shape
     new_in = inputs[0] if inputs else ()
+    old_channels, new_channels = _numel(layer.output[:1]), _numel(output[:1])
     if layer.kind == "conv2d":
         k = _numel(layer.kernel)
         params = output[0] * (new_in[0] // groups) * k + (output[0] if layer.bias else 0)
     elif layer.kind == "linear":
         params = output[0] * new_in[0] + (output[0] if layer.bias else 0)
     else:
-        params = _scaled(layer.params, output[:1], layer.output[:1])
+        params = _per_channel(layer.params, new_channels, old_channels, old_channels)
     in_new, in_old = _numel(new_in), _numel(old_in)
     out_new, out_old = _numel(output), _numel(layer.output)
     other = layer.saved_bytes - layer.saved_input_bytes - layer.saved_output_bytes
     saved_in = _rescaled(layer.saved_input_bytes, in_new, in_old)
     saved_out = _rescaled(layer.saved_output_bytes, out_new, out_old)
-    saved_other = _rescaled(other, out_new, out_old)
+    saved_other = _per_channel(other, out_new, out_old, old_channels)
     return layer.replaced(
         inputs=inputs,
         output=output,
@@ -138,5 +149,5 @@ def _resized(layer: Layer, inputs: tuple[Shape, ...], output: Shape, groups: int
         saved_bytes=saved_in + saved_out + saved_other,
         saved_input_bytes=saved_in,
         saved_output_bytes=saved_out,
-        saved_fixed_bytes=_scaled(layer.saved_fixed_bytes, output[:1], layer.output[:1]),
+        saved_fixed_bytes=_per_channel(layer.saved_fixed_bytes, new_channels, old_channels, old_channels),
     )

@@ -135,6 +135,15 @@ class ChannelPruner:
             module.train(training)
         if not order:
             raise NetworkError(f"{self.name}: no Conv2d or Linear layer to prune")
+        # torch-pruning traces in eval mode: a layer that runs only in training (an auxiliary
+        # classifier) would keep its input channels while its producer loses some.
+        unseen = [name for m, name in names.items() if isinstance(m, (nn.Conv2d, nn.Linear)) and name not in order]
+        if unseen:
+            raise NetworkError(
+                f"{self.name}: layer '{unseen[0]}' ({len(unseen)} in all) does not run in eval mode, so pruning "
+                "cannot follow its channels (a training-only branch such as an auxiliary classifier): build the "
+                "network without it (googlenet and inception_v3: aux_logits=False)"
+            )
         return graph, list(dict.fromkeys(order))
 
     def _make_groups(self) -> tuple[list[_Group], list[Any]]:

@@ -14,6 +14,7 @@ from typing import Any
 import pandas as pd
 
 from perf4sight import console
+from perf4sight.errors import UsageError
 from perf4sight.predict.predictor import BudgetError, Predictor
 
 __all__ = ["plan_variants"]
@@ -36,10 +37,12 @@ def plan_variants(
     `bound`, a variant's batch size is chosen by its memory bound (`Predictor.max_batch_size`)."""
     from perf4sight.networks import ChannelPruner, load_architecture, load_network
 
+    if not levels:
+        raise UsageError("no pruning level given to plan")
     loaded = load_network(network, input_size=input_size, num_classes=num_classes)
     pruner = ChannelPruner(loaded.module, input_size=loaded.input_size, mode=mode, seed=seed, name=loaded.name)
     rows = []
-    infeasible = []
+    infeasible: list[tuple[float, BudgetError]] = []
     with console.progress("planning", total=len(levels)) as bar:
         for level in levels:
             pruned = pruner.prune(level, meta=True)  # shapes are all a prediction needs
@@ -50,14 +53,18 @@ def plan_variants(
             bar.advance(f"level {level:g}")
             try:
                 best = predictor.max_batch_size(arch, budget_mib, max_latency_ms=max_latency_ms, bound=bound)
-            except BudgetError:
-                infeasible.append(level)
+            except BudgetError as exc:
+                infeasible.append((level, exc))
                 continue
             rows.append({"level": level, "level_reached": round(pruned.level, 2), "params": pruned.params, **best})
+    limits = "the budget" + (" and the latency limit" if max_latency_ms is not None else "")
     if not rows:
-        raise BudgetError(f"no pruned variant of {loaded.name} at levels {list(levels)} fits the budget")
+        level, reason = max(infeasible, key=lambda item: item[0])  # the smallest variant
+        raise BudgetError(f"no pruned variant of {loaded.name} at levels {list(levels)} fits {limits}; "
+                          f"at level {level:g}, {reason}")
     if infeasible:
-        console.info(f"{len(infeasible)} variant(s) do not fit: levels {', '.join(f'{x:g}' for x in infeasible)}")
+        console.info(f"{len(infeasible)} variant(s) do not fit {limits}: levels "
+                     f"{', '.join(f'{level:g}' for level, _ in infeasible)}")
     table = pd.DataFrame(rows)
     table["batch_size"] = table["batch_size"].astype(int)
     return table.sort_values("images_per_s", ascending=False, ignore_index=True)

@@ -159,7 +159,7 @@ class Predictor:
             raise BudgetError(
                 f"no batch size fits: batch size {sizes[0]} is predicted to need "
                 f"{first[memory]:.0f} MiB{' (bound)' if bound else ''}{latency} (budget {budget_mib:.0f} MiB"
-                + (f", {max_latency_ms:.0f} ms)" if max_latency_ms is not None else ")")
+                + (f", {max_latency_ms:g} ms)" if max_latency_ms is not None else ")")
             )
         first_miss = int(np.argmin(fits)) if not fits.all() else len(fits)
         return table.iloc[first_miss - 1]

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import re
 
 import psutil
@@ -25,8 +26,8 @@ def _parse(text: str, units: dict[str, float], default: str, what: str) -> float
     if not match or unit not in units:
         raise UsageError(f"{what} '{text}' is not a number with a unit ({', '.join(units)})")
     value = float(match.group(1)) * units[unit]
-    if value <= 0:
-        raise UsageError(f"{what} '{text}' must be positive")
+    if not math.isfinite(value) or value <= 0:
+        raise UsageError(f"{what} '{text}' must be positive and finite")
     return value
 
 
