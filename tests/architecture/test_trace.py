@@ -194,3 +194,26 @@ def test_parameters_outside_the_layers_are_not_propagated() -> None:
     pruned = trace_architecture(Unusual(9, loose=True), (3, 8, 8), name="n")
     with pytest.raises(NetworkError, match="16 parameters outside its layers"):
         with_layer_shapes(template, _gemm_shapes(pruned))
+
+
+class Functional(nn.Module):
+    """A convolution and a linear layer computed with F.conv2d and F.linear."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.weight = nn.Parameter(torch.zeros(8, 3, 3, 3))
+        self.fc = nn.Parameter(torch.zeros(10, 8))
+        self.bias = nn.Parameter(torch.zeros(10))
+        self.relu = nn.ReLU()
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        y = self.relu(nn.functional.conv2d(x, self.weight, padding=1))
+        return nn.functional.linear(torch.flatten(nn.functional.adaptive_avg_pool2d(y, 1), 1), self.fc, self.bias)
+
+
+def test_functional_convolutions_are_reported(capsys: pytest.CaptureFixture[str]) -> None:
+    trace_architecture(Functional(), (3, 8, 8), name="f")
+    err = " ".join(capsys.readouterr().err.split())
+    assert "network 'f': 2 convolution or linear layer(s) computed by a functional call" in err
+    trace_architecture(Small(), (3, 16, 16), name="s")
+    assert "functional call" not in capsys.readouterr().err

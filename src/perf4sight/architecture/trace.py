@@ -23,6 +23,7 @@ from torch import nn
 from torch.utils._python_dispatch import TorchDispatchMode
 
 from perf4sight.architecture.ir import Architecture, Layer
+from perf4sight.console import warn
 
 __all__ = ["module_kind", "output_shape", "trace_architecture"]
 
@@ -296,6 +297,12 @@ def trace_architecture(
                 **(_conv_fields(module) if module is not None else {}),
             )
         )
+    functional = [layer.name for layer in layers if layer.kind in ("conv2d", "linear")
+                  and not layer.params and not layer.kernel]
+    if functional:
+        warn(f"network '{name or type(model).__name__.lower()}': {len(functional)} convolution or linear layer(s) "
+             f"computed by a functional call (F.conv2d, F.linear), first '{functional[0]}': their kernel and "
+             "weights are not described, so their arithmetic is undercounted; use nn.Conv2d and nn.Linear modules")
     parameters = _unique(modules, "_parameters")
     params = sum(p.numel() for p in parameters)
     trainable = sum(p.numel() for p in parameters if p.requires_grad)
