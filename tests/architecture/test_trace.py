@@ -217,3 +217,39 @@ def test_functional_convolutions_are_reported(capsys: pytest.CaptureFixture[str]
     assert "network 'f': 2 convolution or linear layer(s) computed by a functional call" in err
     trace_architecture(Small(), (3, 16, 16), name="s")
     assert "functional call" not in capsys.readouterr().err
+
+
+class FunctionalDropout(nn.Module):
+    """Dropout called as a function inside the container, as older model code does."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.conv = nn.Conv2d(3, 16, 3, padding=1)
+        self.fc = nn.Linear(16 * 8 * 8, 10)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        y = nn.functional.dropout(torch.relu(self.conv(x)), 0.5, self.training)
+        return self.fc(torch.flatten(y, 1))
+
+
+def _saved_per_sample(model: nn.Module, batch: int = 4) -> float:
+    """Bytes autograd really keeps for one training forward pass, per sample (parameters aside)."""
+    params = {p.untyped_storage().data_ptr() for p in model.parameters()}
+    seen: dict[int, int] = {}
+
+    def pack(tensor: torch.Tensor) -> torch.Tensor:
+        storage = tensor.untyped_storage()
+        if storage.data_ptr() not in params:
+            seen[storage.data_ptr()] = storage.nbytes()
+        return tensor
+
+    with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
+        model.train()(torch.randn(batch, 3, 8, 8))
+    return sum(seen.values()) / batch
+
+
+def test_a_functional_dropout_keeps_its_mask() -> None:
+    model = FunctionalDropout()
+    arch = trace_architecture(model, (3, 8, 8))
+    assert "bernoulli" in {layer.kind for layer in arch.layers}
+    assert sum(layer.saved_bytes for layer in arch.layers) == _saved_per_sample(model)

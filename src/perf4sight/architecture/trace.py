@@ -20,6 +20,7 @@ from typing import Any
 
 import torch
 from torch import nn
+from torch.overrides import TorchFunctionMode
 from torch.utils._python_dispatch import TorchDispatchMode
 
 from perf4sight.architecture.ir import Architecture, Layer
@@ -227,6 +228,35 @@ class _Recorder(TorchDispatchMode):
         return out
 
 
+# Dropout functions: given no samples they return their input untouched, saving no mask.
+_DROPOUTS = frozenset({
+    nn.functional.dropout, nn.functional.dropout1d, nn.functional.dropout2d, nn.functional.dropout3d,
+    nn.functional.alpha_dropout, nn.functional.feature_alpha_dropout, torch.dropout, torch.feature_dropout,
+    torch.alpha_dropout, torch.feature_alpha_dropout,
+})
+
+
+class _EmptyBatchDropout(Exception):
+    """A dropout function met an empty batch outside a Dropout module."""
+
+
+class _FunctionalDropout(TorchFunctionMode):
+    """Stops an empty-batch trace at a dropout called as a function (an `nn.Dropout` module
+    is completed by the recorder), so that the network is traced on the meta device, where
+    the mask is made and saved."""
+
+    def __init__(self, recorder: _Recorder) -> None:
+        super().__init__()
+        self.recorder = recorder
+
+    def __torch_function__(self, func, types, args=(), kwargs=None):  # noqa: ANN001
+        if func in _DROPOUTS and not self.recorder._in_leaf():
+            tensors = _tensors(args)
+            if tensors and tensors[0].numel() == 0:
+                raise _EmptyBatchDropout(func.__name__)
+        return func(*args, **(kwargs or {}))
+
+
 def _conv_fields(module: nn.Module) -> dict[str, Any]:
     if isinstance(module, nn.modules.conv._ConvNd):
         return {
@@ -362,8 +392,9 @@ def _run(
             nn.modules.module.register_module_forward_pre_hook(recorder.pre_hook),
             nn.modules.module.register_module_forward_hook(recorder.post_hook),
         ]
+        dropouts = _FunctionalDropout(recorder) if batch == _EMPTY_BATCH else contextlib.nullcontext()
         try:
-            with torch.autograd.graph.saved_tensors_hooks(recorder.pack, lambda t: t), recorder:
+            with torch.autograd.graph.saved_tensors_hooks(recorder.pack, lambda t: t), recorder, dropouts:
                 out = model(x)
         finally:
             for handle in handles:
