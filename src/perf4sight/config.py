@@ -28,6 +28,7 @@ __all__ = [
     "Config",
     "SECTIONS",
     "STAGES",
+    "is_positive_int",
     "load_config",
     "load_section",
     "parse_section",
@@ -120,6 +121,11 @@ class Config:
     def sections(self) -> list[str]:
         """Names of the sections present, in toolflow order."""
         return [name for name in SECTIONS if getattr(self, name) is not None]
+
+
+def is_positive_int(value: object) -> bool:
+    """Whether `value` is an int of 1 or more (a bool, though an int, is not)."""
+    return isinstance(value, int) and not isinstance(value, bool) and value > 0
 
 
 def load_config(path: str | Path) -> Config:

@@ -59,11 +59,11 @@ class ArchitectureCatalog:
         model_path = self.storedir / f"{name}.py"
         size = {} if shape is None else {"input_size": shape[0], "num_classes": shape[1]}
         if spec_path.is_file():
-            spec = read_spec(spec_path)
-            if shape == (tuple(spec["input_size"]), int(spec["num_classes"])):
-                size = {}  # the spec's own: no rebuild
-            if not self.complete and not size:
-                return architecture_from_spec(spec)
+            if not self.complete:
+                spec = read_spec(spec_path)
+                if shape in (None, (tuple(spec["input_size"]), int(spec["num_classes"]))):
+                    return architecture_from_spec(spec)
+            # at the spec's own size and classes, load_architecture rebuilds nothing
             return load_architecture(spec_path, **size)
         if model_path.is_file():
             return load_architecture(model_path, **size)

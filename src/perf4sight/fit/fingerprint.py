@@ -103,11 +103,13 @@ def _evaluate(settings: FingerprintSettings, target: _Target, model: FittedModel
     return rows.assign(bound=predicted * bound_factor(bound, calibrated)) if bound else rows
 
 
-def check_settings(settings: FingerprintSettings) -> None:
-    """Refuse values no fit could use (before a config's earlier stages run for nothing)."""
-    resolve_method(settings.method)
+def check_settings(settings: FingerprintSettings) -> str:
+    """Refuse values no fit could use (before a config's earlier stages run for nothing);
+    returns the method's key."""
+    method = resolve_method(settings.method)
     if settings.stage not in STAGES:
         raise ConfigError(f"[fingerprint] stage: '{settings.stage}' is not one of {', '.join(STAGES)}")
+    return method
 
 
 def fingerprint_device(settings: FingerprintSettings) -> dict[str, Any]:
@@ -117,8 +119,7 @@ def fingerprint_device(settings: FingerprintSettings) -> dict[str, Any]:
     row count and the same per network; it is printed as a table and, when `report` is
     set, written there as JSON with the per-row predictions (CSV) and a plot (PNG) beside it.
     """
-    check_settings(settings)
-    method = resolve_method(settings.method)
+    method = check_settings(settings)
     catalogs = ArchitectureCatalogs(settings.pruned_models_storedir)
     enabled = [t for t in TARGETS if getattr(settings, f"{t.kind}_model")]
     for target in TARGETS:

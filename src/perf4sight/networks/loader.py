@@ -18,6 +18,7 @@ from typing import Any
 from torch import nn
 
 from perf4sight.architecture import Architecture, output_shape, trace_architecture
+from perf4sight.config import is_positive_int
 from perf4sight.errors import NetworkError
 from perf4sight.networks.model_file import build_from_file, is_model_file, split_model_source
 from perf4sight.networks.registry import (
@@ -121,13 +122,13 @@ def _rebuilt(build: Any, num_classes: int, copied: bool) -> LoadedNetwork:
 
 def _check_input_size(input_size: Sequence[int]) -> tuple[int, int, int]:
     size = tuple(input_size)
-    if len(size) != 3 or not all(isinstance(s, int) and not isinstance(s, bool) and s > 0 for s in size):
+    if len(size) != 3 or not all(is_positive_int(s) for s in size):
         raise NetworkError(f"input size {list(size)} is not three positive integers (channels, height, width)")
     return size  # type: ignore[return-value]
 
 
 def _check_num_classes(num_classes: int | None) -> None:
-    if num_classes is not None and (isinstance(num_classes, bool) or not isinstance(num_classes, int) or num_classes < 1):
+    if num_classes is not None and not is_positive_int(num_classes):
         raise NetworkError(f"num_classes {num_classes!r} is not a positive integer")
 
 

@@ -21,6 +21,7 @@ import torchvision
 from torch import nn
 
 from perf4sight.architecture import Architecture, Layer, LayerShape, trace_architecture, with_layer_shapes
+from perf4sight.config import is_positive_int
 from perf4sight.errors import NetworkError
 from perf4sight.jsonfile import read_json
 from perf4sight.networks.model_file import build_from_file
@@ -60,15 +61,11 @@ def read_spec(path: str | Path) -> dict[str, Any]:
     return spec
 
 
-def _positive_int(value: Any) -> bool:
-    return isinstance(value, int) and not isinstance(value, bool) and value > 0
-
-
 def _positive_ints(value: Any, length: int | None = None) -> bool:
     """Whether `value` is a non-empty list of positive integers (of `length`, if given)."""
     if not isinstance(value, list) or not value or (length is not None and len(value) != length):
         return False
-    return all(_positive_int(v) for v in value)
+    return all(is_positive_int(v) for v in value)
 
 
 def _spec_problem(spec: dict[str, Any]) -> str | None:
@@ -81,9 +78,9 @@ def _spec_problem(spec: dict[str, Any]) -> str | None:
             return f"{key} {spec[key]!r} is not a name"
     if not isinstance(spec.get("torchvision_kwargs"), (dict, type(None))):
         return f"torchvision_kwargs {spec['torchvision_kwargs']!r} is not an object of keyword arguments"
-    if "params" in spec and not _positive_int(spec["params"]):
+    if "params" in spec and not is_positive_int(spec["params"]):
         return f"params {spec['params']!r} is not a positive integer"
-    if not _positive_int(spec["num_classes"]):
+    if not is_positive_int(spec["num_classes"]):
         return f"num_classes {spec['num_classes']!r} is not a positive integer"
     if not _positive_ints(spec["input_size"], 3):
         return f"input_size {spec['input_size']!r} is not three positive integers (channels, height, width)"
@@ -91,7 +88,7 @@ def _spec_problem(spec: dict[str, Any]) -> str | None:
     if not isinstance(out_channels, dict):
         return "out_channels is not an object of layer names and output channels"
     for name, channels in out_channels.items():
-        if not _positive_int(channels):
+        if not is_positive_int(channels):
             return f"out_channels '{name}': {channels!r} is not a positive integer"
     if not isinstance(spec["layers"], list):
         return "layers is not a list of layer entries"
@@ -105,7 +102,7 @@ def _spec_problem(spec: dict[str, Any]) -> str | None:
         for key in ("in", "out") + (("kernel",) if entry["type"] == "Conv2d" else ()):
             if not _positive_ints(entry.get(key), 2 if key == "kernel" else None):
                 return f"layers entry '{name}': {key} {entry.get(key)!r} is not a list of positive integers"
-        if not _positive_int(entry.get("groups", 1)):
+        if not is_positive_int(entry.get("groups", 1)):
             return f"layers entry '{name}': groups {entry['groups']!r} is not a positive integer"
         # The classifier is the one layer out_channels leaves out: its outputs are the classes.
         source = "out_channels" if name in out_channels else "num_classes"

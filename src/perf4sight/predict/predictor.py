@@ -2,9 +2,9 @@
 
 `Predictor.load(DIR)` reads the models that fingerprinting stored for one device;
 `predict(network, batch_sizes)` describes the network (a torchvision name, a spec, a
-model file or a module: traced with an empty batch, no real weights, nothing computed) and evaluates both models for
-all batch sizes at once. A prediction outside the range the models were fitted on is
-flagged as extrapolated rather than silently trusted.
+model file or a module: traced with an empty batch, no real weights, nothing computed) and
+evaluates both models for all batch sizes at once. A prediction outside the range the
+models were fitted on is flagged as extrapolated rather than silently trusted.
 """
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ import numpy as np
 import pandas as pd
 
 from perf4sight.architecture import Architecture
-from perf4sight.config import STAGES
+from perf4sight.config import STAGES, is_positive_int
 from perf4sight.errors import DataNotFoundError, UsageError
 from perf4sight.fit import FittedModel, bound_factor, family_key, load_model
 
@@ -86,8 +86,7 @@ class Predictor:
         predictions (`perf4sight.fit.FamilyCalibration`); `extrapolated` marks rows outside
         the fitted range (a bigger network or batch than any profiled)."""
         sizes = _check_batch_sizes(batch_sizes)
-        if dataset_size is not None and (isinstance(dataset_size, bool) or not isinstance(dataset_size, int)
-                                         or dataset_size < 1):
+        if dataset_size is not None and not is_positive_int(dataset_size):
             raise UsageError(f"dataset size {dataset_size!r}: expected a positive number of images per epoch")
         arch = self.describe(network, **load_options)
         batch = np.asarray(sizes)

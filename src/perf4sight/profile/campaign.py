@@ -16,7 +16,7 @@ from pathlib import Path
 from statistics import fmean
 
 from perf4sight import console
-from perf4sight.config import ProfileSettings
+from perf4sight.config import ProfileSettings, is_positive_int
 from perf4sight.errors import ConfigError
 from perf4sight.profile.backends import backend_name
 from perf4sight.profile.contention import BUSY_ELSEWHERE_WARNING
@@ -145,9 +145,7 @@ def profile_campaign(
 def _check_run(iterations: int, warmup: int, memory_limit_mib: int | None) -> None:
     if iterations < 1 or warmup < 0:
         raise ConfigError(f"[profile] iterations >= 1 and warmup >= 0 needed, got {iterations}, {warmup}")
-    if memory_limit_mib is not None and (
-        isinstance(memory_limit_mib, bool) or not isinstance(memory_limit_mib, int) or memory_limit_mib < 1
-    ):
+    if memory_limit_mib is not None and not is_positive_int(memory_limit_mib):
         raise ConfigError(f"[profile] memory_limit_mib: expected a positive integer (MiB), got {memory_limit_mib!r}")
 
 

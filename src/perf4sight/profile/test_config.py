@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from perf4sight.config import STAGES, ProfileSettings, read_ini
+from perf4sight.config import STAGES, ProfileSettings, is_positive_int, read_ini
 from perf4sight.errors import ConfigError
 
 __all__ = [
@@ -224,5 +224,5 @@ def _check_batch_sizes(where: str, values: list[Any]) -> None:
     if not values:
         raise ConfigError(f"{where}: empty list; expected positive integers")
     for value in values:
-        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        if not is_positive_int(value):
             raise ConfigError(f"{where}: expected positive integers, got {value!r}")
