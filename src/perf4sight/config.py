@@ -28,6 +28,7 @@ __all__ = [
     "Config",
     "SECTIONS",
     "STAGES",
+    "check_stage",
     "is_positive_int",
     "load_config",
     "load_section",
@@ -126,6 +127,14 @@ class Config:
 def is_positive_int(value: object) -> bool:
     """Whether `value` is an int of 1 or more (a bool, though an int, is not)."""
     return isinstance(value, int) and not isinstance(value, bool) and value > 0
+
+
+def check_stage(stage: object, where: str, error: type[Exception] = ConfigError) -> str:
+    """`stage` if it is one of STAGES; else `error` naming `where` it came from (a config key,
+    an option, an argument), so that every entry point refuses it in the same words."""
+    if stage not in STAGES:
+        raise error(f"{where}: '{stage}' is not one of {', '.join(STAGES)}")
+    return str(stage)
 
 
 def load_config(path: str | Path) -> Config:

@@ -100,7 +100,7 @@ def test_unknown_kind_is_counted_with_a_warning(capsys):
 
 
 def test_bad_input_is_refused(tiny_arch):
-    with pytest.raises(ConfigError, match="stage 'validation'"):
+    with pytest.raises(ConfigError, match="stage: 'validation' is not one of"):
         network_features(tiny_arch, [1], "validation")
     for sizes in ([0, 2], [1.5], []):
         with pytest.raises(NetworkError, match="batch sizes"):

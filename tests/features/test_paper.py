@@ -113,7 +113,7 @@ def test_registered_as_the_paper_feature_set():
 
 
 def test_bad_inputs_are_refused(small_arch):
-    with pytest.raises(ConfigError, match="unknown stage 'eval'"):
+    with pytest.raises(ConfigError, match="stage: 'eval' is not one of training, inference"):
         paper_features(small_arch, [2], "eval")
     for sizes in ([0, 2], [1.5], []):  # refused as the whole-network features refuse them
         with pytest.raises(NetworkError, match="batch sizes must be positive integers"):

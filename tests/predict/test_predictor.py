@@ -128,7 +128,7 @@ def test_cli_predict_json_and_errors(models_dir: Path, capsys: pytest.CaptureFix
         (["--net", "resnet18", "--max-batch-size", "--budget", "lots"], "memory budget 'lots'"),
         (["--net", "nosuchnet"], "unknown network 'nosuchnet'"),
         (["--net", "resnet18", "--dataset-size", "-5000"], "dataset size -5000: expected a positive number"),
-        (["--net", "resnet18", "--stage", "tarining"], "stage 'tarining': not one of training, inference"),
+        (["--net", "resnet18", "--stage", "tarining"], "stage: 'tarining' is not one of training, inference"),
     ]:
         assert main(["predict", "--models", str(models_dir), *argv]) == 2
         assert message in capsys.readouterr().err

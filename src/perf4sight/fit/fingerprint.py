@@ -21,7 +21,7 @@ from typing import Any
 import pandas as pd
 
 from perf4sight import console
-from perf4sight.config import STAGES, FingerprintSettings
+from perf4sight.config import FingerprintSettings, check_stage
 from perf4sight.errors import ConfigError, FittedModelError, LogFormatError
 from perf4sight.fit.bound import bound_factor, held_out_ratio
 from perf4sight.fit.calibration import FamilyCalibration
@@ -107,8 +107,7 @@ def check_settings(settings: FingerprintSettings) -> str:
     """Refuse values no fit could use (before a config's earlier stages run for nothing);
     returns the method's key."""
     method = resolve_method(settings.method)
-    if settings.stage not in STAGES:
-        raise ConfigError(f"[fingerprint] stage: '{settings.stage}' is not one of {', '.join(STAGES)}")
+    check_stage(settings.stage, "[fingerprint] stage")
     return method
 
 

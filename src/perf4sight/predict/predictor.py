@@ -18,7 +18,7 @@ import numpy as np
 import pandas as pd
 
 from perf4sight.architecture import Architecture
-from perf4sight.config import STAGES, is_positive_int
+from perf4sight.config import check_stage, is_positive_int
 from perf4sight.errors import DataNotFoundError, UsageError
 from perf4sight.fit import FittedModel, bound_factor, family_key, load_model
 
@@ -48,8 +48,7 @@ class Predictor:
     @classmethod
     def load(cls, directory: str | Path, *, stage: str = "training") -> Predictor:
         """Load whichever of the memory and latency models `directory` holds (at least one)."""
-        if stage not in STAGES:
-            raise UsageError(f"stage '{stage}': not one of {', '.join(STAGES)}")
+        check_stage(stage, "stage", UsageError)
         models = {}
         for column, target in _TARGETS.items():
             try:
