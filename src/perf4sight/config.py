@@ -13,9 +13,11 @@ from __future__ import annotations
 import ast
 import configparser
 import dataclasses
+import numbers
 import types
 import typing
 from dataclasses import dataclass, field
+from collections.abc import Iterable
 from pathlib import Path
 from typing import Any, Union
 
@@ -28,6 +30,7 @@ __all__ = [
     "Config",
     "SECTIONS",
     "STAGES",
+    "check_batch_sizes",
     "check_stage",
     "is_positive_int",
     "load_config",
@@ -125,13 +128,25 @@ class Config:
 
 
 def is_positive_int(value: object) -> bool:
-    """Whether `value` is an int of 1 or more (a bool, though an int, is not)."""
-    return isinstance(value, int) and not isinstance(value, bool) and value > 0
+    """Whether `value` is an integer of 1 or more, numpy's included (a bool, though an int, is not)."""
+    return isinstance(value, numbers.Integral) and not isinstance(value, bool) and value > 0
+
+
+def check_batch_sizes(values: Iterable[object], where: str, error: type[Exception] = ConfigError) -> list[int]:
+    """`values` as ints, if there is at least one and each is a positive integer; else `error`
+    naming `where` they came from. A float is refused, not truncated: 1.5 is no batch size."""
+    sizes = list(values)
+    if not sizes:
+        raise error(f"{where}: empty list; expected positive integers")
+    for value in sizes:
+        if not is_positive_int(value):
+            raise error(f"{where}: expected positive integers, got {value!r}")
+    return [int(value) for value in sizes]
 
 
 def check_stage(stage: object, where: str, error: type[Exception] = ConfigError) -> str:
     """`stage` if it is one of STAGES; else `error` naming `where` it came from (a config key,
-    an option, an argument), so that every entry point refuses it in the same words."""
+    an option, an argument), so that each entry point that takes a stage refuses it in the same words."""
     if stage not in STAGES:
         raise error(f"{where}: '{stage}' is not one of {', '.join(STAGES)}")
     return str(stage)

@@ -7,6 +7,7 @@ import math
 import shutil
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from perf4sight.cli import main
@@ -83,8 +84,11 @@ def test_a_latency_limit_lowers_the_batch_size(predictor: Predictor) -> None:
 
 
 def test_batch_sizes_must_be_positive(predictor: Predictor) -> None:
-    with pytest.raises(UsageError, match="batch size must be 1 or more, got 0"):
+    with pytest.raises(UsageError, match="batch sizes: expected positive integers, got 0"):
         predictor.predict("resnet18", [8, 0])
+    with pytest.raises(UsageError, match="batch sizes: expected positive integers, got 1.5"):
+        predictor.predict("resnet18", [1.5])  # refused, not answered for batch size 1
+    assert predictor.predict("resnet18", np.array([4, 8]))["batch_size"].tolist() == [4, 8]
 
 
 def test_missing_models(tmp_path: Path) -> None:
@@ -122,7 +126,7 @@ def test_cli_predict_json_and_errors(models_dir: Path, capsys: pytest.CaptureFix
     (best,) = json.loads(capsys.readouterr().out)
     assert best[MEMORY] <= 2048
     for argv, message in [
-        (["--net", "resnet18", "--bs", "0"], "batch size must be 1 or more"),
+        (["--net", "resnet18", "--bs", "0"], "--bs: expected positive integers, got 0"),
         (["--net", "resnet18", "--max-batch-size"], "--max-batch-size needs --budget"),
         (["--net", "resnet18", "--max-batch-size", "--budget", "1MiB"], "no batch size fits"),
         (["--net", "resnet18", "--max-batch-size", "--budget", "lots"], "memory budget 'lots'"),

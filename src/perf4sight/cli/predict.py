@@ -10,6 +10,7 @@ import typer
 
 from perf4sight import console
 from perf4sight.cli.prune import parse_input_size, parse_levels
+from perf4sight.config import check_batch_sizes
 from perf4sight.errors import UsageError
 
 if TYPE_CHECKING:
@@ -18,11 +19,12 @@ if TYPE_CHECKING:
 __all__ = ["register"]
 
 
-def _ints(text: str, what: str) -> list[int]:
+def _batch_sizes(text: str) -> list[int]:
     try:
-        return [int(part) for part in text.replace(" ", "").split(",") if part]
+        sizes = [int(part) for part in text.replace(" ", "").split(",") if part]
     except ValueError:
-        raise UsageError(f"{what}: expected comma-separated integers, got '{text}'") from None
+        raise UsageError(f"--bs: expected comma-separated integers, got '{text}'") from None
+    return check_batch_sizes(sizes, "--bs", UsageError)
 
 
 def _input_size(text: str | None) -> tuple[int, ...] | None:
@@ -75,7 +77,7 @@ def register(app: typer.Typer) -> None:
             if row["batch_size"] >= MAX_SEARCH_BATCH:
                 console.warn(f"every batch size up to {MAX_SEARCH_BATCH}, the largest searched, is predicted to fit")
             return
-        table = predictor.predict(net, _ints(bs, "--bs"), dataset_size=dataset_size, **options)
+        table = predictor.predict(net, _batch_sizes(bs), dataset_size=dataset_size, **options)
         _show(table, title=f"{net}: predicted {stage} cost on this device", as_json=as_json)
 
     @app.command("plan")

@@ -37,15 +37,21 @@ def held_out_ratio(method: str, dataset: Dataset, target: str | None = None,
         return None
     rows = dataset.rows
     in_family_levels = rows.loc[rows.groupby("family")["model"].transform("nunique") > 1, "model"].unique()
+    # With one network profiled, a group is an architecture: the fit without it serves the
+    # calibrated ratio too (the same training rows), so it is made once.
+    without: dict[str, Any] = {}
+    refits = groups.nunique() + (0 if left_out == "architecture" else len(in_family_levels))
     ratios = []
-    with console.progress("memory bound, refitting", total=groups.nunique() + len(in_family_levels)) as bar:
+    with console.progress("memory bound, refitting", total=refits) as bar:
         for group in groups.unique():
             out = (groups == group).to_numpy()
             held = dataset.select(out)
-            predicted = fit_method(method, dataset.select(~out), target).predict(held.features)
-            ratios.append(held.target / np.maximum(predicted, np.finfo(float).tiny))
+            estimator = fit_method(method, dataset.select(~out), target)
+            if left_out == "architecture":
+                without[group] = estimator
+            ratios.append(held.target / np.maximum(estimator.predict(held.features), np.finfo(float).tiny))
             bar.advance(f"without {group}")
-        in_family = _calibrated_ratios(method, dataset, target, in_family_levels, bar)
+        in_family = _calibrated_ratios(method, dataset, target, in_family_levels, without, bar)
     return {
         "quantile": quantile,
         "ratio": float(np.quantile(np.concatenate(ratios), quantile)),
@@ -55,17 +61,21 @@ def held_out_ratio(method: str, dataset: Dataset, target: str | None = None,
 
 
 def _calibrated_ratios(method: str, dataset: Dataset, target: str | None, levels: Sequence[str],
-                       bar: Any) -> np.ndarray:
+                       without: dict[str, Any], bar: Any) -> np.ndarray:
     """measured / calibrated prediction of every run of the architectures `levels` (those
     of a family profiled at two levels or more), each left out of both the fit and the
-    calibration (empty when there are none); `bar` is advanced once per refit."""
+    calibration (empty when there are none); `without` holds estimators already fitted
+    without an architecture, and `bar` is advanced once per other refit."""
     ratios = []
     for name in levels:
         out = (dataset.rows["model"] == name).to_numpy()
         rest, held = dataset.select(~out), dataset.select(out)
-        corrected, _ = predict_calibrated(fit_method(method, rest, target), rest, held)
+        estimator = without.get(name)
+        if estimator is None:
+            estimator = fit_method(method, rest, target)
+            bar.advance(f"without {name}")
+        corrected, _ = predict_calibrated(estimator, rest, held)
         ratios.append(held.target / np.maximum(corrected, np.finfo(float).tiny))
-        bar.advance(f"without {name}")
     return np.concatenate(ratios) if ratios else np.empty(0)
 
 

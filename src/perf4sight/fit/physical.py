@@ -102,6 +102,8 @@ _CORNER_EXPONENT = 60.0
 _CORNER_FACTOR = 2 ** (1 / _CORNER_EXPONENT)
 # Training runs that must lie beyond the fitted floor or capacity for it to be kept.
 _SUPPORT_ROWS = 3
+# Fitted attributes of the memory model only.
+_MEMORY_ONLY_ATTRIBUTES = ("floor_mib_", "library_mib_", "capacity_mib_")
 
 
 def _smooth_max(a: np.ndarray, b: np.ndarray | float) -> np.ndarray:
@@ -215,6 +217,9 @@ class PhysicalRegressor(RegressorMixin, BaseEstimator):
         # squared residuals, hence the square roots.
         kept = weight > 0
         amounts, y = amounts.rows(kept), y[kept]
+        # A refit for latency must not keep a memory fit's corners (read where present).
+        for name in _MEMORY_ONLY_ATTRIBUTES:
+            self.__dict__.pop(name, None)
         root = np.sqrt(weight[kept] / weight[kept].mean())
         self.terms_ = np.array(list(self._terms()))
         self.n_features_in_ = X.shape[1]

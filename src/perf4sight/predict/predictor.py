@@ -18,7 +18,7 @@ import numpy as np
 import pandas as pd
 
 from perf4sight.architecture import Architecture
-from perf4sight.config import check_stage, is_positive_int
+from perf4sight.config import check_batch_sizes, check_stage, is_positive_int
 from perf4sight.errors import DataNotFoundError, UsageError
 from perf4sight.fit import FittedModel, bound_factor, family_key, load_model
 
@@ -84,7 +84,7 @@ class Predictor:
         network's family (other pruning levels of it) was profiled and corrected the
         predictions (`perf4sight.fit.FamilyCalibration`); `extrapolated` marks rows outside
         the fitted range (a bigger network or batch than any profiled)."""
-        sizes = _check_batch_sizes(batch_sizes)
+        sizes = check_batch_sizes(batch_sizes, "batch sizes", UsageError)
         if dataset_size is not None and not is_positive_int(dataset_size):
             raise UsageError(f"dataset size {dataset_size!r}: expected a positive number of images per epoch")
         arch = self.describe(network, **load_options)
@@ -161,16 +161,6 @@ class Predictor:
             )
         first_miss = int(np.argmin(fits)) if not fits.all() else len(fits)
         return table.iloc[first_miss - 1]
-
-
-def _check_batch_sizes(batch_sizes: Sequence[int]) -> list[int]:
-    sizes = [int(b) for b in batch_sizes]
-    if not sizes:
-        raise UsageError("no batch size given")
-    bad = [b for b in sizes if b <= 0]
-    if bad:
-        raise UsageError(f"batch size must be 1 or more, got {bad[0]}")
-    return sizes
 
 
 def _outside_range(model: FittedModel, arch: Architecture, batch: np.ndarray, features: pd.DataFrame) -> np.ndarray:

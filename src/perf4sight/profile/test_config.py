@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from perf4sight.config import STAGES, ProfileSettings, is_positive_int, read_ini
+from perf4sight.config import STAGES, ProfileSettings, check_batch_sizes, read_ini
 from perf4sight.errors import ConfigError
 
 __all__ = [
@@ -117,7 +117,7 @@ def check_test_settings(settings: ProfileSettings) -> None:
     _check_choices("[profile] profile_variables", settings.profile_variables, TEST_VARIABLES)
     _check_choices("[profile] stage", settings.stage, STAGES)
     _check_choices("[profile] dataset", [settings.dataset], tuple(DATASETS))
-    _check_batch_sizes("[profile] bs", settings.bs)
+    check_batch_sizes(settings.bs, "[profile] bs")
 
 
 def create_test_config(settings: ProfileSettings) -> Path:
@@ -203,7 +203,7 @@ def _read_section(section: configparser.SectionProxy, *, where: str) -> dict[str
         bad = [v for v in values[key] if not isinstance(v, str) or not v]
         if bad:
             raise ConfigError(f"{where} {key}: expected strings, got {bad[0]!r}")
-    _check_batch_sizes(f"{where} bs", values["bs"])
+    check_batch_sizes(values["bs"], f"{where} bs")
     _check_choices(f"{where} test_var", values["test_var"], TEST_VARIABLES)
     _check_choices(f"{where} exec_stage", values["exec_stage"], STAGES)
     _check_choices(f"{where} dataset", values["dataset"], tuple(DATASETS))
@@ -219,10 +219,3 @@ def _check_choices(where: str, values: list[Any], allowed: tuple[str, ...]) -> N
             raise ConfigError(f"{where}: unknown value {value!r}; expected one of {', '.join(allowed)}")
 
 
-def _check_batch_sizes(where: str, values: list[Any]) -> None:
-    """A test config without batch sizes has no tests; one that makes it must not write it."""
-    if not values:
-        raise ConfigError(f"{where}: empty list; expected positive integers")
-    for value in values:
-        if not is_positive_int(value):
-            raise ConfigError(f"{where}: expected positive integers, got {value!r}")
