@@ -23,16 +23,14 @@ import numpy as np
 import pandas as pd
 
 from perf4sight import console
+from perf4sight.config import TARGET_COLUMNS
 from perf4sight.fit import architecture_name
 from perf4sight.fit.logs import read_log
 from perf4sight.profile.logs import GT_SUFFIX
 
-VARIABLES = {"memory": "mem_used", "latency": "latency"}
-
-
 def passed_rows(log_dir: Path, variable: str) -> pd.DataFrame:
     """Passed rows of every `-gt.csv` under `log_dir/<variable>`: test key and measured value."""
-    column = VARIABLES[variable]
+    column = TARGET_COLUMNS[variable]
     frames = []
     for path in sorted((log_dir / variable).glob(f"*{GT_SUFFIX}")):
         log = read_log(path, [column])
@@ -84,7 +82,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--second", type=Path, required=True, help="log folder of a campaign of the same tests")
     parser.add_argument("--stage", choices=("training", "inference"), help="only this stage (default: both)")
     args = parser.parse_args(argv)
-    for variable in VARIABLES:
+    for variable in TARGET_COLUMNS:
         table, spreads = compare(args.first, args.second, variable, args.stage)
         console.print_table(f"{variable}: {args.second} against {args.first}", list(table.columns),
                             table.round(2).values.tolist())

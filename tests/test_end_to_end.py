@@ -69,7 +69,12 @@ def test_every_stage_leaves_its_output(run_dir: Path) -> None:
         assert (run_dir / "fitted" / f"training_{target}.skops").is_file()
     report = json.loads((run_dir / "report.json").read_text())
     assert report["memory"]["n"] == 2 and report["latency"]["n"] == 2
-    assert 0 <= report["memory"]["per_net"]["squeezenet"]["mape_pct"] < 25  # evaluated on its training runs
+    # Evaluated on its own training runs (squeezenet_50 at bs 2 and 4), which the family
+    # calibration, fitted on the same runs, reproduces: under 1e-12 % in 13 runs measured.
+    # It holds its value where a larger batch measured less than a smaller one, which a
+    # shared CPU's timing noise does to two-iteration latencies (up to 540 % in those runs),
+    # so latency is left unchecked; memory grows with the batch size.
+    assert report["memory"]["per_net"]["squeezenet"]["mape_pct"] < 1.0
     assert (run_dir / "report.png").read_bytes()[:4] == b"\x89PNG"
 
 
@@ -130,6 +135,11 @@ def test_the_original_interface_runs_quietly(tmp_path: Path) -> None:
     ("fingerprint", "stage = tarining", "[fingerprint] stage: 'tarining' is not one of training, inference"),
     ("profile", "device = tpu", "[profile] device: unknown device 'tpu'"),
     ("profile", "stage = ['tarining']", "[profile] stage: unknown value 'tarining'"),
+    ("profile", "local_model_loc =", "[profile] local_model_loc: needed to find the models of the test config"),
+    ("fingerprint", "train_nets = []", "[fingerprint] train_nets: empty list; the models are fitted on these"),
+    ("fingerprint", "memory_logs = []", "[fingerprint] memory_logs: no log folder given for the memory model"),
+    ("fingerprint", "memory_model = False\nlatency_model = False",
+     "[fingerprint] memory_model and latency_model are both False: nothing to fit or evaluate"),
 ])
 def test_every_section_is_checked_before_any_stage_runs(tmp_path: Path, capsys: pytest.CaptureFixture[str],
                                                         section: str, line: str, message: str) -> None:
@@ -142,9 +152,12 @@ def test_every_section_is_checked_before_any_stage_runs(tmp_path: Path, capsys: 
                        f"model_storedir = {tmp_path / 'fitted'}\nmemory_logs = ['{tmp_path / 'logs' / 'memory'}']\n"
                        f"latency_logs = ['{tmp_path / 'logs' / 'latency'}']\n",
     }
-    sections[section] += line + "\n"
+    for setting in line.split("\n"):  # each replaces its key's line, if the section has one
+        key = setting.split("=")[0].strip()
+        kept = [kept for kept in sections[section].splitlines() if kept.split("=")[0].strip() != key]
+        sections[section] = "\n".join([*kept, setting]) + "\n"
     config = tmp_path / "config.ini"
     config.write_text("".join(f"[{name}]\n{body}\n" for name, body in sections.items()))
     assert main(["run", "--config", str(config)]) == 2
-    assert message in capsys.readouterr().err
+    assert f"{config}: {message}" in capsys.readouterr().err  # the file, then what is wrong in it
     assert not (tmp_path / "specs").exists()  # nothing pruned for a run that could not finish

@@ -30,6 +30,7 @@ __all__ = [
     "Config",
     "SECTIONS",
     "STAGES",
+    "TARGET_COLUMNS",
     "check_batch_sizes",
     "check_stage",
     "is_positive_int",
@@ -42,6 +43,8 @@ __all__ = [
 
 # The stages a network is profiled and modelled in.
 STAGES = ("training", "inference")
+# What is profiled (a test config's `test_var`, a log folder) and the log column its model predicts.
+TARGET_COLUMNS = {"memory": "mem_used", "latency": "latency"}
 
 
 @dataclass(frozen=True)
@@ -144,12 +147,11 @@ def check_batch_sizes(values: Iterable[object], where: str, error: type[Exceptio
     return [int(value) for value in sizes]
 
 
-def check_stage(stage: object, where: str, error: type[Exception] = ConfigError) -> str:
-    """`stage` if it is one of STAGES; else `error` naming `where` it came from (a config key,
-    an option, an argument), so that each entry point that takes a stage refuses it in the same words."""
+def check_stage(stage: object, where: str, error: type[Exception] = ConfigError) -> None:
+    """Raise `error` naming `where` the stage came from (a config key, an option, an
+    argument) unless it is one of STAGES: each entry point refuses it in the same words."""
     if stage not in STAGES:
         raise error(f"{where}: '{stage}' is not one of {', '.join(STAGES)}")
-    return str(stage)
 
 
 def load_config(path: str | Path) -> Config:
@@ -225,6 +227,10 @@ def _convert(text: str, hint: Any, *, where: str) -> Any:
     if origin is list:
         (item,) = typing.get_args(hint)
         value = _literal(text)
+        if isinstance(value, str) and value[:1] in "[(" and value:
+            raise ConfigError(
+                f"{where}: {text!r} is not a Python list literal (strings in quotes: ['resnet18', 'squeezenet'])"
+            )
         if isinstance(value, (list, tuple)):
             return [_scalar(v, item, where=where) for v in value]
         return [_scalar(value, item, where=where)]

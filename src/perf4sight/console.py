@@ -82,13 +82,12 @@ def progress(description: str, total: int) -> Iterator[Any]:
         def __init__(self) -> None:
             self.task = bar.add_task(description, total=total)
 
-        def advance(self, label: str | None = None, steps: int = 1) -> None:
-            if label is not None:
-                bar.update(self.task, description=f"{description}: {label}")
-            bar.advance(self.task, steps)
+        def advance(self, label: str) -> None:
+            self.label(label)
+            bar.advance(self.task)
             if not enabled and not quiet:
                 done = int(bar.tasks[0].completed)
-                err.print(f"{description} [{done}/{total}]" + (f" {label}" if label else ""))
+                err.print(f"{description} [{done}/{total}] {label}")
 
         def label(self, label: str) -> None:
             bar.update(self.task, description=f"{description}: {label}")

@@ -7,6 +7,7 @@ from pathlib import Path
 
 from perf4sight import console
 from perf4sight.config import Config, load_config
+from perf4sight.errors import ConfigError
 
 __all__ = ["run_config"]
 
@@ -18,7 +19,10 @@ def run_config(path: str | Path) -> Config:
     for the pruning and profiling before it to finish.
     """
     config = load_config(path)
-    _check(config)
+    try:
+        _check(config)
+    except ConfigError as exc:
+        raise ConfigError(f"{path}: {exc}") from None
     outputs: list[tuple[str, Path]] = []
     if config.create_network_dataset is not None:
         from perf4sight.networks import create_network_dataset

@@ -124,10 +124,23 @@ class ViewsByBatch(Small):
         return self.fc(y.view(y.size(0), -1))
 
 
-def test_meta_fallback_describes_the_same_network() -> None:
+def test_meta_fallback_describes_the_same_network(monkeypatch: pytest.MonkeyPatch) -> None:
+    from perf4sight.architecture import trace
+
+    devices: list[str] = []
+    run = trace._run
+
+    def spy(*args, device: str, **kwargs):  # noqa: ANN002, ANN003, ANN202
+        devices.append(device)
+        return run(*args, device=device, **kwargs)
+
+    monkeypatch.setattr(trace, "_run", spy)
     torch.manual_seed(0)
     reference = trace_architecture(Small(), (3, 16, 16), name="n")
+    assert devices == ["cpu"]  # an empty batch on the CPU is enough
+    devices.clear()
     fallback = trace_architecture(ViewsByBatch(), (3, 16, 16), name="n")
+    assert devices == ["cpu", "meta"]  # the empty batch failed: traced again on the meta device
     assert fallback == reference
 
 

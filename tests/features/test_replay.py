@@ -12,9 +12,9 @@ from torch import nn
 
 from perf4sight.architecture import trace_architecture
 from perf4sight.errors import NetworkError
-from perf4sight.features import FEATURE_SETS
+from perf4sight.features import FEATURE_SETS, lifetimes
 from perf4sight.features.caching_allocator import AllocatorPeaks, replay, replay_peaks
-from perf4sight.features.lifetimes import _record, record_timeline
+from perf4sight.features.lifetimes import Timeline, _record, record_timeline
 from perf4sight.features.network import network_features
 from perf4sight.features.replay import replay_features
 from perf4sight.networks import load_architecture
@@ -102,7 +102,6 @@ def test_the_live_peak_covers_weights_gradients_momentum_and_the_saved_activatio
     features = network_features(arch, [64], "training")
     peak = replay(tiny_timeline, 64).peak_allocated
     assert peak >= float(features["param_state_bytes"].iloc[0] + features["saved_bytes"].iloc[0])
-    assert peak <= replay(tiny_timeline, 64).peak_reserved
 
 
 def test_inference_holds_no_gradients():
@@ -120,12 +119,33 @@ def test_recording_leaves_the_callers_module_alone():
     assert module[0].weight.grad is None
 
 
+def test_a_timeline_is_recorded_once_per_architecture_and_stage(monkeypatch):
+    recorded = []
+
+    def counting(builder, stage):
+        recorded.append(stage)
+        return record_timeline(builder, stage)
+
+    monkeypatch.setattr(lifetimes, "record_timeline", counting)
+    arch = load_architecture(_tiny(), input_size=INPUT)
+    first = replay_features(arch, [2, 8], "training")
+    assert recorded == ["training"] and list(lifetimes._TIMELINES[arch.builder]) == ["training"]
+    # the second call replays what the first recorded, at other batch sizes too
+    assert replay_features(arch, [2, 8], "training").equals(first)
+    replay_features(arch, [4], "training")
+    assert recorded == ["training"]
+    replay_features(arch, [4], "inference")
+    assert recorded == ["training", "inference"]
+    # another architecture of the same network is recorded for itself
+    replay_features(load_architecture(_tiny(), input_size=INPUT), [2], "training")
+    assert recorded == ["training", "inference", "training"]
+
+
 def test_a_recorded_module_is_not_kept_once_its_architecture_is_gone():
     module = _tiny()
     arch = load_architecture(module, input_size=INPUT)
-    first = replay_features(arch, [2, 8], "training")
-    # recorded once per architecture: the second call replays what the first recorded
-    assert replay_features(arch, [2, 8], "training").equals(first)
+    replay_features(arch, [2, 8], "training")
+    assert "training" in lifetimes._TIMELINES[arch.builder]  # cached, yet not holding the module
     alive = weakref.ref(module)
     del module, arch
     gc.collect()
@@ -134,15 +154,42 @@ def test_a_recorded_module_is_not_kept_once_its_architecture_is_gone():
 
 # the feature set ---------------------------------------------------------------------------
 
+def _timeline(events: list[tuple[int, bool, int, int]]) -> Timeline:
+    """A timeline from (tensor, allocates, fixed MiB, MiB per sample) events."""
+    tensor, allocates, fixed, per_sample = (np.array(column) for column in zip(*events))
+    return Timeline(tensor=tensor.astype(np.int64), allocates=allocates.astype(bool),
+                    fixed_bytes=fixed.astype(np.int64) * MIB, per_sample_bytes=per_sample.astype(np.int64) * MIB)
+
+
+def test_the_peaks_are_running_maxima_over_the_grid_interpolated_between():
+    """A grows by 20 MiB a sample, B is 30 MiB: after A is freed, B does not fit in its
+    block at one sample (a second segment, 50 MiB reserved) but does from two on (40 MiB):
+    the reserved peak falls, the features do not."""
+    timeline = _timeline([(0, True, 0, 20), (0, False, 0, 0), (1, True, 30, 0)])
+    runs = [replay(timeline, bs) for bs in (1, 2, 3, 4, 6)]
+    assert [run.peak_reserved // MIB for run in runs] == [50, 40, 60, 80, 120]
+    assert [run.peak_allocated // MIB for run in runs] == [30, 40, 60, 80, 120]
+    allocated, cached = replay_peaks(timeline, [1, 2, 3, 4, 5])
+    assert (allocated / MIB).tolist() == [30, 40, 60, 80, 100]  # 5 lies halfway between the grid's 4 and 6
+    assert (cached / MIB).tolist() == [20, 20, 20, 20, 20]  # what bs 1 cached beyond its live peak, kept
+    # beyond the grid's last size (65536), in proportion to the batch size
+    allocated, cached = replay_peaks(timeline, [2**17])
+    assert (allocated / MIB).tolist() == [2**17 * 20] and (cached / MIB).tolist() == [20 * 2]
+
+
 def test_the_peaks_never_fall_as_the_batch_size_grows():
     """vgg11's replayed peaks fall at some batch sizes (up to 700 MiB at 224x224); the features do not."""
     timeline = record_timeline(load_architecture("vgg11").builder, "training")
     sizes = list(range(1, 65))
-    raw = np.array([replay(timeline, bs).peak_reserved for bs in sizes])
+    runs = [replay(timeline, bs) for bs in sizes]
+    raw = np.array([run.peak_reserved for run in runs])
     assert (np.diff(raw) < 0).any()
     allocated, cached = replay_peaks(timeline, sizes)
     assert (np.diff(allocated) >= 0).all() and (np.diff(cached) >= 0).all()
-    assert allocated[31] + cached[31] >= raw[31]  # at a replayed size, the running maximum
+    # at bs 32, a size of the grid, the running maxima over the grid's sizes up to it
+    grid = [runs[bs - 1] for bs in (1, 2, 3, 4, 6, 8, 12, 16, 24, 32)]
+    assert allocated[31] == max(run.peak_allocated for run in grid)
+    assert cached[31] == max(run.peak_reserved - run.peak_allocated for run in grid)
     assert replay_peaks(timeline, [32])[0][0] == allocated[31]  # the same whatever else is asked
 
 

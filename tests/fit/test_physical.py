@@ -76,7 +76,9 @@ def test_interpolates_held_out_levels(datasets, column, bound_pct):
     assert 0 < error < bound_pct
 
 
-@pytest.mark.parametrize("column, bound_pct", [("mem_used", 16.0), ("latency", 20.0)])
+# About twice the errors measured on googlenet (2.50 % memory, 7.25 % latency), from the
+# stored TX2 measurements: a change to the model that costs accuracy fails here.
+@pytest.mark.parametrize("column, bound_pct", [("mem_used", 5.0), ("latency", 14.5)])
 def test_predicts_an_unseen_network(datasets, column, bound_pct):
     data = datasets[column]
     unseen = (data.rows["net"] == "googlenet").to_numpy()
@@ -223,14 +225,29 @@ def test_memory_holds_the_larger_of_activations_and_the_optimizer_temporary(data
     np.testing.assert_allclose(model.predict_demand(huge) - base, 4096 - activations, rtol=1e-3)
 
 
+def _left_out_ratios(data: Dataset, groups: pd.Series) -> np.ndarray:
+    """measured / predicted of every run, each group's predicted by a model fitted without it."""
+    ratios = []
+    for group in groups.unique():
+        out = (groups == group).to_numpy()
+        held = data.select(out)
+        ratios.append(held.target / fit_method("physical", data.select(~out), "mem_used").predict(held.features))
+    return np.concatenate(ratios)
+
+
 def test_held_out_ratio_leaves_out_networks_then_architectures(datasets):
     data = datasets["mem_used"]
     nets = data.rows["net"]
     across = held_out_ratio("physical", data, "mem_used")
     assert across["left_out"] == "network" and across["quantile"] == BOUND_QUANTILE
+    assert across["ratio"] == pytest.approx(np.quantile(_left_out_ratios(data, nets), BOUND_QUANTILE))
+    assert across["ratio"] > 1  # an unseen network can measure above its prediction: the bound widens it
+    assert across["calibrated_ratio"] is not None  # every network was profiled at three levels
     one_net = data.select((nets == "resnet18").to_numpy())
-    median = held_out_ratio("physical", one_net, "mem_used", quantile=0.5)
-    assert median["left_out"] == "architecture"
-    assert held_out_ratio("physical", one_net, "mem_used")["ratio"] > max(median["ratio"], 1) and across["ratio"] > 1
+    by_architecture = _left_out_ratios(one_net, one_net.rows["model"])
+    for quantile in (BOUND_QUANTILE, 0.5):
+        within = held_out_ratio("physical", one_net, "mem_used", quantile=quantile)
+        assert within["left_out"] == "architecture" and within["quantile"] == quantile
+        assert within["ratio"] == pytest.approx(np.quantile(by_architecture, quantile))
     one_model = one_net.select((one_net.rows["model"] == "resnet18_50").to_numpy())
     assert held_out_ratio("physical", one_model, "mem_used") is None

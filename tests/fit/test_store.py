@@ -120,3 +120,13 @@ def test_a_replaced_model_file_is_refused(dataset, stored, tmp_path):
     skops.io.dump(other, path)
     with pytest.raises(FittedModelError, match="does not match its metadata"):
         load_model(tmp_path, stage="training", target="latency")
+
+
+def test_a_model_without_its_metadata_is_refused(stored, tmp_path):
+    """A fit stopped between its two files leaves the model without metadata: unusable,
+    so fingerprinting refits it (a missing model would send the user to fit it first)."""
+    path = model_path(tmp_path, "training", "latency")
+    path.with_suffix(".json").unlink()
+    with pytest.raises(FittedModelError, match="training_latency.json is missing; fingerprint again to refit"):
+        load_model(tmp_path, stage="training", target="latency")
+    assert not list(tmp_path.glob(".*.tmp"))  # the writes left no temporary files behind

@@ -28,10 +28,10 @@ def test_prune_writes_specs_and_manifest(tmp_path, capsys):
         (["--net", "resnet19"], "unknown network 'resnet19'"),
         (["--net", "resnet18", "--levels", "ten"], "--levels 'ten'"),
         (["--net", "resnet18", "--input-size", "3,32"], "--input-size '3,32'"),
-        (["--net", "resnet18", "--mode", "magnitude"], "unknown mode 'magnitude'"),
+        (["--net", "resnet18", "--mode", "magnitude"], "unknown pruning mode 'magnitude'"),
         (["--net", "resnet18", "--levels", "90:0:10"], "--levels 90:0:10: the range runs downward"),
-        (["--net", "resnet18", "--seed", "-1"], "[create_network_dataset] seed: -1 is not an integer in [0, 4294967295]"),
-        (["--net", "resnet18", "--seed", "99999999999999999999"], "seed: 99999999999999999999 is not an integer"),
+        (["--net", "resnet18", "--seed", "-1"], "[create_network_dataset] seed: pruning seed -1 is not an integer in [0, 4294967295]"),
+        (["--net", "resnet18", "--seed", "99999999999999999999"], "seed: pruning seed 99999999999999999999 is not an integer"),
     ],
 )
 def test_bad_input_exits_2_with_one_line(tmp_path, capsys, args, message):
@@ -49,3 +49,18 @@ def test_level_and_size_parsing():
         parse_levels("0:90:0")
     with pytest.raises(ConfigError, match="did you mean 0:90:10"):
         parse_levels("90:0:10")
+    with pytest.raises(ConfigError, match=r"^--levels 0:100:50: pruning level 100 is outside \[0, 95\]"):
+        parse_levels("0:100:50")  # refused before any level is pruned or predicted
+
+
+def test_a_folder_blocked_by_a_file_is_one_line(tmp_path, capsys):
+    blocked = tmp_path / "afile"
+    blocked.write_text("")
+    assert main(["prune", "--net", "squeezenet", "--levels", "0", "--input-size", "3,32,32", "--out", str(blocked)]) == 2
+    err = capsys.readouterr().err
+    assert str(blocked) in err and len(err.strip().splitlines()) == 1 and "Traceback" not in err
+
+
+def test_a_missing_model_desc_dir_is_refused(tmp_path, capsys):
+    assert main(["prune", "--net", "tinynet", "--model-desc-dir", str(tmp_path / "none"), "--out", str(tmp_path)]) == 2
+    assert f"model_desc_dir: directory not found: {tmp_path / 'none'}" in capsys.readouterr().err

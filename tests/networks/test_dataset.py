@@ -10,7 +10,7 @@ import pytest
 from perf4sight.cli import main
 from perf4sight.config import NetworkDatasetSettings
 from perf4sight.errors import ConfigError, NetworkError
-from perf4sight.networks import MANIFEST_COLUMNS, build_from_spec, create_network_dataset, load_network, read_spec
+from perf4sight.networks import build_from_spec, create_network_dataset, load_network, read_spec
 
 
 def _settings(tmp_path, **changes) -> NetworkDatasetSettings:
@@ -24,7 +24,9 @@ def _settings(tmp_path, **changes) -> NetworkDatasetSettings:
 def test_specs_and_manifest(tmp_path, layer_shapes):
     settings = _settings(tmp_path, write_model_files=True)
     manifest = create_network_dataset(settings)
-    assert list(manifest.columns) == list(MANIFEST_COLUMNS)
+    assert list(manifest.columns) == [
+        "name", "network", "target_level", "level_reached", "params", "macs", "spec_file",
+    ]
     assert list(manifest["name"]) == ["resnet18_0", "resnet18_50", "squeezenet_0", "squeezenet_50"]
     assert (abs(manifest["level_reached"] - manifest["target_level"]) <= 1).all()
     pd.testing.assert_frame_equal(pd.read_csv(settings.model_path / "manifest.csv"), manifest, check_dtype=False)
@@ -63,13 +65,13 @@ def test_users_own_model_file_from_model_desc_dir(tmp_path, tinynet_file):
 @pytest.mark.parametrize(
     ("changes", "message"),
     [
-        ({"pruning_perc": [0, 96]}, r"pruning_perc: level 96 is outside \[0, 95\]"),
-        ({"mode": "magnitude"}, r"mode: unknown mode 'magnitude'"),
-        ({"input_size": [3, 32]}, r"input_size: \[3, 32\] is not three positive integers"),
+        ({"pruning_perc": [0, 96]}, r"pruning_perc: pruning level 96 is outside \[0, 95\]"),
+        ({"mode": "magnitude"}, r"mode: unknown pruning mode 'magnitude'"),
+        ({"input_size": [3, 32]}, r"input_size: input size \[3, 32\] is not three positive integers"),
         ({"networks": []}, r"^\[create_network_dataset\] networks: no network given$"),
         ({"pruning_perc": []}, r"^\[create_network_dataset\] pruning_perc: no level given$"),
-        ({"seed": -1}, r"^\[create_network_dataset\] seed: -1 is not an integer in \[0, 4294967295\]$"),
-        ({"seed": 2**32}, r"seed: 4294967296 is not an integer in \[0, 4294967295\]"),
+        ({"seed": -1}, r"^\[create_network_dataset\] seed: pruning seed -1 is not an integer in \[0, 4294967295\]$"),
+        ({"seed": 2**32}, r"seed: pruning seed 4294967296 is not an integer in \[0, 4294967295\]"),
     ],
 )
 def test_bad_settings_are_refused_before_any_work(tmp_path, changes, message):
@@ -88,5 +90,5 @@ def test_a_config_with_a_bad_seed_exits_2_with_one_line(tmp_path, capsys):
     config.write_text(f"[create_network_dataset]\nnetworks = ['resnet18']\nseed = -1\nmodel_path = {tmp_path / 'models'}\n")
     assert main(["run", "--config", str(config)]) == 2
     err = capsys.readouterr().err
-    assert "[create_network_dataset] seed: -1 is not an integer" in err and "Traceback" not in err
+    assert "[create_network_dataset] seed: pruning seed -1 is not an integer" in err and "Traceback" not in err
     assert not (tmp_path / "models").exists()

@@ -129,7 +129,8 @@ def _written(tmp_path: Path, spec: dict, change: Callable[[dict], object]) -> Pa
     return path
 
 
-# Each edit used to give a traceback, or a prediction for the unedited spec.
+# Each edit is refused by read_spec with a NetworkError naming the file and what is wrong,
+# neither a traceback nor silently ignored (a prediction for the unedited spec).
 BAD_SPECS = {
     "input_size text": (lambda s: s.update(input_size="abc"), r"input_size 'abc' is not three positive integers"),
     "input_size zero": (lambda s: s.update(input_size=[3, 0, 0]), r"input_size \[3, 0, 0\] is not three positive"),
@@ -201,8 +202,9 @@ def test_a_layer_the_base_lacks_is_refused(tmp_path, small_spec):
 
 
 def test_a_layers_table_its_out_channels_do_not_build_is_refused(tmp_path, small_spec):
-    # The input recorded for layer1.0.conv2 cannot follow from the base: the architecture
-    # used to be the rebuild from out_channels instead, whatever the table said.
+    # The input recorded for layer1.0.conv2 cannot follow from the base: the layers table
+    # and the rebuild from out_channels disagree, and the spec is refused rather than
+    # described by the rebuild whatever the table says.
     def disagree(spec: dict) -> None:
         _layer(spec, "layer1.0.conv2")["in"][0] = 63
 

@@ -52,6 +52,11 @@ class Layer:
         """Shape of the first input, the one most layers have."""
         return self.inputs[0] if self.inputs else ()
 
+    @property
+    def depthwise(self) -> bool:
+        """A convolution with one group per input channel: its groups follow the channels."""
+        return self.kind == "conv2d" and self.groups > 1 and self.groups == self.in_shape[0]
+
     def replaced(self, **changes: Any) -> Layer:
         """A copy with `changes` (fields by name), as `dataclasses.replace` but without
         re-running `__init__`: propagating a pruned variant copies every layer, and

@@ -28,17 +28,13 @@ class LayerShape:
     groups: int = 1
 
 
-def _numel(shape: Shape) -> int:
-    return math.prod(shape) if shape else 1
-
-
 def _reshaped(template_in: Shape, old: Shape, new: Shape) -> Shape:
     """The consumer's input when a view sits between producer and consumer (a flatten)."""
     if template_in == old:
         return new
-    if _numel(template_in) != _numel(old) or not template_in:
+    if math.prod(template_in) != math.prod(old) or not template_in:
         raise ValueError("view changes the number of elements")
-    return (template_in[0] * _numel(new) // _numel(old), *template_in[1:])
+    return (template_in[0] * math.prod(new) // math.prod(old), *template_in[1:])
 
 
 def _rescaled(value: int, new_numel: int, old_numel: int) -> int:
@@ -90,7 +86,7 @@ def with_layer_shapes(
                 output, groups = tuple(given.output), given.groups
             else:
                 output, groups = _output_for(layer, inputs), layer.groups
-                if layer.kind == "conv2d" and layer.groups == layer.in_shape[0] and layer.groups > 1:
+                if layer.depthwise:
                     groups = inputs[0][0]  # depthwise: groups follow the channels
         except (ValueError, IndexError) as exc:
             raise NetworkError(f"layer '{layer.name}' of {template.name}: {exc}") from None
@@ -127,16 +123,16 @@ def _per_channel(value: int, new_numel: int, old_numel: int, old_channels: int) 
 def _resized(layer: Layer, inputs: tuple[Shape, ...], output: Shape, groups: int) -> Layer:
     old_in = layer.in_shape
     new_in = inputs[0] if inputs else ()
-    old_channels, new_channels = _numel(layer.output[:1]), _numel(output[:1])
+    old_channels, new_channels = math.prod(layer.output[:1]), math.prod(output[:1])
     if layer.kind == "conv2d":
-        k = _numel(layer.kernel)
+        k = math.prod(layer.kernel)
         params = output[0] * (new_in[0] // groups) * k + (output[0] if layer.bias else 0)
     elif layer.kind == "linear":
         params = output[0] * new_in[0] + (output[0] if layer.bias else 0)
     else:
         params = _per_channel(layer.params, new_channels, old_channels, old_channels)
-    in_new, in_old = _numel(new_in), _numel(old_in)
-    out_new, out_old = _numel(output), _numel(layer.output)
+    in_new, in_old = math.prod(new_in), math.prod(old_in)
+    out_new, out_old = math.prod(output), math.prod(layer.output)
     other = layer.saved_bytes - layer.saved_input_bytes - layer.saved_output_bytes
     saved_in = _rescaled(layer.saved_input_bytes, in_new, in_old)
     saved_out = _rescaled(layer.saved_output_bytes, out_new, out_old)

@@ -1,13 +1,16 @@
 """The `perf4sight` command: a thin layer over the stage functions.
 
 Each stage registers its own subcommand from a module of this package. Any
-`Perf4sightError` (bad config, missing file, bad CSV...) becomes one line on stderr
-and exit code 2, never a traceback.
+`Perf4sightError` (bad config, missing file, bad CSV...) or `OSError` (an output folder
+blocked by a file, no permission, a full disk) becomes one line on stderr and exit
+code 2, never a traceback.
 """
 
 from __future__ import annotations
 
+import signal
 import sys
+import threading
 
 import typer
 from rich.markup import escape
@@ -53,19 +56,35 @@ for _module in (prune, profile, fingerprint, predict, run):
     _module.register(app)
 
 
+def _interrupt(signum: int, frame: object) -> None:
+    raise KeyboardInterrupt
+
+
 def main(argv: list[str] | None = None) -> int:
-    """Run the CLI; returns the exit code (2 for a user error)."""
+    """Run the CLI; returns the exit code (2 for a user error, 130 when interrupted).
+
+    A termination request (SIGTERM: a job scheduler's stop, `kill`) stops the run as Ctrl-C
+    does: the profiler's worker is stopped with it and what was recorded is kept."""
+    on_main_thread = threading.current_thread() is threading.main_thread()
+    previous = signal.signal(signal.SIGTERM, _interrupt) if on_main_thread else None
     try:
         code = app(args=argv, prog_name="perf4sight", standalone_mode=False)
     except Perf4sightError as exc:
         console.err.print(f"[red]error:[/red] {escape(str(exc))}", soft_wrap=True)
         return 2
+    except OSError as exc:  # a folder blocked by a file, no permission, a full disk
+        console.err.print(f"[red]error:[/red] {escape(str(exc))}", soft_wrap=True)
+        return 2
     except (typer.Abort, KeyboardInterrupt):
-        console.err.print("aborted")
-        return 130
+        code = 130
     except _USAGE_ERRORS as exc:
         exc.show()  # type: ignore[attr-defined]  # every subclass raised has it
         return 2
+    finally:
+        if on_main_thread:
+            signal.signal(signal.SIGTERM, previous)
+    if code == 130:  # typer answers Ctrl-C with this code itself
+        console.err.print("aborted")
     return code if isinstance(code, int) else 0
 
 

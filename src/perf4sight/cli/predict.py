@@ -21,7 +21,7 @@ __all__ = ["register"]
 
 def _batch_sizes(text: str) -> list[int]:
     try:
-        sizes = [int(part) for part in text.replace(" ", "").split(",") if part]
+        sizes = [int(part) for part in text.replace(" ", "").split(",")]
     except ValueError:
         raise UsageError(f"--bs: expected comma-separated integers, got '{text}'") from None
     return check_batch_sizes(sizes, "--bs", UsageError)
@@ -53,7 +53,7 @@ def register(app: typer.Typer) -> None:
     def predict(
         models: Path = typer.Option(..., "--models", help="Folder of fitted models (fingerprint's model_storedir)."),
         net: str = typer.Option(..., "--net", help="torchvision name, spec .json, or model file 'file.py:factory'."),
-        bs: str = typer.Option("8,16,32,64", "--bs", help="Batch sizes, comma-separated."),
+        bs: str | None = typer.Option(None, "--bs", help="Batch sizes, comma-separated (default 8,16,32,64)."),
         dataset_size: int | None = typer.Option(None, "--dataset-size", help="Images per epoch, for the epoch time."),
         max_batch_size: bool = typer.Option(False, "--max-batch-size", help="Find the largest batch size that fits --budget."),
         budget: str | None = typer.Option(None, "--budget", help="Memory budget, e.g. 7.5GiB, 512MB, or 'auto'."),
@@ -66,18 +66,23 @@ def register(app: typer.Typer) -> None:
         """Predicted memory and latency per iteration of NET at each batch size."""
         from perf4sight.predict import MAX_SEARCH_BATCH, Predictor, parse_memory_mib
 
+        if max_batch_size and budget is None:
+            raise UsageError("--max-batch-size needs --budget (e.g. --budget 7.5GiB or auto)")
+        if max_batch_size and bs is not None:
+            raise UsageError("--bs and --max-batch-size: give one (the search tries every batch size itself)")
+        if not max_batch_size and (budget is not None or bound):
+            raise UsageError(f"{'--budget' if budget is not None else '--bound'} needs --max-batch-size")
         predictor = Predictor.load(models, stage=stage)
         options = {"input_size": _input_size(input_size), "num_classes": num_classes}
         if max_batch_size:
-            if budget is None:
-                raise UsageError("--max-batch-size needs --budget (e.g. --budget 7.5GiB or auto)")
+            assert budget is not None
             row = predictor.max_batch_size(net, parse_memory_mib(budget), dataset_size=dataset_size, bound=bound,
                                            **options)
             _show(row.to_frame().T, title=f"{net}: largest batch size within {budget}", as_json=as_json)
             if row["batch_size"] >= MAX_SEARCH_BATCH:
                 console.warn(f"every batch size up to {MAX_SEARCH_BATCH}, the largest searched, is predicted to fit")
             return
-        table = predictor.predict(net, _batch_sizes(bs), dataset_size=dataset_size, **options)
+        table = predictor.predict(net, _batch_sizes(bs or "8,16,32,64"), dataset_size=dataset_size, **options)
         _show(table, title=f"{net}: predicted {stage} cost on this device", as_json=as_json)
 
     @app.command("plan")

@@ -9,14 +9,26 @@ import typer
 
 from perf4sight import console
 from perf4sight.config import NetworkDatasetSettings
-from perf4sight.errors import ConfigError
+from perf4sight.errors import ConfigError, NetworkError
 
 __all__ = ["register", "parse_levels", "parse_input_size"]
 
 
 def parse_levels(text: str) -> list[int]:
-    """'0,10,20' -> [0, 10, 20]; 'start:stop:step' -> start to stop inclusive (never empty)."""
-    text = text.strip()
+    """'0,10,20' -> [0, 10, 20]; 'start:stop:step' -> start to stop inclusive (never empty);
+    every level within [0, MAX_LEVEL], refused before any work."""
+    from perf4sight.networks.pruning import check_level  # torch: not for `--help`
+
+    levels = _levels(text.strip())
+    for level in levels:
+        try:
+            check_level(level)
+        except NetworkError as exc:
+            raise ConfigError(f"--levels {text.strip()}: {exc}") from None
+    return levels
+
+
+def _levels(text: str) -> list[int]:
     match = re.fullmatch(r"(\d+):(\d+):(\d+)", text)
     if match:
         start, stop, step = (int(g) for g in match.groups())

@@ -12,13 +12,12 @@ from collections.abc import Callable, Sequence
 import pandas as pd
 
 from perf4sight.architecture import Architecture
-from perf4sight.config import STAGES
 from perf4sight.features.network import network_features
 from perf4sight.features.paper import paper_features
 from perf4sight.features.replay import replay_features
 
 __all__ = [
-    "FEATURE_SETS", "FeatureFunction", "STAGES", "needs_complete_architecture", "network_features", "paper_features",
+    "FEATURE_SETS", "FeatureFunction", "needs_complete_architecture", "network_features", "paper_features",
     "replay_features",
 ]
 

@@ -68,15 +68,11 @@ def layer_group(layer: Layer) -> str:
     """The cost group of a layer: a GEMM kind, a `KIND_GROUPS` group or `other`."""
     if layer.kind == "conv2d":
         if layer.groups > 1:
-            return "conv_depthwise" if layer.groups == layer.in_shape[0] else "conv_grouped"
+            return "conv_depthwise" if layer.depthwise else "conv_grouped"
         return "conv_1x1" if tuple(layer.kernel) == (1, 1) else "conv_kxk"
     if layer.kind == "linear":
         return "linear"
     return KIND_GROUPS.get(layer.kind, "other")
-
-
-def _numel(shape: Sequence[int]) -> int:
-    return math.prod(shape)
 
 
 def _round_up(value: np.ndarray, step: float) -> np.ndarray:
@@ -91,16 +87,16 @@ def _gemm_flops(layer: Layer, tile: int = 1) -> int:
     linear = layer.kind == "linear"
     c_in = layer.in_shape[-1] if linear else layer.in_shape[0] // layer.groups
     c_out = layer.output[-1] if linear else layer.output[0]
-    spatial = _numel(layer.output[:-1] if linear else layer.output[1:])
+    spatial = math.prod(layer.output[:-1] if linear else layer.output[1:])
     c_out = -(-c_out // tile) * tile
-    return 2 * c_out * c_in * (1 if linear else _numel(layer.kernel)) * spatial
+    return 2 * c_out * c_in * (1 if linear else math.prod(layer.kernel)) * spatial
 
 
 def _im2col_bytes(layer: Layer, dtype_bytes: int) -> int:
     """Per-sample bytes of the unfolded input an im2col GEMM needs (none for a plain 1x1)."""
     if layer.kind != "conv2d" or (tuple(layer.kernel) == (1, 1) and set(layer.stride) <= {1}):
         return 0
-    return (layer.in_shape[0] // layer.groups) * _numel(layer.kernel) * _numel(layer.output[1:]) * dtype_bytes
+    return (layer.in_shape[0] // layer.groups) * math.prod(layer.kernel) * math.prod(layer.output[1:]) * dtype_bytes
 
 
 def network_features(arch: Architecture, batch_sizes: Sequence[int], stage: str = "training") -> pd.DataFrame:
@@ -130,8 +126,8 @@ def network_features(arch: Architecture, batch_sizes: Sequence[int], stage: str 
     per_layer = np.array(
         [
             (
-                sum(_numel(s) for s in layer.inputs) * dtype,
-                _numel(layer.output) * dtype,
+                sum(math.prod(s) for s in layer.inputs) * dtype,
+                math.prod(layer.output) * dtype,
                 layer.saved_bytes if training else 0,
                 _im2col_bytes(layer, dtype),
                 *(_gemm_amounts(layer, passes, dtype) if group in _GEMM_GROUPS else (0, 0, 0)),
@@ -175,7 +171,7 @@ def network_features(arch: Architecture, batch_sizes: Sequence[int], stage: str 
         # SGD's weight decay adds the weights to each gradient in turn: one layer's worth
         "optimizer_temp_bytes": float(max(layer.params for layer in layers) * dtype) if training else 0.0,
         "buffer_bytes": float(arch.buffer_bytes),
-        "input_bytes": bs * _numel(arch.input_size) * dtype,
+        "input_bytes": bs * math.prod(arch.input_size) * dtype,
         "saved_bytes": bs * saved.sum() + saved_fixed,
         "saved_segment_bytes": rounded + saved_fixed,
         "output_bytes": bs * fresh_outputs,
@@ -208,7 +204,7 @@ def _gemm_amounts(layer: Layer, passes: float, dtype: int) -> tuple[float, float
     """A GEMM layer's work per sample and iteration: flops, flops with output channels padded
     to tiles, and bytes of its input and output moved."""
     layer_passes = _passes(layer, passes)
-    moved = (_numel(layer.in_shape) + _numel(layer.output)) * dtype * passes
+    moved = (math.prod(layer.in_shape) + math.prod(layer.output)) * dtype * passes
     return _gemm_flops(layer) * layer_passes, _gemm_flops(layer, _CHANNEL_TILE) * layer_passes, moved
 
 

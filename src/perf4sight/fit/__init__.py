@@ -14,6 +14,7 @@ from perf4sight.fit.methods import (
     predict_rows,
     resolve_method,
 )
+from perf4sight.fit.physical import PhysicalRegressor, ReplayRegressor
 from perf4sight.fit.report import mape_pct, summarise
 from perf4sight.fit.store import FittedModel, load_model, model_path, save_model
 
@@ -26,6 +27,8 @@ __all__ = [
     "FittedModel",
     "METHODS",
     "PaperExtraTrees",
+    "PhysicalRegressor",
+    "ReplayRegressor",
     "TARGETS",
     "BOUND_QUANTILE",
     "architecture_name",

@@ -39,8 +39,7 @@ def family_key(arch: Architecture) -> str:
     layer table and for a traced module."""
     parts: list[Any] = [tuple(arch.input_size), arch.num_classes]
     for layer in arch.of_kind("conv2d", "linear"):
-        depthwise = layer.groups > 1 and layer.groups == layer.in_shape[0]
-        grouping = "depthwise" if depthwise else "grouped" if layer.groups > 1 else "dense"
+        grouping = "depthwise" if layer.depthwise else "grouped" if layer.groups > 1 else "dense"
         parts.append((layer.kind, tuple(layer.kernel), tuple(layer.stride), tuple(layer.padding),
                       tuple(layer.dilation), grouping))
     return hashlib.sha256(repr(parts).encode()).hexdigest()[:16]

@@ -21,7 +21,7 @@ from perf4sight.errors import DataNotFoundError, LogFormatError
 from perf4sight.features import FEATURE_SETS, needs_complete_architecture
 from perf4sight.fit.calibration import family_key
 from perf4sight.networks import architecture_from_spec, load_architecture, read_spec
-from perf4sight.profile.test_config import DATASETS
+from perf4sight.profile.test_config import DATASETS, dataset_size
 
 __all__ = ["ArchitectureCatalog", "ArchitectureCatalogs", "Dataset", "architecture_name", "build_dataset"]
 
@@ -51,17 +51,17 @@ class ArchitectureCatalog:
         when the folder has no file for it."""
         key = (name, dataset)
         if key not in self._cache:
-            self._cache[key] = self._load(name, DATASETS[dataset])
+            self._cache[key] = self._load(name, dataset)
         return self._cache[key]
 
-    def _load(self, name: str, shape: tuple[tuple[int, int, int], int] | None) -> Architecture | None:
+    def _load(self, name: str, dataset: str) -> Architecture | None:
         spec_path = self.storedir / f"{name}.json"
         model_path = self.storedir / f"{name}.py"
-        size = {} if shape is None else {"input_size": shape[0], "num_classes": shape[1]}
+        size = dataset_size(dataset)
         if spec_path.is_file():
             if not self.complete:
                 spec = read_spec(spec_path)
-                if shape in (None, (tuple(spec["input_size"]), int(spec["num_classes"]))):
+                if size in ({}, {"input_size": tuple(spec["input_size"]), "num_classes": int(spec["num_classes"])}):
                     return architecture_from_spec(spec)
             # at the spec's own size and classes, load_architecture rebuilds nothing
             return load_architecture(spec_path, **size)
@@ -142,15 +142,18 @@ def build_dataset(
     logs = logs.assign(arch_name=logs["model"].map(architecture_name), dataset=_datasets(logs))
     features_of = FEATURE_SETS[feature_set]
     blocks, kept, missing = [], [], []
-    for (name, dataset), group in logs.groupby(["arch_name", "dataset"], sort=False):
-        arch = catalog.get(name, dataset)
-        if arch is None:
-            missing.append((name, len(group)))
-            continue
-        sizes = np.unique(group["bs"].to_numpy())
-        table = features_of(arch, sizes.tolist(), stage)
-        blocks.append(table.iloc[np.searchsorted(sizes, group["bs"].to_numpy())])
-        kept.append(group.assign(params=arch.params, family=family_key(arch)))
+    groups = list(logs.groupby(["arch_name", "dataset"], sort=False))
+    with console.progress(f"{target} rows, '{feature_set}' features", len(groups)) as bar:
+        for (name, dataset), group in groups:
+            arch = catalog.get(name, dataset)
+            if arch is None:
+                missing.append((name, len(group)))
+            else:
+                sizes = np.unique(group["bs"].to_numpy())
+                table = features_of(arch, sizes.tolist(), stage)
+                blocks.append(table.iloc[np.searchsorted(sizes, group["bs"].to_numpy())])
+                kept.append(group.assign(params=arch.params, family=family_key(arch)))
+            bar.advance(name)
     if missing:
         skipped = sum(count for _, count in missing)
         names = ", ".join(name for name, _ in missing[:5]) + (", ..." if len(missing) > 5 else "")

@@ -21,7 +21,7 @@ from typing import Any
 import pandas as pd
 
 from perf4sight import console
-from perf4sight.config import FingerprintSettings, check_stage
+from perf4sight.config import TARGET_COLUMNS, FingerprintSettings, check_stage
 from perf4sight.errors import ConfigError, FittedModelError, LogFormatError
 from perf4sight.fit.bound import bound_factor, held_out_ratio
 from perf4sight.fit.calibration import FamilyCalibration
@@ -40,14 +40,15 @@ class _Target:
     column: str  # the log column predicted
 
 
-TARGETS = (_Target("memory", "mem_used"), _Target("latency", "latency"))
+TARGETS = tuple(_Target(kind, column) for kind, column in TARGET_COLUMNS.items())
 
 
 def _log_dirs(settings: FingerprintSettings, kind: str, *, evaluation: bool) -> list[Path]:
     train_dirs = getattr(settings, f"{kind}_logs")
     dirs = (getattr(settings, f"eval_{kind}_logs") or train_dirs) if evaluation else train_dirs
     if not dirs:
-        raise ConfigError(f"[fingerprint] {kind}_logs: no log folder given for the {kind} model")
+        key = f"eval_{kind}_logs or {kind}_logs" if evaluation else f"{kind}_logs"
+        raise ConfigError(f"[fingerprint] {key}: no log folder given for the {kind} model")
     return dirs
 
 
@@ -108,6 +109,20 @@ def check_settings(settings: FingerprintSettings) -> str:
     returns the method's key."""
     method = resolve_method(settings.method)
     check_stage(settings.stage, "[fingerprint] stage")
+    enabled = [t.kind for t in TARGETS if getattr(settings, f"{t.kind}_model")]
+    if not enabled:
+        raise ConfigError("[fingerprint] memory_model and latency_model are both False: nothing to fit or evaluate")
+    if not settings.evaluate:
+        for key in ("train_nets", "train_logs"):
+            if not getattr(settings, key):
+                raise ConfigError(f"[fingerprint] {key}: empty list; the models are fitted on these")
+    elif not settings.eval_logs:
+        raise ConfigError("[fingerprint] eval_logs: empty list with evaluate = True: nothing to evaluate")
+    for kind in enabled:
+        if not settings.evaluate:
+            _log_dirs(settings, kind, evaluation=False)
+        if settings.eval_logs:
+            _log_dirs(settings, kind, evaluation=True)
     return method
 
 

@@ -39,6 +39,7 @@ from scipy.optimize import least_squares, nnls
 from sklearn.base import BaseEstimator, RegressorMixin
 from sklearn.utils.validation import check_is_fitted
 
+from perf4sight.config import TARGET_COLUMNS
 from perf4sight.errors import ConfigError
 
 __all__ = [
@@ -94,7 +95,7 @@ LATENCY_TERMS: dict[str, dict[str, float]] = {
 # (added as it is); what the caching allocator holds beyond it gets a fitted multiple.
 REPLAY_MEMORY_TERMS: dict[str, dict[str, float]] = {"cached": {"replay_cached_bytes": 1.0}}
 REPLAY_MEMORY_EXACT = ("replay_allocated_bytes",)
-TARGETS = ("mem_used", "latency")
+TARGETS = tuple(TARGET_COLUMNS.values())
 # Sharpness of the smooth corners at the memory floor and capacity: a p-norm of this
 # exponent, so a corner is about 1 % of the memory wide (2 ** (1 / 60) - 1 above both
 # sides where they meet) whatever the device's scale.

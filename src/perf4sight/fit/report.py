@@ -11,6 +11,7 @@ import numpy as np
 import pandas as pd
 
 from perf4sight import console
+from perf4sight.files import replaced, write_text
 
 __all__ = ["mape_pct", "summarise", "print_report", "write_report"]
 
@@ -82,16 +83,18 @@ def write_report(report: Mapping[str, Any], predictions: Mapping[str, pd.DataFra
     predicted-against-measured plot (PNG); returns the paths written."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps(report, indent=2) + "\n")
     csv_path = path.with_name(f"{path.stem}_predictions.csv")
     table = pd.concat(
         [frame.assign(model_kind=kind, target=report[kind]["target"]) for kind, frame in predictions.items()],
         ignore_index=True,
     )
     columns = ["model_kind", "target", "net", "model", "batch_size", "measured", "predicted"]
-    table[columns].to_csv(csv_path, index=False)
+    with replaced(csv_path) as temporary:
+        table[columns].to_csv(temporary, index=False)
     png_path = path.with_suffix(".png")
-    _plot(report, predictions, png_path)
+    with replaced(png_path) as temporary:
+        _plot(report, predictions, temporary)
+    write_text(path, json.dumps(report, indent=2) + "\n")  # last: a report names complete files
     return [path, csv_path, png_path]
 
 
@@ -117,5 +120,5 @@ def _plot(report: Mapping[str, Any], predictions: Mapping[str, pd.DataFrame], pa
         ax.set_title(f"{kind}: MAPE {report[kind]['mape_pct']:.2f} %")
         ax.legend(fontsize=8)
     fig.tight_layout()
-    fig.savefig(path, dpi=110)
+    fig.savefig(path, dpi=110, format="png")
     plt.close(fig)

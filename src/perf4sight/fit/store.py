@@ -32,7 +32,7 @@ from perf4sight.features import FEATURE_SETS
 from perf4sight.fit.calibration import FamilyCalibration, family_key
 from perf4sight.fit.dataset import Dataset
 from perf4sight.fit.methods import METHODS, trusted_types
-from perf4sight.jsonfile import read_json
+from perf4sight.files import read_json, replaced, write_text
 from perf4sight.networks import load_architecture
 
 __all__ = ["FittedModel", "library_versions", "model_path", "save_model", "load_model"]
@@ -138,7 +138,8 @@ def save_model(estimator: Any, *, method: str, storedir: str | Path, stage: str,
     queries of the profiled families."""
     path = model_path(storedir, stage, target)
     path.parent.mkdir(parents=True, exist_ok=True)
-    skops.io.dump(estimator, path)
+    with replaced(path) as temporary:
+        skops.io.dump(estimator, temporary)
     metadata = {
         "format": _FORMAT,
         "method": method,
@@ -156,7 +157,7 @@ def save_model(estimator: Any, *, method: str, storedir: str | Path, stage: str,
         "feature_probe": _feature_probe(type(estimator).feature_set, stage),
         "sha256": _sha256(path.read_bytes()),
     }
-    path.with_suffix(".json").write_text(json.dumps(metadata, indent=2) + "\n")
+    write_text(path.with_suffix(".json"), json.dumps(metadata, indent=2) + "\n")
     return path
 
 
@@ -166,13 +167,15 @@ def load_model(storedir: str | Path, *, stage: str, target: str) -> FittedModel:
     meta_path = path.with_suffix(".json")
     if not path.is_file():
         raise DataNotFoundError(f"fitted model not found: {path} (fingerprint with evaluate = False first)")
+    if not meta_path.is_file():  # a fit stopped between its two files
+        raise FittedModelError(f"{path}: its metadata {meta_path.name} is missing; fingerprint again to refit")
     metadata = read_json(meta_path, what="fitted model metadata", error=FittedModelError)
     if not isinstance(metadata, dict) or "format" not in metadata:
         raise FittedModelError(f"{meta_path}: not perf4sight model metadata")
     if metadata["format"] != _FORMAT:
         raise FittedModelError(
             f"{meta_path}: stored in format {metadata['format']}, this perf4sight reads format {_FORMAT}; "
-            "fingerprint again (overwrite = True) to refit"
+            "fingerprint again to refit"
         )
     for key, wanted in (("stage", stage), ("target", target)):
         if metadata.get(key) != wanted:
@@ -209,5 +212,5 @@ def _check_features(metadata: dict[str, Any], path: Path) -> None:
     if stored.shape != current.shape or not np.allclose(stored, current, rtol=_PROBE_RTOL, atol=0.0):
         raise FittedModelError(
             f"{path}: fitted on '{metadata['feature_set']}' features as another version of the code computed "
-            "them; fingerprint again (overwrite = True) to refit"
+            "them; fingerprint again to refit"
         )

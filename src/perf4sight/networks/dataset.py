@@ -8,6 +8,7 @@ lists what was made; the specs are what later stages load.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -17,11 +18,12 @@ from torch import nn
 
 from perf4sight import console
 from perf4sight.config import NetworkDatasetSettings
-from perf4sight.errors import ConfigError
-from perf4sight.networks.loader import load_network
+from perf4sight.errors import ConfigError, NetworkError
+from perf4sight.files import write_text
+from perf4sight.networks.loader import check_input_size, check_num_classes, load_network
 from perf4sight.networks.model_file import is_model_file, split_model_source
 from perf4sight.networks.model_writer import write_model_file
-from perf4sight.networks.pruning import MAX_LEVEL, MODES, ChannelPruner
+from perf4sight.networks.pruning import ChannelPruner, check_level, check_mode, check_seed
 from perf4sight.networks.registry import build_torchvision, is_torchvision_network, resolve_network
 from perf4sight.networks.spec import spec_from_module, spec_macs, write_spec
 
@@ -30,28 +32,28 @@ __all__ = ["MANIFEST_COLUMNS", "MANIFEST_FILE", "check_settings", "create_networ
 MANIFEST_FILE = "manifest.csv"
 MANIFEST_COLUMNS = ("name", "network", "target_level", "level_reached", "params", "macs", "spec_file")
 _WHERE = "[create_network_dataset]"
-_MAX_SEED = 2**32 - 1  # a seed every RNG takes (torch's are 64-bit, numpy's legacy ones 32-bit)
 
 
 def check_settings(settings: NetworkDatasetSettings) -> list[int]:
     """Refuse bad settings before any work; returns the levels without repeats."""
     if not settings.networks:
         raise ConfigError(f"{_WHERE} networks: no network given")
-    if settings.mode not in MODES:
-        raise ConfigError(f"{_WHERE} mode: unknown mode '{settings.mode}'; known modes: {', '.join(MODES)}")
-    seed = settings.seed
-    if isinstance(seed, bool) or not isinstance(seed, int) or not 0 <= seed <= _MAX_SEED:
-        raise ConfigError(f"{_WHERE} seed: {seed!r} is not an integer in [0, {_MAX_SEED}]")
     if not settings.pruning_perc:
         raise ConfigError(f"{_WHERE} pruning_perc: no level given")
-    for level in settings.pruning_perc:
-        if not 0 <= level <= MAX_LEVEL:
-            raise ConfigError(f"{_WHERE} pruning_perc: level {level} is outside [0, {MAX_LEVEL}]")
-    size = list(settings.input_size)
-    if len(size) != 3 or any(s < 1 for s in size):
-        raise ConfigError(f"{_WHERE} input_size: {size} is not three positive integers (channels, height, width)")
-    if settings.num_classes < 1:
-        raise ConfigError(f"{_WHERE} num_classes: {settings.num_classes} is not a positive integer")
+    if settings.model_desc_dir is not None and not settings.model_desc_dir.is_dir():
+        raise ConfigError(f"{_WHERE} model_desc_dir: directory not found: {settings.model_desc_dir}")
+    checks: list[tuple[str, Callable[[Any], Any], Any]] = [
+        ("mode", check_mode, settings.mode),
+        ("seed", check_seed, settings.seed),
+        *(("pruning_perc", check_level, level) for level in settings.pruning_perc),
+        ("input_size", check_input_size, settings.input_size),
+        ("num_classes", check_num_classes, settings.num_classes),
+    ]
+    for key, check, value in checks:
+        try:
+            check(value)
+        except NetworkError as exc:
+            raise ConfigError(f"{_WHERE} {key}: {exc}") from None
     return list(dict.fromkeys(settings.pruning_perc))
 
 
@@ -81,6 +83,12 @@ def _base_network(network: str, settings: NetworkDatasetSettings) -> tuple[str, 
         return split_model_source(network)[0].stem, loaded.module, {"model_desc": network}
     # found as <model_desc_dir>/<network>.py
     return network, loaded.module, {"model_desc": str(Path(settings.model_desc_dir) / f"{network}.py")}
+
+
+def _write_manifest(out_dir: Path, rows: list[tuple[Any, ...]]) -> pd.DataFrame:
+    manifest = pd.DataFrame(rows, columns=list(MANIFEST_COLUMNS))
+    write_text(out_dir / MANIFEST_FILE, manifest.to_csv(index=False))
+    return manifest
 
 
 def create_network_dataset(settings: NetworkDatasetSettings) -> pd.DataFrame:
@@ -115,8 +123,7 @@ def create_network_dataset(settings: NetworkDatasetSettings) -> pd.DataFrame:
                         num_classes=settings.num_classes, input_size=input_size,
                     )
                 rows.append((name, net, level, pruned.level, pruned.params, spec_macs(spec), str(spec_file)))
+                manifest = _write_manifest(out_dir, rows)  # after each spec: a stopped run lists what it wrote
                 bar.advance(name)
-    manifest = pd.DataFrame(rows, columns=list(MANIFEST_COLUMNS))
-    manifest.to_csv(out_dir / MANIFEST_FILE, index=False)
     console.info(f"{len(rows)} architecture specs and {MANIFEST_FILE} written to {out_dir}")
     return manifest

@@ -32,7 +32,7 @@ from perf4sight.networks.registry import (
 )
 from perf4sight.networks.spec import build_from_spec, read_spec, spec_architecture, torchvision_architecture
 
-__all__ = ["LoadedNetwork", "load_network", "load_architecture"]
+__all__ = ["LoadedNetwork", "check_input_size", "check_num_classes", "load_network", "load_architecture"]
 
 Source = str | Path | nn.Module
 
@@ -74,7 +74,7 @@ def load_architecture(
     count). A spec at its own input size is not rebuilt at all: its base network is traced
     once per process and re-propagated to the spec's channel counts, in a millisecond.
     """
-    _check_num_classes(num_classes)
+    check_num_classes(num_classes)
     if not isinstance(source, nn.Module) and str(source).endswith(".json"):
         spec = read_spec(source)
         builder = functools.partial(_from_spec, spec, input_size, num_classes, "meta")
@@ -85,7 +85,7 @@ def load_architecture(
     elif not isinstance(source, nn.Module) and is_torchvision_network(str(source)):
         name = str(source)
         network_builder, kwargs = resolve_network(name)
-        size = _check_input_size(input_size if input_size is not None else default_input_size(name))
+        size = check_input_size(input_size if input_size is not None else default_input_size(name))
         classes = num_classes if num_classes is not None else 1000
         try:
             arch = torchvision_architecture(network_builder, kwargs, num_classes=classes, input_size=size)
@@ -120,14 +120,16 @@ def _rebuilt(build: Any, num_classes: int, copied: bool) -> LoadedNetwork:
     return dataclasses.replace(loaded, module=module, num_classes=num_classes)
 
 
-def _check_input_size(input_size: Sequence[int]) -> tuple[int, int, int]:
+def check_input_size(input_size: Sequence[int]) -> tuple[int, int, int]:
+    """`input_size` as (channels, height, width) of positive integers, or NetworkError."""
     size = tuple(input_size)
     if len(size) != 3 or not all(is_positive_int(s) for s in size):
         raise NetworkError(f"input size {list(size)} is not three positive integers (channels, height, width)")
     return size  # type: ignore[return-value]
 
 
-def _check_num_classes(num_classes: int | None) -> None:
+def check_num_classes(num_classes: int | None) -> None:
+    """Refuse a class count that is not a positive integer (None: the network's own)."""
     if num_classes is not None and not is_positive_int(num_classes):
         raise NetworkError(f"num_classes {num_classes!r} is not a positive integer")
 
@@ -145,7 +147,7 @@ def _load(
     """The network of `source`; without `find_classes`, a module's classes may stay None,
     and without `initialise` its weights may be anything (for the caller that traces the
     module anyway)."""
-    _check_num_classes(num_classes)
+    check_num_classes(num_classes)
     if isinstance(source, nn.Module):
         return _finish(source, type(source).__name__.lower(), input_size, num_classes, find_classes)
     text = str(source)
@@ -176,7 +178,7 @@ def _from_spec(
     if num_classes is not None and num_classes != int(spec["num_classes"]):
         raise NetworkError(f"spec {spec['name']} is for {spec['num_classes']} classes, not {num_classes}")
     module = build_from_spec(spec, device=device)
-    size = _check_input_size(input_size if input_size is not None else spec["input_size"])
+    size = check_input_size(input_size if input_size is not None else spec["input_size"])
     return LoadedNetwork(module, size, int(spec["num_classes"]), spec["name"], spec)
 
 
@@ -184,7 +186,7 @@ def _finish(
     module: nn.Module, name: str, input_size: Sequence[int] | None, num_classes: int | None, find_classes: bool
 ) -> LoadedNetwork:
     """Fill in the input size (224x224 by default) and the classes the module outputs."""
-    size = _check_input_size(input_size if input_size is not None else DEFAULT_INPUT_SIZE)
+    size = check_input_size(input_size if input_size is not None else DEFAULT_INPUT_SIZE)
     if num_classes is None and find_classes:
         num_classes = _output_classes(module, size, name)
     return LoadedNetwork(module, size, num_classes, name)  # type: ignore[arg-type]

@@ -17,6 +17,7 @@ import torch.fx
 from torch import nn
 
 from perf4sight.errors import NetworkError
+from perf4sight.files import write_text
 
 __all__ = ["model_file_source", "write_model_file"]
 
@@ -148,5 +149,5 @@ def write_model_file(
     _check_source(source, module, net=net, name=name, num_classes=num_classes)
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(source)
+    write_text(path, source)
     return path

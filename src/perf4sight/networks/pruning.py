@@ -34,10 +34,15 @@ from torch_pruning.pruner import function as tp_function
 from perf4sight.errors import NetworkError
 from perf4sight.networks.param_count import ParamCounter, UnpredictableError, meta_memo
 
-__all__ = ["MODES", "MAX_LEVEL", "MIN_CHANNELS", "PrunedNetwork", "ChannelPruner", "prune_network", "check_level"]
+__all__ = [
+    "MODES", "MAX_LEVEL", "MAX_SEED", "MIN_CHANNELS", "PrunedNetwork", "ChannelPruner", "prune_network", "check_level",
+    "check_mode", "check_seed",
+]
 
 MODES = ("random", "l1-norm")
 MAX_LEVEL = 95
+# The largest seed: what every RNG takes (torch's are 64-bit, numpy's legacy ones 32-bit).
+MAX_SEED = 2**32 - 1
 MIN_CHANNELS = 2
 # The search stops once the level reached is this close to the target (percentage points).
 _LEVEL_TOLERANCE = 0.1
@@ -72,6 +77,18 @@ def check_level(level: float) -> float:
     return float(level)
 
 
+def check_mode(mode: str) -> None:
+    """Refuse a pruning mode other than MODES."""
+    if mode not in MODES:
+        raise NetworkError(f"unknown pruning mode '{mode}'; known modes: {', '.join(MODES)}")
+
+
+def check_seed(seed: int) -> None:
+    """Refuse a seed that is not an integer in [0, MAX_SEED]."""
+    if isinstance(seed, bool) or not isinstance(seed, int) or not 0 <= seed <= MAX_SEED:
+        raise NetworkError(f"pruning seed {seed!r} is not an integer in [0, {MAX_SEED}]")
+
+
 def _count_params(module: nn.Module) -> int:
     return sum(p.numel() for p in module.parameters())
 
@@ -91,10 +108,8 @@ class ChannelPruner:
         seed: int = 0,
         name: str = "",
     ) -> None:
-        if mode not in MODES:
-            raise NetworkError(f"unknown pruning mode '{mode}'; known modes: {', '.join(MODES)}")
-        if isinstance(seed, bool) or not isinstance(seed, int) or seed < 0:
-            raise NetworkError(f"pruning seed {seed!r}: expected a non-negative integer")
+        check_mode(mode)
+        check_seed(seed)
         self.name = name or type(module).__name__.lower()
         self.mode = mode
         self.seed = seed

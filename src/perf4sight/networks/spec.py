@@ -23,7 +23,7 @@ from torch import nn
 from perf4sight.architecture import Architecture, Layer, LayerShape, trace_architecture, with_layer_shapes
 from perf4sight.config import is_positive_int
 from perf4sight.errors import NetworkError
-from perf4sight.jsonfile import read_json
+from perf4sight.files import read_json, write_text
 from perf4sight.networks.model_file import build_from_file
 from perf4sight.networks.registry import build_uninitialised, call_builder
 
@@ -299,7 +299,7 @@ def write_spec(spec: dict[str, Any], path: str | Path) -> Path:
     """Write a spec as JSON (creating the folder), in the TX2 files' layout."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps(spec, indent=1) + "\n")
+    write_text(path, json.dumps(spec, indent=1) + "\n")
     return path
 
 

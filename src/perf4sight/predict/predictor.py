@@ -18,7 +18,7 @@ import numpy as np
 import pandas as pd
 
 from perf4sight.architecture import Architecture
-from perf4sight.config import check_batch_sizes, check_stage, is_positive_int
+from perf4sight.config import TARGET_COLUMNS, check_batch_sizes, check_stage, is_positive_int
 from perf4sight.errors import DataNotFoundError, UsageError
 from perf4sight.fit import FittedModel, bound_factor, family_key, load_model
 
@@ -29,7 +29,7 @@ MEMORY = "mem_used_mib"
 # of the fit (`perf4sight.fit.held_out_ratio`): what to plan with when a crash is costly.
 MEMORY_BOUND = "mem_bound_mib"
 LATENCY = "latency_ms"
-_TARGETS = {MEMORY: "mem_used", LATENCY: "latency"}
+_TARGETS = {MEMORY: TARGET_COLUMNS["memory"], LATENCY: TARGET_COLUMNS["latency"]}
 # Candidate batch sizes searched for the largest one that fits a budget.
 MAX_SEARCH_BATCH = 4096
 

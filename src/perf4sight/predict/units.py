@@ -17,7 +17,7 @@ _MEMORY_UNITS = {
     "gb": 1e9 / 2**20, "gib": 2**10, "tb": 1e12 / 2**20, "tib": 2**20,
 }
 _DURATION_UNITS = {"us": 1e-3, "ms": 1.0, "s": 1e3, "min": 60e3}
-_NUMBER = re.compile(r"^\s*([0-9]*\.?[0-9]+)\s*([a-zA-Z]*)\s*$")
+_NUMBER = re.compile(r"^\s*(-?[0-9]*\.?[0-9]+)\s*([a-zA-Z]*)\s*$")
 
 
 def _parse(text: str, units: dict[str, float], default: str, what: str) -> float:

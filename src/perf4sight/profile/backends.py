@@ -86,9 +86,8 @@ class Backend(ABC):
 
     name: ClassVar[str]
 
-    def __init__(self, *, gpu_id: int = 0, meminfo_path: str | Path = "/proc/meminfo") -> None:
+    def __init__(self, *, gpu_id: int = 0) -> None:
         self.gpu_id = gpu_id
-        self.meminfo_path = Path(meminfo_path)
 
     @property
     @abstractmethod
@@ -294,7 +293,7 @@ class JetsonBackend(_TorchCudaBackend):
 
     def __init__(self, **kwargs: Any) -> None:
         super().__init__(**kwargs)
-        self._meter = UnifiedMemoryMeter(self.meminfo_path)
+        self._meter = UnifiedMemoryMeter()
 
     def setup(self) -> dict[str, Any]:
         self._check_cuda()

@@ -24,7 +24,7 @@ from perf4sight.profile.environment import environment_record, write_environment
 from perf4sight.profile.logs import LogRow, append_gt_row, append_row, log_path, read_log, write_gt
 from perf4sight.profile.test_config import ProfileTest, check_test_settings, create_test_config, read_test_config
 from perf4sight.profile.worker import WorkerCrashed, WorkerProcess
-from perf4sight.profile.workload import TestOutcome
+from perf4sight.profile.workload import TestOutcome, model_source
 
 __all__ = [
     "TestResult", "CampaignSummary", "check_settings", "profile_campaign", "run_test_config", "profile_from_settings",
@@ -55,7 +55,6 @@ class CampaignSummary:
 
     results: list[TestResult] = field(default_factory=list)
     already_recorded: int = 0
-    log_files: list[Path] = field(default_factory=list)
     environment_file: Path | None = None
 
     def count(self, status: str) -> int:
@@ -90,7 +89,6 @@ def profile_campaign(
     till_first_fail: bool = False,
     save: bool = True,
     memory_limit_mib: int | None = None,
-    meminfo_path: str | Path = "/proc/meminfo",
 ) -> CampaignSummary:
     """Run `tests` on `device`, appending each result to the logs under `log_dir`."""
     _check_run(iterations, warmup, memory_limit_mib)
@@ -103,13 +101,14 @@ def profile_campaign(
         if not row["passed"] and row.get("status") != "skipped":
             _note_failure(failed_at, ProfileTest.from_params(row["params"]))
     todo = [t for t in tests if t.key not in recorded]
+    _check_models(todo)
     summary.already_recorded = len(tests) - len(todo)
     if summary.already_recorded:
         console.info(f"{summary.already_recorded} of {len(tests)} tests already in {log_dir}; resuming")
     if save:
         log_dir.mkdir(parents=True, exist_ok=True)
     worker = WorkerProcess(
-        backend, gpu_id=gpu_id, meminfo_path=meminfo_path, memory_limit_mib=memory_limit_mib,
+        backend, gpu_id=gpu_id, memory_limit_mib=memory_limit_mib,
         log_path=log_dir / "worker.log" if save else None,
     )
     settings = {"device": backend, "gpu_id": gpu_id, "iterations": iterations, "warmup": warmup,
@@ -135,11 +134,24 @@ def profile_campaign(
                 row = _row(result)
                 append_row(path, test.test_var, row)
                 append_gt_row(path, test.test_var, row)
-                if path not in summary.log_files:
-                    summary.log_files.append(path)
             bar.advance(label)
     _report(summary, log_dir if save else None)
     return summary
+
+
+def _check_models(tests: Sequence[ProfileTest]) -> None:
+    """Refuse a test config whose model files are missing or whose specs do not read:
+    such a test would fail without measuring anything, and its failure, journalled,
+    would never be retried once the file is fixed."""
+    from perf4sight.networks.model_file import split_model_source
+    from perf4sight.networks.spec import read_spec
+
+    for source in dict.fromkeys(model_source(test) for test in tests):
+        path = split_model_source(source)[0]
+        if not path.is_file():
+            raise ConfigError(f"test config: model file not found: {path}")
+        if path.suffix == ".json":
+            read_spec(path)
 
 
 def _check_run(iterations: int, warmup: int, memory_limit_mib: int | None) -> None:
@@ -228,7 +240,7 @@ def _report(summary: CampaignSummary, log_dir: Path | None) -> None:
         console.info(f"logs in {log_dir}")
 
 
-def run_test_config(settings: ProfileSettings, *, meminfo_path: str | Path = "/proc/meminfo") -> CampaignSummary:
+def run_test_config(settings: ProfileSettings) -> CampaignSummary:
     """Run the test config named by `settings.test_config` with the [profile] run keys."""
     return profile_campaign(
         read_test_config(settings.test_config),
@@ -240,7 +252,6 @@ def run_test_config(settings: ProfileSettings, *, meminfo_path: str | Path = "/p
         till_first_fail=settings.till_first_fail,
         save=settings.save,
         memory_limit_mib=settings.memory_limit_mib,
-        meminfo_path=meminfo_path,
     )
 
 

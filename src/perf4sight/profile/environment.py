@@ -18,6 +18,7 @@ import psutil
 import torch
 import torchvision
 
+from perf4sight.files import write_text
 from perf4sight.profile.memory import BYTES_PER_MIB
 
 __all__ = ["environment_record", "write_environment"]
@@ -49,5 +50,5 @@ def write_environment(log_dir: Path, record: dict[str, Any]) -> Path:
     stamp = record["started_utc"].replace(":", "").replace("-", "").replace("+0000", "Z")
     log_dir.mkdir(parents=True, exist_ok=True)
     path = log_dir / f"environment-{stamp}.json"
-    path.write_text(json.dumps(record, indent=2, default=str) + "\n")
+    write_text(path, json.dumps(record, indent=2, default=str) + "\n")
     return path

@@ -25,6 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from perf4sight.errors import LogFormatError
+from perf4sight.files import write_text
 from perf4sight.profile.test_config import ProfileTest
 
 __all__ = [
@@ -170,9 +171,7 @@ def write_gt(path: Path, test_var: str) -> Path:
     target = gt_path(path)
     lines = [SEPARATOR.join(GT_COLUMNS[test_var])]
     lines.extend(_gt_line(row, GT_COLUMNS[test_var]) for row in read_log(path))
-    temporary = target.with_name(target.name + ".tmp")
-    temporary.write_text("\n".join(lines) + "\n", encoding="utf-8")
-    os.replace(temporary, target)
+    write_text(target, "\n".join(lines) + "\n")
     return target
 
 

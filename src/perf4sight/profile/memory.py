@@ -72,12 +72,15 @@ def _status_mib(field: str) -> float:
     raise OSError(f"{_STATUS} has no {field}")
 
 
+# How often a peak sampler reads: every millisecond catches a layer's allocation.
+SAMPLE_INTERVAL_S = 0.001
+
+
 class PeakSampler:
     """The largest value a reading takes while running, sampled by a background thread."""
 
-    def __init__(self, read: Callable[[], float], interval_s: float = 0.001) -> None:
+    def __init__(self, read: Callable[[], float]) -> None:
         self._read = read
-        self._interval_s = interval_s
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self._error: Exception | None = None
@@ -91,7 +94,7 @@ class PeakSampler:
 
     def _run(self) -> None:
         try:
-            while not self._stop.wait(self._interval_s):
+            while not self._stop.wait(SAMPLE_INTERVAL_S):
                 self.peak = max(self.peak, self._read())
         except Exception as exc:  # handed to stop(): a peak with a gap must not pass silently
             self._error = exc
@@ -171,9 +174,9 @@ class UnifiedMemoryMeter:
     used during the test minus that idle value, as the original profiler on the TX2 did.
     """
 
-    def __init__(self, meminfo_path: str | Path = "/proc/meminfo", interval_s: float = 0.001) -> None:
+    def __init__(self, meminfo_path: str | Path = "/proc/meminfo") -> None:
         self.meminfo_path = Path(meminfo_path)
-        self._sampler = PeakSampler(self.used_mib, interval_s)
+        self._sampler = PeakSampler(self.used_mib)
         self.idle_used_mib = 0.0
         self.idle: dict[str, float] = {}
 

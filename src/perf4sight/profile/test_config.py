@@ -16,14 +16,16 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from perf4sight.config import STAGES, ProfileSettings, check_batch_sizes, read_ini
+from perf4sight.config import STAGES, TARGET_COLUMNS, ProfileSettings, check_batch_sizes, read_ini
 from perf4sight.errors import ConfigError
+from perf4sight.files import write_text
 
 __all__ = [
     "DATASETS",
     "TEST_VARIABLES",
-    "STAGES",
     "ProfileTest",
+    "check_test_settings",
+    "dataset_size",
     "create_test_config",
     "read_test_config",
     "find_model_files",
@@ -36,7 +38,14 @@ DATASETS: dict[str, tuple[tuple[int, int, int], int] | None] = {
     "cifar10": ((3, 32, 32), 10),
     "cifar100": ((3, 32, 32), 100),
 }
-TEST_VARIABLES = ("memory", "latency")
+TEST_VARIABLES = tuple(TARGET_COLUMNS)
+
+
+def dataset_size(dataset: str) -> dict[str, Any]:
+    """The network loader's `input_size` and `num_classes` for a `DATASETS` name (none
+    for `spec`: the model's own): what a test ran at, for the profiler and for fitting."""
+    shape = DATASETS[dataset]
+    return {} if shape is None else {"input_size": shape[0], "num_classes": shape[1]}
 _KEYS = ("test_var", "bs", "dataset", "net_name", "exec_stage", "model")
 _MODEL_SUFFIXES = (".py", ".json")
 
@@ -118,18 +127,19 @@ def check_test_settings(settings: ProfileSettings) -> None:
     _check_choices("[profile] stage", settings.stage, STAGES)
     _check_choices("[profile] dataset", [settings.dataset], tuple(DATASETS))
     check_batch_sizes(settings.bs, "[profile] bs")
+    if settings.local_model_loc is None:
+        raise ConfigError("[profile] local_model_loc: needed to find the models of the test config")
 
 
 def create_test_config(settings: ProfileSettings) -> Path:
     """Write the test config for `settings.network` to `settings.test_config`; returns its path."""
     if not settings.network:
         raise ConfigError("[profile] network: no network listed to create a test config for")
-    if settings.local_model_loc is None:
-        raise ConfigError("[profile] local_model_loc: needed to find the models of the test config")
+    check_test_settings(settings)
     local = settings.local_model_loc
+    assert local is not None  # check_test_settings refuses a missing one
     if not local.is_dir():
         raise ConfigError(f"[profile] local_model_loc: directory not found: {local}")
-    check_test_settings(settings)
     sections = []
     for network in settings.network:
         files = find_model_files(local, network)
@@ -143,7 +153,7 @@ def create_test_config(settings: ProfileSettings) -> Path:
         sections.append(_section_text(network, settings, models))
     path = settings.test_config
     path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text("\n".join(sections))
+    write_text(path, "\n".join(sections))
     return path
 
 

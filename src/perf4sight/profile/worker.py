@@ -16,6 +16,7 @@ import select
 import signal
 import subprocess
 import sys
+import threading
 import time
 from dataclasses import asdict
 from pathlib import Path
@@ -51,11 +52,10 @@ class WorkerProcess:
         device: str,
         *,
         gpu_id: int = 0,
-        meminfo_path: str | Path = "/proc/meminfo",
         memory_limit_mib: int | None = None,
         log_path: Path | None = None,
     ) -> None:
-        self.options = {"device": device, "gpu_id": gpu_id, "meminfo_path": str(meminfo_path)}
+        self.options = {"device": device, "gpu_id": gpu_id}
         self.memory_limit_mib = memory_limit_mib
         self.log_path = log_path
         self.facts: dict[str, Any] = {}
@@ -195,21 +195,34 @@ class WorkerProcess:
         self.stop()
 
 
+def _exit_with_parent() -> None:
+    """End this process as soon as the campaign that started it is gone (killed, or
+    stopped by a signal it could not handle): a test left running would take the device
+    from the next campaign's measurements."""
+    parent = os.getppid()
+
+    def watch() -> None:
+        while os.getppid() == parent:
+            time.sleep(0.5)
+        os._exit(1)
+
+    threading.Thread(target=watch, daemon=True).start()
+
+
 def main(argv: list[str] | None = None) -> int:
     """The worker's loop: set up the backend, then one request in, one result out."""
     parser = argparse.ArgumentParser(prog="perf4sight-worker")
     parser.add_argument("--options", required=True)
     parser.add_argument("--result-fd", type=int, required=True)
     args = parser.parse_args(argv)
+    _exit_with_parent()
     options = json.loads(args.options)
     with os.fdopen(args.result_fd, "w", buffering=1) as results:
         from perf4sight.profile.backends import make_backend
         from perf4sight.profile.workload import run_test
 
         try:
-            backend = make_backend(
-                options["device"], gpu_id=options["gpu_id"], meminfo_path=options["meminfo_path"]
-            )
+            backend = make_backend(options["device"], gpu_id=options["gpu_id"])
             facts = backend.setup()
         except Perf4sightError as exc:
             results.write(json.dumps({"fatal": str(exc)}) + "\n")

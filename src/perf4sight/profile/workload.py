@@ -23,7 +23,7 @@ from torch import nn
 
 from perf4sight.profile.backends import Backend, MemoryFigures
 from perf4sight.profile.contention import CpuElsewhere
-from perf4sight.profile.test_config import DATASETS, ProfileTest
+from perf4sight.profile.test_config import ProfileTest, dataset_size
 
 if TYPE_CHECKING:
     from perf4sight.networks import LoadedNetwork
@@ -115,10 +115,7 @@ def run_test(test: ProfileTest, backend: Backend, *, iterations: int, warmup: in
 def _load(test: ProfileTest) -> LoadedNetwork:
     from perf4sight.networks import load_network
 
-    shape = DATASETS[test.dataset]
-    if shape is None:
-        return load_network(model_source(test))
-    return load_network(model_source(test), input_size=shape[0], num_classes=shape[1])
+    return load_network(model_source(test), **dataset_size(test.dataset))
 
 
 def _iterate(test: ProfileTest, backend: Backend, iterations: int, warmup: int, times: list[float],

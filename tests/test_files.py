@@ -1,4 +1,4 @@
-"""JSON files perf4sight reads: a missing, malformed or non-UTF-8 file is an error naming it."""
+"""Files perf4sight writes and reads: written whole or not at all; a missing, malformed or non-UTF-8 file is an error naming it."""
 
 from __future__ import annotations
 
@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 
 from perf4sight.errors import DataNotFoundError, NetworkError
+from perf4sight.files import replaced, write_text
 from perf4sight.networks.spec import read_spec
 
 
@@ -27,3 +28,14 @@ def test_missing_and_malformed_files_name_the_file(tmp_path: Path) -> None:
     path.write_text("{")
     with pytest.raises(NetworkError, match=rf"^{re.escape(str(path))}: not valid JSON: "):
         read_spec(path)
+
+
+def test_a_write_that_fails_leaves_the_old_file(tmp_path: Path) -> None:
+    path = tmp_path / "spec.json"
+    write_text(path, '{"name": "old"}\n')
+    with pytest.raises(RuntimeError), replaced(path) as temporary:
+        temporary.write_text('{"name": "ha')  # stopped part-way
+        raise RuntimeError("stopped")
+    assert path.read_text() == '{"name": "old"}\n' and [p.name for p in tmp_path.iterdir()] == ["spec.json"]
+    write_text(path, '{"name": "new"}\n')
+    assert path.read_text() == '{"name": "new"}\n'
