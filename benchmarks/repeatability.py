@@ -25,7 +25,7 @@ import pandas as pd
 from perf4sight import console
 from perf4sight.config import TARGET_COLUMNS
 from perf4sight.fit import architecture_name
-from perf4sight.fit.logs import read_log
+from perf4sight.fit.logs import read_gt_log
 from perf4sight.profile.logs import GT_SUFFIX
 
 def passed_rows(log_dir: Path, variable: str) -> pd.DataFrame:
@@ -33,7 +33,7 @@ def passed_rows(log_dir: Path, variable: str) -> pd.DataFrame:
     column = TARGET_COLUMNS[variable]
     frames = []
     for path in sorted((log_dir / variable).glob(f"*{GT_SUFFIX}")):
-        log = read_log(path, [column])
+        log = read_gt_log(path, [column])
         log = log[log["passed"]]
         stage = log["stage"] if "stage" in log.columns else "training"
         frames.append(pd.DataFrame({

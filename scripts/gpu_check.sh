@@ -77,12 +77,12 @@ import json
 from pathlib import Path
 
 from perf4sight import console
-from perf4sight.profile import read_log
+from perf4sight.profile import read_journal
 
 log_dir, BS = Path("out/cuda/logs"), 128
 rows = {}
 for path in sorted(p for p in log_dir.glob("*/*.csv") if not p.stem.endswith("-gt")):
-    for row in read_log(path):
+    for row in read_journal(path):
         params = row["params"]
         if row["passed"] and params["exec_stage"] == "training" and params["bs"] == BS:
             figures = rows.setdefault(path.stem, {})

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from perf4sight.errors import DataNotFoundError, LogFormatError
-from perf4sight.fit import find_logs, read_log, read_logs
+from perf4sight.fit import find_logs, read_gt_log, read_logs
 
 
 def _copy(tx2_dir: Path, kind: str, name: str, dest: Path) -> Path:
@@ -17,11 +17,11 @@ def _copy(tx2_dir: Path, kind: str, name: str, dest: Path) -> Path:
 
 
 def test_reads_tx2_memory_and_latency_logs(tx2_dir):
-    memory = read_log(tx2_dir / "memory" / "googlenet_0-gt.csv", ["mem_used"])
+    memory = read_gt_log(tx2_dir / "memory" / "googlenet_0-gt.csv", ["mem_used"])
     assert memory["passed"].dtype == bool and memory["bs"].dtype.kind == "i"
     assert memory["passed"].any() and not memory["passed"].all()
     assert (memory.loc[memory["passed"], "mem_used"] > 0).all()
-    latency = read_log(tx2_dir / "latency" / "googlenet_0-gt.csv", ["latency"])
+    latency = read_gt_log(tx2_dir / "latency" / "googlenet_0-gt.csv", ["latency"])
     assert "mem_used" not in latency.columns
     # failed rows carry "None" latencies, read as NaN; passed rows have numbers
     assert latency.loc[~latency["passed"], "latency"].isna().all()
@@ -31,7 +31,7 @@ def test_reads_tx2_memory_and_latency_logs(tx2_dir):
 def test_latency_log_lacks_the_memory_target(tx2_dir):
     path = tx2_dir / "latency" / "resnet18_0-gt.csv"
     with pytest.raises(LogFormatError, match=rf"{path}: line 1: missing column 'mem_used'"):
-        read_log(path, ["mem_used"])
+        read_gt_log(path, ["mem_used"])
 
 
 def test_missing_column_names_file_and_line(tx2_dir, tmp_path):
@@ -40,7 +40,7 @@ def test_missing_column_names_file_and_line(tx2_dir, tmp_path):
     # drop the `bs` column (the 9th) from every line
     path.write_text("\n".join("|".join(f for i, f in enumerate(line.split("|")) if i != 8) for line in lines) + "\n")
     with pytest.raises(LogFormatError, match=rf"{path}: line 1: missing column 'bs'"):
-        read_log(path, ["mem_used"])
+        read_gt_log(path, ["mem_used"])
 
 
 @pytest.mark.parametrize(
@@ -56,7 +56,7 @@ def test_malformed_row_names_file_and_line(tx2_dir, tmp_path, field, value, mess
     lines[4] = "|".join(fields)
     path.write_text("\n".join(lines) + "\n")
     with pytest.raises(LogFormatError, match=rf"{path}: line 5: {message}"):
-        read_log(path, ["mem_used"])
+        read_gt_log(path, ["mem_used"])
 
 
 def test_short_row_names_file_and_line(tx2_dir, tmp_path):
@@ -65,7 +65,7 @@ def test_short_row_names_file_and_line(tx2_dir, tmp_path):
     lines[2] = lines[2].rsplit("|", 1)[0]
     path.write_text("\n".join(lines) + "\n")
     with pytest.raises(LogFormatError, match=rf"{path}: line 3: 6 fields, the header has 7"):
-        read_log(path, ["latency"])
+        read_gt_log(path, ["latency"])
 
 
 def test_levels_that_match_nothing_list_the_paths_searched(tx2_dir, tmp_path):
@@ -86,7 +86,7 @@ def test_a_log_that_is_not_text_names_the_file(tmp_path):
     path = tmp_path / "squeezenet_0-gt.csv"
     path.write_bytes("passed|bs|model|latency\nTrue|2|squeezenet_0|1.0\n".encode("utf-16"))
     with pytest.raises(LogFormatError, match=rf"{path}: not UTF-8 text"):
-        read_log(path, ["latency"])
+        read_gt_log(path, ["latency"])
 
 
 def test_read_logs_keeps_the_levels_found_and_tags_the_net(tx2_dir):

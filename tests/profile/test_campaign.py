@@ -24,7 +24,7 @@ from perf4sight.networks import spec_from_module, write_spec
 from perf4sight.profile import (
     profile_campaign,
     profile_from_settings,
-    read_log,
+    read_journal,
     read_test_config,
     run_test_config,
 )
@@ -88,7 +88,7 @@ def test_campaign_over_three_batch_sizes(tmp_path: Path) -> None:
 
     again = profile_campaign(read_test_config(settings.test_config), log_dir=log_dir)
     assert again.already_recorded == 12 and again.results == []
-    assert len(read_log(log_dir / "memory" / "squeezenet_0.csv")) == 6
+    assert len(read_journal(log_dir / "memory" / "squeezenet_0.csv")) == 6
 
 
 def test_failures_are_recorded_and_the_campaign_goes_on(tmp_path: Path, model_dir: Path, write_test_config) -> None:
@@ -158,7 +158,7 @@ def test_campaign_killed_mid_way_resumes_with_one_row_per_test(tmp_path: Path, m
     assert summary.already_recorded + summary.passed == len(tests) == 6
     keys = []
     for test_var in ("memory", "latency"):
-        rows = read_log(log_dir / test_var / "tinynet_0.csv")
+        rows = read_journal(log_dir / test_var / "tinynet_0.csv")
         keys += [tuple(sorted(r["params"].items())) for r in rows]
         assert len(_gt(log_dir, test_var, "tinynet_0")) == len(rows) == 3
     assert len(keys) == len(set(keys)) == 6
@@ -192,7 +192,7 @@ def test_latency_timed_on_a_busy_machine_is_reported(
     assert result.passed and result.outcome.cpu_elsewhere >= 0.3
     assert busy.disturbed == [result]
     # the share is kept in the logs, for rows read long after the warning scrolled by
-    (row,) = read_log(tmp_path / "busy" / "latency" / "tinynet_0.csv")
+    (row,) = read_journal(tmp_path / "busy" / "latency" / "tinynet_0.csv")
     assert row["cpu_elsewhere"] == round(result.outcome.cpu_elsewhere, 3)
     assert _gt(tmp_path / "busy", "latency", "tinynet_0")["cpu_elsewhere"].tolist() == [row["cpu_elsewhere"]]
     for run in ("quiet", "busy"):  # every latency row has its share
@@ -245,7 +245,7 @@ def test_worker_over_the_memory_limit_while_starting_stops_the_campaign(
     err = _one_error_line(capsys)
     assert "error: [profile] memory_limit_mib = 50: the worker went over it while starting, before any test" in err
     if save:
-        assert [r["status"] for r in read_log(journal)] == ["ok"]  # kept, and no crashed row for bs 4
+        assert [r["status"] for r in read_journal(journal)] == ["ok"]  # kept, and no crashed row for bs 4
         resumed = profile_campaign(read_test_config(test_config), log_dir=log_dir, iterations=1)
         assert resumed.already_recorded == 1 and [(r.test.bs, r.status) for r in resumed.results] == [(4, "ok")]
     else:

@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 from perf4sight.errors import ConfigError
-from perf4sight.profile.backends import ALIASES, backend_name, make_backend
+from perf4sight.profile.backends import DEVICE_ALIASES, backend_name, make_backend
 from perf4sight.profile.memory import ResidentPeak, UnifiedMemoryMeter, read_meminfo, release_free_memory
 
 MEMINFO = """MemTotal:        8038468 kB
@@ -76,7 +76,7 @@ def test_resident_peak_sees_a_freed_allocation_and_resets() -> None:
 def test_device_names_and_aliases() -> None:
     assert backend_name("tx2") == "jetson" and backend_name("2080ti") == "cuda"
     assert backend_name("CPU") == "cpu"
-    assert set(ALIASES.values()) <= {"cuda", "jetson"}
+    assert set(DEVICE_ALIASES.values()) <= {"cuda", "jetson"}
     assert make_backend("cpu").device.type == "cpu"
     with pytest.raises(ConfigError, match="unknown device 'tpu'"):
         backend_name("tpu")

@@ -3,8 +3,8 @@
 from perf4sight.fit.bound import BOUND_QUANTILE, bound_factor, held_out_ratio
 from perf4sight.fit.calibration import FamilyCalibration, family_key, predict_calibrated
 from perf4sight.fit.dataset import ArchitectureCatalog, ArchitectureCatalogs, Dataset, architecture_name, build_dataset
-from perf4sight.fit.fingerprint import TARGETS, fingerprint_device
-from perf4sight.fit.logs import find_logs, read_log, read_logs
+from perf4sight.fit.fingerprint import TARGETS, Target, fingerprint_device
+from perf4sight.fit.logs import find_logs, read_gt_log, read_logs
 from perf4sight.fit.methods import (
     DEFAULT_METHOD,
     METHODS,
@@ -30,6 +30,7 @@ __all__ = [
     "PhysicalRegressor",
     "ReplayRegressor",
     "TARGETS",
+    "Target",
     "BOUND_QUANTILE",
     "architecture_name",
     "bound_factor",
@@ -45,7 +46,7 @@ __all__ = [
     "model_path",
     "predict_calibrated",
     "predict_rows",
-    "read_log",
+    "read_gt_log",
     "read_logs",
     "resolve_method",
     "save_model",

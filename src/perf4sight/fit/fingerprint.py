@@ -31,16 +31,18 @@ from perf4sight.fit.methods import METHODS, fit_method, predict_rows, resolve_me
 from perf4sight.fit.report import print_report, summarise, write_report
 from perf4sight.fit.store import FittedModel, load_model, model_path, save_model
 
-__all__ = ["TARGETS", "check_settings", "fingerprint_device"]
+__all__ = ["TARGETS", "Target", "check_settings", "fingerprint_device"]
 
 
 @dataclass(frozen=True)
-class _Target:
+class Target:
+    """A modelled quantity: how configs, logs folders and reports name it, and its log column."""
+
     kind: str  # the report's key and the config's prefix: memory, latency
     column: str  # the log column predicted
 
 
-TARGETS = tuple(_Target(kind, column) for kind, column in TARGET_COLUMNS.items())
+TARGETS = tuple(Target(kind, column) for kind, column in TARGET_COLUMNS.items())
 
 
 def _log_dirs(settings: FingerprintSettings, kind: str, *, evaluation: bool) -> list[Path]:
@@ -52,14 +54,14 @@ def _log_dirs(settings: FingerprintSettings, kind: str, *, evaluation: bool) -> 
     return dirs
 
 
-def _dataset(settings: FingerprintSettings, target: _Target, feature_set: str, catalogs: ArchitectureCatalogs,
+def _dataset(settings: FingerprintSettings, target: Target, feature_set: str, catalogs: ArchitectureCatalogs,
              nets: Sequence[str], levels: Sequence[int], *, evaluation: bool) -> Dataset:
     logs = read_logs(nets, levels, _log_dirs(settings, target.kind, evaluation=evaluation), [target.column])
     return build_dataset(logs, target=target.column, feature_set=feature_set, stage=settings.stage,
                          catalog=catalogs.for_feature_set(feature_set))
 
 
-def _train(settings: FingerprintSettings, target: _Target, method: str, catalogs: ArchitectureCatalogs) -> None:
+def _train(settings: FingerprintSettings, target: Target, method: str, catalogs: ArchitectureCatalogs) -> None:
     path = model_path(settings.model_storedir, settings.stage, target.column)
     if path.is_file() and not settings.overwrite:
         try:
@@ -93,7 +95,7 @@ def _train(settings: FingerprintSettings, target: _Target, method: str, catalogs
     console.info(f"stored the {target.kind} model at {path}")
 
 
-def _evaluate(settings: FingerprintSettings, target: _Target, model: FittedModel,
+def _evaluate(settings: FingerprintSettings, target: Target, model: FittedModel,
               catalogs: ArchitectureCatalogs) -> pd.DataFrame:
     dataset = _dataset(settings, target, model.metadata["feature_set"], catalogs,
                        settings.eval_nets or settings.train_nets, settings.eval_logs, evaluation=True)

@@ -17,13 +17,13 @@ import pandas as pd
 from perf4sight.errors import DataNotFoundError, LogFormatError
 from perf4sight.profile.logs import GT_SUFFIX
 
-__all__ = ["REQUIRED_COLUMNS", "log_path", "find_logs", "read_log", "read_logs"]
+__all__ = ["REQUIRED_COLUMNS", "gt_log_path", "find_logs", "read_gt_log", "read_logs"]
 
 REQUIRED_COLUMNS = ("passed", "bs", "model")
 _MISSING = {"", "none", "nan", "null"}
 
 
-def log_path(log_dir: str | Path, net: str, level: int | str) -> Path:
+def gt_log_path(log_dir: str | Path, net: str, level: int | str) -> Path:
     """Where the profiler writes the log of `<net>_<level>` in `log_dir`."""
     return Path(log_dir) / f"{net}_{level}{GT_SUFFIX}"
 
@@ -41,7 +41,7 @@ def find_logs(nets: Sequence[str], levels: Sequence[int], log_dirs: Sequence[str
     for net in nets:
         for log_dir in log_dirs:
             for level in levels:
-                path = log_path(log_dir, net, level)
+                path = gt_log_path(log_dir, net, level)
                 searched.append(path)
                 if path.is_file():
                     found.append((net, path))
@@ -73,7 +73,7 @@ def _number(text: str) -> float | None:
         return None
 
 
-def read_log(path: str | Path, targets: Sequence[str]) -> pd.DataFrame:
+def read_gt_log(path: str | Path, targets: Sequence[str]) -> pd.DataFrame:
     """One log as a DataFrame with `passed` (bool), `bs` (int), `model` (str) and `targets` (float).
 
     A passed row must have a value for every target; a failed row (usually out of memory)
@@ -122,6 +122,6 @@ def read_logs(nets: Sequence[str], levels: Sequence[int], log_dirs: Sequence[str
     """All logs for nets x levels in `log_dirs`, with `net` (the name searched for) and `log` columns."""
     frames = []
     for net, path in find_logs(nets, levels, log_dirs):
-        frame = read_log(path, targets)
+        frame = read_gt_log(path, targets)
         frames.append(frame.assign(net=net, log=str(path)))
     return pd.concat(frames, ignore_index=True)

@@ -44,7 +44,7 @@ from perf4sight.errors import ConfigError
 
 __all__ = [
     "PhysicalRegressor", "ReplayRegressor", "MEMORY_TERMS", "MEMORY_EXACT", "MEMORY_OPTIMIZER", "MEMORY_LIBRARY",
-    "LATENCY_TERMS", "PARAMETER_STREAM_FACTOR", "REPLAY_MEMORY_TERMS", "REPLAY_MEMORY_EXACT", "TARGETS",
+    "LATENCY_TERMS", "PARAMETER_STREAM_FACTOR", "REPLAY_MEMORY_TERMS", "REPLAY_MEMORY_EXACT",
 ]
 
 _MIB = float(1 << 20)
@@ -95,7 +95,6 @@ LATENCY_TERMS: dict[str, dict[str, float]] = {
 # (added as it is); what the caching allocator holds beyond it gets a fitted multiple.
 REPLAY_MEMORY_TERMS: dict[str, dict[str, float]] = {"cached": {"replay_cached_bytes": 1.0}}
 REPLAY_MEMORY_EXACT = ("replay_allocated_bytes",)
-TARGETS = tuple(TARGET_COLUMNS.values())
 # Sharpness of the smooth corners at the memory floor and capacity: a p-norm of this
 # exponent, so a corner is about 1 % of the memory wide (2 ** (1 / 60) - 1 above both
 # sides where they meet) whatever the device's scale.
@@ -170,8 +169,9 @@ class PhysicalRegressor(RegressorMixin, BaseEstimator):
         self.target = target
 
     def _terms(self) -> dict[str, dict[str, float]]:
-        if self.target not in TARGETS:
-            raise ConfigError(f"{type(self).__name__}: unknown target '{self.target}'; known: {', '.join(TARGETS)}")
+        known = tuple(TARGET_COLUMNS.values())
+        if self.target not in known:
+            raise ConfigError(f"{type(self).__name__}: unknown target '{self.target}'; known: {', '.join(known)}")
         return self.memory_terms if self.target == "mem_used" else LATENCY_TERMS
 
     def _amounts(self, X: Any) -> _Amounts:  # noqa: N803 (scikit-learn's names)

@@ -4,7 +4,7 @@ from perf4sight.networks.dataset import MANIFEST_COLUMNS, MANIFEST_FILE, create_
 from perf4sight.networks.loader import LoadedNetwork, load_architecture, load_network
 from perf4sight.networks.model_writer import model_file_source, write_model_file
 from perf4sight.networks.pruning import MAX_LEVEL, MODES, ChannelPruner, PrunedNetwork, prune_network
-from perf4sight.networks.registry import ALIASES, known_networks, resolve_network
+from perf4sight.networks.registry import NETWORK_ALIASES, known_networks, resolve_network
 from perf4sight.networks.spec import (
     architecture_from_spec,
     build_from_spec,
@@ -16,7 +16,7 @@ from perf4sight.networks.spec import (
 )
 
 __all__ = [
-    "ALIASES",
+    "NETWORK_ALIASES",
     "MANIFEST_COLUMNS",
     "MANIFEST_FILE",
     "MAX_LEVEL",

@@ -18,7 +18,7 @@ from torch import nn
 from perf4sight.errors import NetworkError
 
 __all__ = [
-    "ALIASES",
+    "NETWORK_ALIASES",
     "BUILDER_KWARGS",
     "DEFAULT_INPUT_SIZE",
     "known_networks",
@@ -32,7 +32,7 @@ __all__ = [
 ]
 
 # The original perf4sight's short names.
-ALIASES: dict[str, str] = {
+NETWORK_ALIASES: dict[str, str] = {
     "mobilenetv2": "mobilenet_v2",
     "mnasnet": "mnasnet1_0",
     "squeezenet": "squeezenet1_0",
@@ -49,17 +49,17 @@ _INPUT_SIZES: dict[str, tuple[int, int, int]] = {"inception_v3": (3, 299, 299)}
 
 def known_networks() -> list[str]:
     """Every accepted network name: torchvision classification builders plus aliases."""
-    return sorted([*torchvision.models.list_models(module=torchvision.models), *ALIASES])
+    return sorted([*torchvision.models.list_models(module=torchvision.models), *NETWORK_ALIASES])
 
 
 def is_torchvision_network(name: str) -> bool:
     """True when `name` (or its alias) names a torchvision classification builder."""
-    return ALIASES.get(name, name) in torchvision.models.list_models(module=torchvision.models)
+    return NETWORK_ALIASES.get(name, name) in torchvision.models.list_models(module=torchvision.models)
 
 
 def resolve_network(name: str) -> tuple[str, dict[str, Any]]:
     """The torchvision builder name and keyword arguments for a network name or alias."""
-    builder = ALIASES.get(name, name)
+    builder = NETWORK_ALIASES.get(name, name)
     if not is_torchvision_network(builder):
         raise NetworkError(f"unknown network '{name}'; known networks: {', '.join(known_networks())}")
     return builder, dict(BUILDER_KWARGS.get(builder, {}))
@@ -67,7 +67,7 @@ def resolve_network(name: str) -> tuple[str, dict[str, Any]]:
 
 def default_input_size(name: str) -> tuple[int, int, int]:
     """The input size (C, H, W) a torchvision network is built for."""
-    return _INPUT_SIZES.get(ALIASES.get(name, name), DEFAULT_INPUT_SIZE)
+    return _INPUT_SIZES.get(NETWORK_ALIASES.get(name, name), DEFAULT_INPUT_SIZE)
 
 
 def build_on_meta(factory: Callable[[], nn.Module]) -> nn.Module:

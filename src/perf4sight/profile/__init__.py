@@ -5,7 +5,7 @@ reusable worker process through a device backend (cpu, cuda, jetson) and appends
 row per test to the logs; `profile_from_settings` does both for a [profile] section.
 """
 
-from perf4sight.profile.backends import ALIASES, BACKENDS, MemoryFigures, make_backend
+from perf4sight.profile.backends import DEVICE_ALIASES, BACKENDS, MemoryFigures, make_backend
 from perf4sight.profile.campaign import (
     CampaignSummary,
     TestResult,
@@ -13,11 +13,11 @@ from perf4sight.profile.campaign import (
     profile_from_settings,
     run_test_config,
 )
-from perf4sight.profile.logs import read_log
+from perf4sight.profile.logs import read_journal
 from perf4sight.profile.test_config import DATASETS, ProfileTest, create_test_config, read_test_config
 
 __all__ = [
-    "ALIASES",
+    "DEVICE_ALIASES",
     "BACKENDS",
     "DATASETS",
     "CampaignSummary",
@@ -28,7 +28,7 @@ __all__ = [
     "make_backend",
     "profile_campaign",
     "profile_from_settings",
-    "read_log",
+    "read_journal",
     "read_test_config",
     "run_test_config",
 ]

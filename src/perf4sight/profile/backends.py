@@ -41,7 +41,7 @@ __all__ = [
     "CudaBackend",
     "JetsonBackend",
     "BACKENDS",
-    "ALIASES",
+    "DEVICE_ALIASES",
     "backend_name",
     "make_backend",
 ]
@@ -324,14 +324,14 @@ class JetsonBackend(_TorchCudaBackend):
 
 BACKENDS: dict[str, type[Backend]] = {b.name: b for b in (CpuBackend, CudaBackend, JetsonBackend)}
 # the original tool's device names
-ALIASES = {"tx2": "jetson", "2080ti": "cuda", "gpu": "cuda"}
+DEVICE_ALIASES = {"tx2": "jetson", "2080ti": "cuda", "gpu": "cuda"}
 
 
 def backend_name(device: str) -> str:
     """The backend for a device name or alias; ConfigError for an unknown one."""
-    name = ALIASES.get(device.lower(), device.lower())
+    name = DEVICE_ALIASES.get(device.lower(), device.lower())
     if name not in BACKENDS:
-        known = ", ".join([*BACKENDS, *ALIASES])
+        known = ", ".join([*BACKENDS, *DEVICE_ALIASES])
         raise ConfigError(f"[profile] device: unknown device {device!r}; expected one of {known}")
     return name
 

@@ -21,7 +21,7 @@ from perf4sight.errors import ConfigError
 from perf4sight.profile.backends import backend_name
 from perf4sight.profile.contention import BUSY_ELSEWHERE_WARNING
 from perf4sight.profile.environment import environment_record, write_environment
-from perf4sight.profile.logs import LogRow, append_gt_row, append_row, log_path, read_log, write_gt
+from perf4sight.profile.logs import LogRow, append_gt_row, append_row, journal_path, read_journal, write_gt
 from perf4sight.profile.test_config import ProfileTest, check_test_settings, create_test_config, read_test_config
 from perf4sight.profile.worker import WorkerCrashed, WorkerProcess
 from perf4sight.profile.workload import TestOutcome, model_source
@@ -130,7 +130,7 @@ def profile_campaign(
                     worker.stop()  # a fresh interpreter after any failure
             summary.results.append(result)
             if save:
-                path = log_path(log_dir, test)
+                path = journal_path(log_dir, test)
                 row = _row(result)
                 append_row(path, test.test_var, row)
                 append_gt_row(path, test.test_var, row)
@@ -192,8 +192,8 @@ def _run_one(worker: WorkerProcess, test: ProfileTest, *, iterations: int, warmu
 def _recorded(tests: Sequence[ProfileTest], log_dir: Path) -> dict[tuple, LogRow]:
     """Rows already in the logs of these tests' models, by test key (torn lines repaired)."""
     recorded: dict[tuple, LogRow] = {}
-    for path in dict.fromkeys(log_path(log_dir, t) for t in tests):
-        rows = read_log(path, repair=True)
+    for path in dict.fromkeys(journal_path(log_dir, t) for t in tests):
+        rows = read_journal(path, repair=True)
         for row in rows:
             recorded.setdefault(ProfileTest.from_params(row["params"]).key, row)
         if rows:

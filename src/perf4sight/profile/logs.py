@@ -33,9 +33,9 @@ __all__ = [
     "GT_COLUMNS",
     "GT_SUFFIX",
     "LogRow",
-    "log_path",
+    "journal_path",
     "gt_path",
-    "read_log",
+    "read_journal",
     "append_gt_row",
     "append_row",
     "write_gt",
@@ -59,7 +59,7 @@ LogRow = dict[str, Any]
 """A row: column -> value (None for an empty field); `params` is the original's dict."""
 
 
-def log_path(log_dir: Path, test: ProfileTest) -> Path:
+def journal_path(log_dir: Path, test: ProfileTest) -> Path:
     """The journal of `test`'s model and variable."""
     return log_dir / test.test_var / f"{test.log_name}.csv"
 
@@ -69,7 +69,7 @@ def gt_path(path: Path) -> Path:
     return path.with_name(f"{path.stem}{GT_SUFFIX}")
 
 
-def read_log(path: Path, *, repair: bool = False) -> list[LogRow]:
+def read_journal(path: Path, *, repair: bool = False) -> list[LogRow]:
     """The rows of a journal; a torn last line (a write cut short) is ignored, or cut off
     the file when `repair`, so that the next append starts on a fresh line."""
     if not path.exists():
@@ -170,7 +170,7 @@ def write_gt(path: Path, test_var: str) -> Path:
     """Rewrite `<model>-gt.csv` from the journal at `path`; returns the gt path."""
     target = gt_path(path)
     lines = [SEPARATOR.join(GT_COLUMNS[test_var])]
-    lines.extend(_gt_line(row, GT_COLUMNS[test_var]) for row in read_log(path))
+    lines.extend(_gt_line(row, GT_COLUMNS[test_var]) for row in read_journal(path))
     write_text(target, "\n".join(lines) + "\n")
     return target
 
