@@ -266,3 +266,25 @@ def test_a_functional_dropout_keeps_its_mask() -> None:
     arch = trace_architecture(model, (3, 8, 8))
     assert "bernoulli" in {layer.kind for layer in arch.layers}
     assert sum(layer.saved_bytes for layer in arch.layers) == _saved_per_sample(model)
+
+
+class Windows(nn.Module):
+    """Splits its input into 4x4 windows of a 16x16 image: a reshape written for one size."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.conv = nn.Conv2d(3, 8, 3, padding=1)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        x = self.conv(x)
+        return x.view(x.shape[0], 8, 4, 4, 4, 4).sum(dim=(2, 3, 4, 5))
+
+
+def test_a_network_that_cannot_take_the_input_size_is_refused() -> None:
+    """On an empty batch the reshape for 16x16 images also takes 20x20 ones (no elements to
+    check); the trace must not describe a network that would fail with samples."""
+    assert trace_architecture(Windows(), (3, 16, 16)).layers[0].output == (8, 16, 16)
+    with pytest.raises(NetworkError, match=r"^windows: does not run on inputs of size \[3, 20, 20\]: RuntimeError"):
+        trace_architecture(Windows(), (3, 20, 20))
+    with pytest.raises(NetworkError, match=r"^vit_b_16: does not run on inputs of size \[3, 64, 64\]"):
+        trace_architecture(torchvision.models.vit_b_16(num_classes=10), (3, 64, 64), name="vit_b_16")

@@ -114,7 +114,7 @@ def test_a_layer_that_runs_only_in_training_is_refused():
     """torch-pruning traces in eval mode: GoogLeNet's auxiliary classifiers would keep their
     input channels and break the training forward pass."""
     base = torchvision.models.googlenet(num_classes=10, init_weights=False)  # aux_logits=True
-    with pytest.raises(NetworkError, match=r"layer 'aux1.conv.conv' \(6 in all\) does not run in eval mode"):
+    with pytest.raises(NetworkError, match=r"layer 'aux1.conv.conv' \(6 in all\) is not called as a module in eval mode"):
         ChannelPruner(base, input_size=SIZE)
 
 

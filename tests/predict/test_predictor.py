@@ -62,8 +62,8 @@ def test_every_description_of_one_network_predicts_the_same(predictor: Predictor
 
 
 def test_beyond_the_fitted_range_is_flagged(predictor: Predictor) -> None:
-    table = predictor.predict("resnet18", [64, 1024])
-    assert table["extrapolated"].tolist() == [False, True]  # TX2 batch sizes stop at 256
+    table = predictor.predict("resnet18", [1, 64, 1024])
+    assert table["extrapolated"].tolist() == [True, False, True]  # TX2 batch sizes run from 2 to 256
     assert predictor.predict("vgg16", [8])["extrapolated"].all()  # more parameters than any profiled
 
 

@@ -25,6 +25,7 @@ from torch.utils._python_dispatch import TorchDispatchMode
 
 from perf4sight.architecture.ir import Architecture, Layer
 from perf4sight.console import warn
+from perf4sight.errors import NetworkError
 
 __all__ = ["module_kind", "output_shape", "trace_architecture"]
 
@@ -203,6 +204,8 @@ class _Recorder(TorchDispatchMode):
     # aten ops ------------------------------------------------------------------
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):  # noqa: ANN001
         out = func(*args, **(kwargs or {}))
+        if self.batch == _EMPTY_BATCH and func.overloadpacket.__name__ in _RESHAPES:
+            _check_reshape(args[0], out)
         if self._in_leaf():
             return out
         op = func.overloadpacket.__name__
@@ -228,16 +231,29 @@ class _Recorder(TorchDispatchMode):
         return out
 
 
+# Reshapes: on an empty batch any shape is accepted, a wrong one included.
+_RESHAPES = frozenset({"view", "_unsafe_view", "_reshape_alias", "reshape"})
+
+
+class _EmptyBatchUnfaithful(Exception):
+    """The empty batch ran what a real batch would not (or not the same way)."""
+
+
+def _check_reshape(source: torch.Tensor, out: Any) -> None:
+    """Stop an empty-batch trace at a reshape that keeps the batch dimension but not the
+    elements of a sample: with samples it would fail (a window partition written for
+    another image size), so the trace moves to the meta device, where it does."""
+    if (isinstance(source, torch.Tensor) and isinstance(out, torch.Tensor) and source.dim() and out.dim()
+            and source.shape[0] == out.shape[0] == 0 and math.prod(source.shape[1:]) != math.prod(out.shape[1:])):
+        raise _EmptyBatchUnfaithful(f"reshape of {tuple(source.shape)} to {tuple(out.shape)}")
+
+
 # Dropout functions: given no samples they return their input untouched, saving no mask.
 _DROPOUTS = frozenset({
     nn.functional.dropout, nn.functional.dropout1d, nn.functional.dropout2d, nn.functional.dropout3d,
     nn.functional.alpha_dropout, nn.functional.feature_alpha_dropout, torch.dropout, torch.feature_dropout,
     torch.alpha_dropout, torch.feature_alpha_dropout,
 })
-
-
-class _EmptyBatchDropout(Exception):
-    """A dropout function met an empty batch outside a Dropout module."""
 
 
 class _FunctionalDropout(TorchFunctionMode):
@@ -253,7 +269,7 @@ class _FunctionalDropout(TorchFunctionMode):
         if func in _DROPOUTS and not self.recorder._in_leaf():
             tensors = _tensors(args)
             if tensors and tensors[0].numel() == 0:
-                raise _EmptyBatchDropout(func.__name__)
+                raise _EmptyBatchUnfaithful(f"{func.__name__} called as a function")
         return func(*args, **(kwargs or {}))
 
 
@@ -289,7 +305,7 @@ def trace_architecture(
     stand-ins, and the model's training mode is restored afterwards.
     """
     named = list(model.named_modules())
-    recorder, out, _ = _forward(model, named, input_size, record=True)
+    recorder, out, _ = _forward(model, named, input_size, record=True, name=name)
     modules = [m for _, m in named]
     buffers = sum(b.numel() * b.element_size() for b in _unique(modules, "_buffers"))
     outs = _tensors(out)
@@ -354,11 +370,11 @@ def _unique(modules: list[nn.Module], table: str) -> list[torch.Tensor]:
     return list({id(t): t for m in modules for t in getattr(m, table).values() if t is not None}.values())
 
 
-def output_shape(model: nn.Module, input_size: Sequence[int]) -> tuple[int, ...]:
+def output_shape(model: nn.Module, input_size: Sequence[int], *, name: str = "") -> tuple[int, ...]:
     """The per-sample shape of `model`'s (first) output for inputs of `input_size`, found as
     a trace finds it: no copy of the model, no arithmetic, its weights untouched."""
     with torch.no_grad():
-        _, out, batch = _forward(model, list(model.named_modules()), input_size, record=False)
+        _, out, batch = _forward(model, list(model.named_modules()), input_size, record=False, name=name)
     outs = _tensors(out)
     if not outs:
         raise ValueError("the model returns no tensor")
@@ -366,14 +382,20 @@ def output_shape(model: nn.Module, input_size: Sequence[int]) -> tuple[int, ...]
 
 
 def _forward(
-    model: nn.Module, named: list[tuple[str, nn.Module]], input_size: Sequence[int], *, record: bool
+    model: nn.Module, named: list[tuple[str, nn.Module]], input_size: Sequence[int], *, record: bool, name: str
 ) -> tuple[_Recorder | None, Any, int]:
     """The forward pass of `_run` on an empty CPU batch, else on the meta device; also
-    returns the batch size it ran with."""
+    returns the batch size it ran with. A network that runs on neither is a NetworkError
+    naming it (`name`, else its class) and the input size."""
     try:
         return (*_run(model, named, input_size, device="cpu", batch=_EMPTY_BATCH, record=record), _EMPTY_BATCH)
     except Exception:  # noqa: BLE001 - e.g. x.view(x.size(0), -1) is ambiguous for 0 samples
+        pass
+    try:
         return (*_run(model, named, input_size, device="meta", batch=_META_BATCH, record=record), _META_BATCH)
+    except Exception as exc:  # noqa: BLE001 - the network's own code: it cannot take these inputs
+        raise NetworkError(f"{name or type(model).__name__.lower()}: does not run on inputs of size "
+                           f"{list(input_size)}: {type(exc).__name__}: {exc}") from exc
 
 
 def _run(

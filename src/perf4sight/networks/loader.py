@@ -87,10 +87,7 @@ def load_architecture(
         network_builder, kwargs = resolve_network(name)
         size = check_input_size(input_size if input_size is not None else default_input_size(name))
         classes = num_classes if num_classes is not None else 1000
-        try:
-            arch = torchvision_architecture(network_builder, kwargs, num_classes=classes, input_size=size)
-        except Exception as exc:
-            raise _does_not_run(name, size, exc) from exc
+        arch = torchvision_architecture(network_builder, kwargs, num_classes=classes, input_size=size)
         builder = functools.partial(
             _load, name, input_size=size, num_classes=classes, model_desc_dir=None, device="meta"
         )
@@ -103,10 +100,7 @@ def load_architecture(
         )
         loaded = build()
         builder = None
-    try:
-        arch = trace_architecture(loaded.module, loaded.input_size, name=loaded.name, num_classes=loaded.num_classes)
-    except Exception as exc:
-        raise _does_not_run(loaded.name, loaded.input_size, exc) from exc
+    arch = trace_architecture(loaded.module, loaded.input_size, name=loaded.name, num_classes=loaded.num_classes)
     if builder is None:
         builder = functools.partial(_rebuilt, build, arch.num_classes, isinstance(source, nn.Module))
     return dataclasses.replace(arch, builder=builder)
@@ -194,12 +188,5 @@ def _finish(
 
 def _output_classes(module: nn.Module, input_size: tuple[int, int, int], name: str) -> int:
     """The length of the module's output for one input, found without computing."""
-    try:
-        return output_shape(module, input_size)[-1]
-    except Exception as exc:
-        raise _does_not_run(name, input_size, exc) from exc
-
-
-def _does_not_run(name: str, input_size: Sequence[int], exc: Exception) -> NetworkError:
-    return NetworkError(f"{name}: does not run on inputs of size {list(input_size)}: {type(exc).__name__}: {exc}")
+    return output_shape(module, input_size, name=name)[-1]
 

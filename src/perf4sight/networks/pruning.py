@@ -141,8 +141,8 @@ class ChannelPruner:
             graph = tp.DependencyGraph().build_dependency(module, example_inputs=example, verbose=False)
         except Exception as exc:
             raise NetworkError(
-                f"{self.name}: the dependency graph cannot be built at input size "
-                f"{tuple(input_size)}: {type(exc).__name__}: {exc}"
+                f"{self.name}: torch-pruning cannot build its dependency graph (an operation it cannot follow, "
+                f"such as a channel shuffle or windowed attention): {type(exc).__name__}: {exc}"
             ) from exc
         finally:
             for hook in hooks:
@@ -150,14 +150,16 @@ class ChannelPruner:
             module.train(training)
         if not order:
             raise NetworkError(f"{self.name}: no Conv2d or Linear layer to prune")
-        # torch-pruning traces in eval mode: a layer that runs only in training (an auxiliary
-        # classifier) would keep its input channels while its producer loses some.
+        # torch-pruning traces in eval mode, through module calls: a layer that runs only in
+        # training (an auxiliary classifier), or whose weights a function uses (F.linear in
+        # attention), would keep its channels while its producer loses some.
         unseen = [name for m, name in names.items() if isinstance(m, (nn.Conv2d, nn.Linear)) and name not in order]
         if unseen:
             raise NetworkError(
-                f"{self.name}: layer '{unseen[0]}' ({len(unseen)} in all) does not run in eval mode, so pruning "
-                "cannot follow its channels (a training-only branch such as an auxiliary classifier): build the "
-                "network without it (googlenet and inception_v3: aux_logits=False)"
+                f"{self.name}: layer '{unseen[0]}' ({len(unseen)} in all) is not called as a module in eval mode, so "
+                "pruning cannot follow its channels: it runs only in training (an auxiliary classifier: build the "
+                "network without it, as googlenet and inception_v3 with aux_logits=False), or a function uses its "
+                "weights (F.linear, as in Swin and ViT attention), which pruning cannot follow"
             )
         return graph, list(dict.fromkeys(order))
 

@@ -164,13 +164,14 @@ class Predictor:
 
 
 def _outside_range(model: FittedModel, arch: Architecture, batch: np.ndarray, features: pd.DataFrame) -> np.ndarray:
-    """True where the batch size, the parameter count or any feature exceeds what the model
-    was fitted on: a bigger batch, a bigger network, or a kind of layer it never saw.
+    """True where the batch size lies outside what the model was fitted on, or the parameter
+    count or any feature exceeds it: a bigger network, or a kind of layer it never saw.
     `features` holds the model's columns in its order (`FittedModel.select`)."""
     ranges = model.metadata.get("training_ranges", {})
     outside = np.zeros(len(batch), dtype=bool)
     if "batch_size" in ranges:
-        outside |= batch > ranges["batch_size"][1]
+        low, high = ranges["batch_size"]
+        outside |= (batch < low) | (batch > high)
     if "params" in ranges and arch.params > ranges["params"][1]:
         outside |= True
     highest = np.array([ranges.get(name, (0.0, np.inf))[1] for name in features.columns.tolist()], dtype=float)
