@@ -19,9 +19,11 @@ the channels of grouped (not depthwise) convolutions are never pruned.
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import sys
-from collections.abc import Sequence
+import warnings
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -89,6 +91,16 @@ def check_seed(seed: int) -> None:
         raise NetworkError(f"pruning seed {seed!r} is not an integer in [0, {MAX_SEED}]")
 
 
+@contextlib.contextmanager
+def _quiet_shape_inference() -> Iterator[None]:
+    """Without torch-pruning's "Maximum recursive depth reached!", which its shape
+    inference repeats thousands of times on attention blocks and which says nothing a
+    user can act on."""
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message="Maximum recursive depth reached!")
+        yield
+
+
 def _count_params(module: nn.Module) -> int:
     return sum(p.numel() for p in module.parameters())
 
@@ -138,7 +150,8 @@ class ChannelPruner:
         example = torch.zeros((1, *input_size), device=device)
         training = module.training
         try:
-            graph = tp.DependencyGraph().build_dependency(module, example_inputs=example, verbose=False)
+            with _quiet_shape_inference():
+                graph = tp.DependencyGraph().build_dependency(module, example_inputs=example, verbose=False)
         except Exception as exc:
             raise NetworkError(
                 f"{self.name}: torch-pruning cannot build its dependency graph (an operation it cannot follow, "
@@ -168,9 +181,10 @@ class ChannelPruner:
         modules = dict(self._base.named_modules())
         rng = np.random.default_rng(self.seed)
         groups, full_groups = [], []
-        found = self._graph.get_all_groups(
-            ignored_layers=[modules[self.classifier]], root_module_types=(nn.Conv2d, nn.Linear)
-        )
+        with _quiet_shape_inference():
+            found = self._graph.get_all_groups(
+                ignored_layers=[modules[self.classifier]], root_module_types=(nn.Conv2d, nn.Linear)
+            )
         for group in found:
             root = group[0].dep.target.module
             channels = len(group[0].idxs)
