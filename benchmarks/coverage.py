@@ -85,11 +85,11 @@ def _run(name: str, models: Path, timeout: float) -> dict[str, object]:
             row = {"input": side, **(json.loads(found[-1]) if found else {}), "error": f"over {timeout:.0f} s"}
             break
         lines = done.stdout.strip().splitlines()
-        if done.returncode == 0 and lines:
-            row = {"input": side, **json.loads(lines[-1])}
+        row = {"input": side, **(json.loads(lines[-1]) if lines else {})}  # what the steps before found
+        if done.returncode == 0:
             break
         error = (done.stderr.strip().splitlines() or ["no output"])[-1]
-        row = {"input": side, "error": error.split(": ", 1)[-1][:80]}
+        row["error"] = error.split(": ", 1)[-1][:80]
         if "does not run on inputs" not in error:
             break
     row["seconds"] = round(time.perf_counter() - start, 1)

@@ -28,6 +28,7 @@ from perf4sight.fit import architecture_name
 from perf4sight.fit.logs import read_gt_log
 from perf4sight.profile.logs import GT_SUFFIX
 
+
 def passed_rows(log_dir: Path, variable: str) -> pd.DataFrame:
     """Passed rows of every `-gt.csv` under `log_dir/<variable>`: test key and measured value."""
     column = TARGET_COLUMNS[variable]

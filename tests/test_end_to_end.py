@@ -138,6 +138,8 @@ def test_the_original_interface_runs_quietly(tmp_path: Path) -> None:
     ("profile", "local_model_loc =", "[profile] local_model_loc: needed to find the models of the test config"),
     ("fingerprint", "train_nets = []", "[fingerprint] train_nets: empty list; the models are fitted on these"),
     ("fingerprint", "memory_logs = []", "[fingerprint] memory_logs: no log folder given for the memory model"),
+    ("fingerprint", "evaluate = True\neval_logs = [0]\ntrain_nets = []",
+     "[fingerprint] eval_nets: empty list, and so is train_nets: no network to evaluate"),
     ("fingerprint", "memory_model = False\nlatency_model = False",
      "[fingerprint] memory_model and latency_model are both False: nothing to fit or evaluate"),
 ])

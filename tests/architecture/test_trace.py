@@ -5,6 +5,7 @@ from __future__ import annotations
 import dataclasses
 import math
 from pathlib import Path
+from typing import Any
 
 import pytest
 import torch
@@ -288,3 +289,34 @@ def test_a_network_that_cannot_take_the_input_size_is_refused() -> None:
         trace_architecture(Windows(), (3, 20, 20))
     with pytest.raises(NetworkError, match=r"^vit_b_16: does not run on inputs of size \[3, 64, 64\]"):
         trace_architecture(torchvision.models.vit_b_16(num_classes=10), (3, 64, 64), name="vit_b_16")
+
+
+def test_a_network_that_cannot_take_the_input_size_is_refused_when_loaded_or_pruned() -> None:
+    from perf4sight.networks import load_architecture, load_network, prune_network
+
+    with pytest.raises(NetworkError, match=r"^windows: does not run on inputs of size \[3, 20, 20\]"):
+        load_network(Windows(), input_size=(3, 20, 20))  # its class count is found by the same kind of pass
+    with pytest.raises(NetworkError, match=r"^squeezenet: does not run on inputs of size \[3, 8, 8\]"):
+        load_architecture("squeezenet", input_size=(3, 8, 8))  # the name given, not torchvision's builder
+    with pytest.raises(NetworkError, match=r"^windows: does not run on inputs of size \[3, 20, 20\]"):
+        prune_network(Windows(), 50, input_size=(3, 20, 20), name="windows")  # not "cannot build its graph"
+
+
+class NoScores(nn.Module):
+    def __init__(self, kind: Any) -> None:
+        super().__init__()
+        self.kind = kind
+
+    def forward(self, x: torch.Tensor) -> Any:
+        return self.kind(x)
+
+
+@pytest.mark.parametrize(("kind", "message"), [
+    (lambda x: None, "returns no tensor"),
+    (lambda x: x.sum(), "returns one number per input, not a score per class"),
+])
+def test_a_network_without_class_scores_is_refused(kind: Any, message: str) -> None:
+    from perf4sight.networks import load_network
+
+    with pytest.raises(NetworkError, match=f"^noscores: {message}"):
+        load_network(NoScores(kind), input_size=(3, 8, 8))

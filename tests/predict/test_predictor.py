@@ -134,6 +134,7 @@ def test_cli_predict_json_and_errors(models_dir: Path, capsys: pytest.CaptureFix
         (["--net", "resnet18", "--dataset-size", "-5000"], "dataset size -5000: expected a positive number"),
         (["--net", "resnet18", "--stage", "tarining"], "stage: 'tarining' is not one of training, inference"),
         (["--net", "resnet18", "--bs", "8,,16"], "--bs: expected comma-separated integers, got '8,,16'"),
+        (["--net", "resnet18", "--bs", ""], "--bs: expected comma-separated integers, got ''"),
         (["--net", "resnet18", "--bs", "8", "--budget", "1GiB"], "--budget needs --max-batch-size"),
         (["--net", "resnet18", "--bound"], "--bound needs --max-batch-size"),
         (["--net", "resnet18", "--max-batch-size", "--budget", "1GiB", "--bs", "8"], "--bs and --max-batch-size: give one"),

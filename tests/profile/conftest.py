@@ -1,4 +1,5 @@
-"""Model description files for profiling tests: a tiny CNN, one that fails, one that hogs memory."""
+"""Model description files for profiling tests: a tiny CNN, one that fails, one that hogs memory,
+one that takes a minute."""
 
 from __future__ import annotations
 
@@ -61,7 +62,29 @@ def hog(num_classes=10):
     return Hog(num_classes)
 """
 
-SOURCES = {"tinynet": TINY, "fragile": FRAGILE, "hog": HOG}
+# takes a minute from the batch size of 8 on: a test still running when its campaign stops
+SLOW = """
+import time
+from torch import nn
+
+
+class Slow(nn.Module):
+    def __init__(self, num_classes):
+        super().__init__()
+        self.body = nn.Sequential(nn.Conv2d(3, 8, 3), nn.AdaptiveAvgPool2d(1), nn.Flatten(),
+                                  nn.Linear(8, num_classes))
+
+    def forward(self, x):
+        if x.shape[0] >= 8:
+            time.sleep(60)
+        return self.body(x)
+
+
+def slow(num_classes=10):
+    return Slow(num_classes)
+"""
+
+SOURCES = {"tinynet": TINY, "fragile": FRAGILE, "hog": HOG, "slow": SLOW}
 
 
 @pytest.fixture

@@ -294,3 +294,55 @@ def test_a_model_that_cannot_be_read_stops_the_campaign_before_any_test(
     with pytest.raises(ConfigError, match=f"^test config: model file not found: {model_dir / 'tinynet_0.py'}$"):
         profile_campaign(read_test_config(config), log_dir=log_dir)
     assert not log_dir.exists()
+
+
+def test_a_stopped_campaign_says_so_and_leaves_no_worker(tmp_path: Path, model_dir: Path, write_test_config) -> None:
+    """SIGTERM stops a campaign as Ctrl-C does (a short message, code 130, no test recorded as
+    crashed); a campaign killed outright takes its worker with it, mid-test."""
+    psutil = pytest.importorskip("psutil")
+    test_config = write_test_config(tmp_path / "t.ini", [model_dir / "slow_0.py"], [2, 8], test_var=("memory",))
+    log_dir = tmp_path / "logs"
+    config = tmp_path / "config.ini"
+    config.write_text(f"[profile]\ndevice = cpu\nlog_dir = {log_dir}\ntest_config = {test_config}\niterations = 1\n")
+    command = [sys.executable, "-c", "import sys; from perf4sight.cli import main; sys.exit(main(sys.argv[1:]))",
+               "--quiet", "profile", "run", "--config", str(config)]
+    journal = log_dir / "memory" / "slow_0.csv"
+
+    def start_slow_test() -> tuple[subprocess.Popen, list]:
+        """The campaign, once its worker is in the minute-long test (bs 2 already recorded)."""
+        process = subprocess.Popen(command, start_new_session=True, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                   text=True)
+        deadline = time.monotonic() + 60
+        while not (journal.exists() and "'bs': 2" in journal.read_text()) and time.monotonic() < deadline:
+            assert process.poll() is None, process.communicate()
+            time.sleep(0.05)
+        workers: list = []
+        while not workers and time.monotonic() < deadline:  # a worker (restarted, when resuming)
+            workers = psutil.Process(process.pid).children()
+            time.sleep(0.05)
+        assert workers, "no worker running"
+        time.sleep(3.0)  # the worker takes the next test
+        return process, workers
+
+    process, workers = start_slow_test()
+    process.send_signal(signal.SIGTERM)
+    _, err = process.communicate(timeout=30)
+    assert process.returncode == 130 and err.strip().splitlines()[-1] == "aborted"
+    assert [row["status"] for row in read_journal(journal)] == ["ok"]  # nothing recorded for bs 8
+    psutil.wait_procs(workers, timeout=10)
+    assert not any(w.is_running() and w.status() != psutil.STATUS_ZOMBIE for w in workers)
+
+    process, workers = start_slow_test()
+    process.kill()  # the campaign only, not its process group
+    process.communicate()
+    gone, alive = psutil.wait_procs(workers, timeout=5)
+    assert not alive, "the worker outlived its campaign"
+
+
+def test_a_torchvision_name_in_a_test_config_is_profiled(tmp_path: Path) -> None:
+    """A test config may name a torchvision network instead of a file: no file is looked for."""
+    config = tmp_path / "t.ini"
+    config.write_text("[SQUEEZENET_0]\ntest_var= ['memory']\nbs= [2]\ndataset= ['cifar10']\n"
+                      "net_name= ['squeezenet1']\nexec_stage= ['training']\nmodel= ['squeezenet1_1']\n")
+    summary = profile_campaign(read_test_config(config), log_dir=tmp_path / "logs")
+    assert [r.status for r in summary.results] == ["ok"]

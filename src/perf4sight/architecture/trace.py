@@ -204,8 +204,8 @@ class _Recorder(TorchDispatchMode):
     # aten ops ------------------------------------------------------------------
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):  # noqa: ANN001
         out = func(*args, **(kwargs or {}))
-        if self.batch == _EMPTY_BATCH and func.overloadpacket.__name__ in _RESHAPES:
-            _check_reshape(args[0], out)
+        if self.batch == _EMPTY_BATCH:
+            _check_reshape(func, args, out)
         if self._in_leaf():
             return out
         op = func.overloadpacket.__name__
@@ -239,13 +239,25 @@ class _EmptyBatchUnfaithful(Exception):
     """The empty batch ran what a real batch would not (or not the same way)."""
 
 
-def _check_reshape(source: torch.Tensor, out: Any) -> None:
-    """Stop an empty-batch trace at a reshape that keeps the batch dimension but not the
+def _check_reshape(func: Any, args: Any, out: Any) -> None:
+    """Stop an empty-batch pass at a reshape that keeps the batch dimension but not the
     elements of a sample: with samples it would fail (a window partition written for
-    another image size), so the trace moves to the meta device, where it does."""
+    another image size), so the pass moves to the meta device, where it does."""
+    if func.overloadpacket.__name__ not in _RESHAPES or not args:
+        return
+    source = args[0]
     if (isinstance(source, torch.Tensor) and isinstance(out, torch.Tensor) and source.dim() and out.dim()
             and source.shape[0] == out.shape[0] == 0 and math.prod(source.shape[1:]) != math.prod(out.shape[1:])):
         raise _EmptyBatchUnfaithful(f"reshape of {tuple(source.shape)} to {tuple(out.shape)}")
+
+
+class _ReshapeCheck(TorchDispatchMode):
+    """`_check_reshape` on every op of an empty-batch pass that is not recorded."""
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):  # noqa: ANN001
+        out = func(*args, **(kwargs or {}))
+        _check_reshape(func, args, out)
+        return out
 
 
 # Dropout functions: given no samples they return their input untouched, saving no mask.
@@ -377,7 +389,7 @@ def output_shape(model: nn.Module, input_size: Sequence[int], *, name: str = "")
         _, out, batch = _forward(model, list(model.named_modules()), input_size, record=False, name=name)
     outs = _tensors(out)
     if not outs:
-        raise ValueError("the model returns no tensor")
+        raise NetworkError(f"{name or type(model).__name__.lower()}: returns no tensor")
     return _per_sample(outs[0].shape, batch)
 
 
@@ -408,7 +420,8 @@ def _run(
     x = torch.empty((batch, *input_size), device=device)
     with _stand_ins(modules, device) as stand_ins, _training_without_running_stats(modules):
         if not record:
-            return None, model(x)
+            with _ReshapeCheck() if batch == _EMPTY_BATCH else contextlib.nullcontext():
+                return None, model(x)
         recorder = _Recorder(named, batch, params=stand_ins)
         handles = [
             nn.modules.module.register_module_forward_pre_hook(recorder.pre_hook),

@@ -69,10 +69,7 @@ def main(argv: list[str] | None = None) -> int:
     previous = signal.signal(signal.SIGTERM, _interrupt) if on_main_thread else None
     try:
         code = app(args=argv, prog_name="perf4sight", standalone_mode=False)
-    except Perf4sightError as exc:
-        console.err.print(f"[red]error:[/red] {escape(str(exc))}", soft_wrap=True)
-        return 2
-    except OSError as exc:  # a folder blocked by a file, no permission, a full disk
+    except (Perf4sightError, OSError) as exc:  # OSError: a folder blocked by a file, no permission, a full disk
         console.err.print(f"[red]error:[/red] {escape(str(exc))}", soft_wrap=True)
         return 2
     except (typer.Abort, KeyboardInterrupt):
@@ -81,7 +78,7 @@ def main(argv: list[str] | None = None) -> int:
         exc.show()  # type: ignore[attr-defined]  # every subclass raised has it
         return 2
     finally:
-        if on_main_thread:
+        if on_main_thread and previous is not None:  # None: a handler not set from Python
             signal.signal(signal.SIGTERM, previous)
     if code == 130:  # typer answers Ctrl-C with this code itself
         console.err.print("aborted")

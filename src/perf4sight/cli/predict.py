@@ -82,7 +82,7 @@ def register(app: typer.Typer) -> None:
             if row["batch_size"] >= MAX_SEARCH_BATCH:
                 console.warn(f"every batch size up to {MAX_SEARCH_BATCH}, the largest searched, is predicted to fit")
             return
-        table = predictor.predict(net, _batch_sizes(bs or "8,16,32,64"), dataset_size=dataset_size, **options)
+        table = predictor.predict(net, _batch_sizes(bs if bs is not None else "8,16,32,64"), dataset_size=dataset_size, **options)
         _show(table, title=f"{net}: predicted {stage} cost on this device", as_json=as_json)
 
     @app.command("plan")

@@ -120,6 +120,8 @@ def check_settings(settings: FingerprintSettings) -> str:
                 raise ConfigError(f"[fingerprint] {key}: empty list; the models are fitted on these")
     elif not settings.eval_logs:
         raise ConfigError("[fingerprint] eval_logs: empty list with evaluate = True: nothing to evaluate")
+    elif not (settings.eval_nets or settings.train_nets):
+        raise ConfigError("[fingerprint] eval_nets: empty list, and so is train_nets: no network to evaluate")
     for kind in enabled:
         if not settings.evaluate:
             _log_dirs(settings, kind, evaluation=False)

@@ -87,7 +87,10 @@ def load_architecture(
         network_builder, kwargs = resolve_network(name)
         size = check_input_size(input_size if input_size is not None else default_input_size(name))
         classes = num_classes if num_classes is not None else 1000
-        arch = torchvision_architecture(network_builder, kwargs, num_classes=classes, input_size=size)
+        try:
+            arch = torchvision_architecture(network_builder, kwargs, num_classes=classes, input_size=size)
+        except NetworkError as exc:  # named after the builder: say the name the user gave
+            raise NetworkError(f"{name}:{str(exc).split(':', 1)[1]}") from exc
         builder = functools.partial(
             _load, name, input_size=size, num_classes=classes, model_desc_dir=None, device="meta"
         )
@@ -188,5 +191,8 @@ def _finish(
 
 def _output_classes(module: nn.Module, input_size: tuple[int, int, int], name: str) -> int:
     """The length of the module's output for one input, found without computing."""
-    return output_shape(module, input_size, name=name)[-1]
+    shape = output_shape(module, input_size, name=name)
+    if not shape:
+        raise NetworkError(f"{name}: returns one number per input, not a score per class")
+    return shape[-1]
 

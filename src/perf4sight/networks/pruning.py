@@ -33,6 +33,7 @@ import torch_pruning as tp
 from torch import nn
 from torch_pruning.pruner import function as tp_function
 
+from perf4sight.architecture import output_shape
 from perf4sight.errors import NetworkError
 from perf4sight.networks.param_count import ParamCounter, UnpredictableError, meta_memo
 
@@ -145,6 +146,7 @@ class ChannelPruner:
         def record(layer: nn.Module, args: Any, output: Any) -> None:
             order.append(names[layer])
 
+        output_shape(module, input_size, name=self.name)  # a network that cannot take this size says so
         hooks = [m.register_forward_hook(record) for m in module.modules() if isinstance(m, (nn.Conv2d, nn.Linear))]
         device = next((p.device for p in module.parameters()), torch.device("cpu"))
         example = torch.zeros((1, *input_size), device=device)

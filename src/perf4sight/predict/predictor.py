@@ -83,7 +83,7 @@ class Predictor:
         capacity) whether training fits on the profiled device; `calibrated` whether the
         network's family (other pruning levels of it) was profiled and corrected the
         predictions (`perf4sight.fit.FamilyCalibration`); `extrapolated` marks rows outside
-        the fitted range (a bigger network or batch than any profiled)."""
+        the fitted range (a batch size outside the profiled range, a bigger network than any profiled)."""
         sizes = check_batch_sizes(batch_sizes, "batch sizes", UsageError)
         if dataset_size is not None and not is_positive_int(dataset_size):
             raise UsageError(f"dataset size {dataset_size!r}: expected a positive number of images per epoch")

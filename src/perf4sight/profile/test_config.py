@@ -25,7 +25,7 @@ __all__ = [
     "TEST_VARIABLES",
     "ProfileTest",
     "check_test_settings",
-    "dataset_size",
+    "dataset_load_options",
     "create_test_config",
     "read_test_config",
     "find_model_files",
@@ -39,15 +39,15 @@ DATASETS: dict[str, tuple[tuple[int, int, int], int] | None] = {
     "cifar100": ((3, 32, 32), 100),
 }
 TEST_VARIABLES = tuple(TARGET_COLUMNS)
+_KEYS = ("test_var", "bs", "dataset", "net_name", "exec_stage", "model")
+_MODEL_SUFFIXES = (".py", ".json")
 
 
-def dataset_size(dataset: str) -> dict[str, Any]:
+def dataset_load_options(dataset: str) -> dict[str, Any]:
     """The network loader's `input_size` and `num_classes` for a `DATASETS` name (none
     for `spec`: the model's own): what a test ran at, for the profiler and for fitting."""
     shape = DATASETS[dataset]
     return {} if shape is None else {"input_size": shape[0], "num_classes": shape[1]}
-_KEYS = ("test_var", "bs", "dataset", "net_name", "exec_stage", "model")
-_MODEL_SUFFIXES = (".py", ".json")
 
 
 @dataclass(frozen=True)

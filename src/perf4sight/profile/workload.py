@@ -23,7 +23,7 @@ from torch import nn
 
 from perf4sight.profile.backends import Backend, MemoryFigures
 from perf4sight.profile.contention import CpuElsewhere
-from perf4sight.profile.test_config import ProfileTest, dataset_size
+from perf4sight.profile.test_config import ProfileTest, dataset_load_options
 
 if TYPE_CHECKING:
     from perf4sight.networks import LoadedNetwork
@@ -115,7 +115,7 @@ def run_test(test: ProfileTest, backend: Backend, *, iterations: int, warmup: in
 def _load(test: ProfileTest) -> LoadedNetwork:
     from perf4sight.networks import load_network
 
-    return load_network(model_source(test), **dataset_size(test.dataset))
+    return load_network(model_source(test), **dataset_load_options(test.dataset))
 
 
 def _iterate(test: ProfileTest, backend: Backend, iterations: int, warmup: int, times: list[float],
