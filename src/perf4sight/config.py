@@ -16,8 +16,8 @@ import dataclasses
 import numbers
 import types
 import typing
-from dataclasses import dataclass, field
 from collections.abc import Iterable
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Union
 
@@ -227,7 +227,7 @@ def _convert(text: str, hint: Any, *, where: str) -> Any:
     if origin is list:
         (item,) = typing.get_args(hint)
         value = _literal(text)
-        if isinstance(value, str) and value[:1] in "[(" and value:
+        if isinstance(value, str) and value[:1] in ("[", "("):
             raise ConfigError(
                 f"{where}: {text!r} is not a Python list literal (strings in quotes: ['resnet18', 'squeezenet'])"
             )

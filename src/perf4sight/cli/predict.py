@@ -18,6 +18,9 @@ if TYPE_CHECKING:
 
 __all__ = ["register"]
 
+# What `predict` answers for when no --bs is given.
+_DEFAULT_BATCH_SIZES = "8,16,32,64"
+
 
 def _batch_sizes(text: str) -> list[int]:
     try:
@@ -53,7 +56,7 @@ def register(app: typer.Typer) -> None:
     def predict(
         models: Path = typer.Option(..., "--models", help="Folder of fitted models (fingerprint's model_storedir)."),
         net: str = typer.Option(..., "--net", help="torchvision name, spec .json, or model file 'file.py:factory'."),
-        bs: str | None = typer.Option(None, "--bs", help="Batch sizes, comma-separated (default 8,16,32,64)."),
+        bs: str | None = typer.Option(None, "--bs", help=f"Batch sizes, comma-separated (default {_DEFAULT_BATCH_SIZES})."),
         dataset_size: int | None = typer.Option(None, "--dataset-size", help="Images per epoch, for the epoch time."),
         max_batch_size: bool = typer.Option(False, "--max-batch-size", help="Find the largest batch size that fits --budget."),
         budget: str | None = typer.Option(None, "--budget", help="Memory budget, e.g. 7.5GiB, 512MB, or 'auto'."),
@@ -82,7 +85,7 @@ def register(app: typer.Typer) -> None:
             if row["batch_size"] >= MAX_SEARCH_BATCH:
                 console.warn(f"every batch size up to {MAX_SEARCH_BATCH}, the largest searched, is predicted to fit")
             return
-        table = predictor.predict(net, _batch_sizes(bs if bs is not None else "8,16,32,64"), dataset_size=dataset_size, **options)
+        table = predictor.predict(net, _batch_sizes(bs if bs is not None else _DEFAULT_BATCH_SIZES), dataset_size=dataset_size, **options)
         _show(table, title=f"{net}: predicted {stage} cost on this device", as_json=as_json)
 
     @app.command("plan")

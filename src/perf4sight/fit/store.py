@@ -14,9 +14,9 @@ from __future__ import annotations
 
 import hashlib
 import json
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from functools import cached_property
+from functools import cache, cached_property
 from importlib.metadata import version
 from pathlib import Path
 from typing import Any
@@ -120,10 +120,17 @@ def _probe_network() -> nn.Module:
     )
 
 
-def _feature_probe(feature_set: str, stage: str) -> list[list[float]]:
+def _feature_probe(feature_set: str, stage: str) -> tuple[tuple[float, ...], ...]:
     """The features of `feature_set` for the reference network, one row per batch size."""
+    return _probe_features(FEATURE_SETS[feature_set], stage)
+
+
+@cache
+def _probe_features(features_of: Callable[..., pd.DataFrame], stage: str) -> tuple[tuple[float, ...], ...]:
+    """`_feature_probe`, computed once per feature function and stage in a process (a
+    predictor loads two models of one feature set)."""
     arch = load_architecture(_probe_network(), input_size=_PROBE_INPUT)
-    return FEATURE_SETS[feature_set](arch, _PROBE_BATCH_SIZES, stage).to_numpy(dtype=float).tolist()
+    return tuple(map(tuple, features_of(arch, _PROBE_BATCH_SIZES, stage).to_numpy(dtype=float)))
 
 
 def _sha256(data: bytes) -> str:
