@@ -5,7 +5,13 @@ are the keys, their annotations say how a value is read, and their defaults make
 optional. List values are Python literals read with `ast.literal_eval` (never `eval`);
 a bare word is taken as a one-element list. Relative paths are kept relative to the
 working directory, as in the original tool. Anything unknown or malformed raises
-`ConfigError` naming the file, section, key and value.
+`ConfigError` naming the file, section, key and value (cut to a readable length). The
+output paths a config names are checked when it is read, before any stage runs: a folder
+where a file is to be written (or a file where a folder is) would otherwise fail after
+hours of profiling.
+
+The ceilings below bound every number that enters from a config, a command line or a
+file: far above any device's reach, low enough that no computation overflows.
 """
 
 from __future__ import annotations
@@ -14,6 +20,8 @@ import ast
 import configparser
 import dataclasses
 import numbers
+import os
+import re
 import types
 import typing
 from collections.abc import Iterable
@@ -21,7 +29,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Union
 
-from perf4sight.errors import ConfigError
+from perf4sight.errors import ConfigError, clip
 
 __all__ = [
     "NetworkDatasetSettings",
@@ -31,7 +39,13 @@ __all__ = [
     "SECTIONS",
     "STAGES",
     "TARGET_COLUMNS",
+    "MAX_BATCH_SIZE",
+    "MAX_CLASSES",
+    "MAX_INPUT_EXTENT",
+    "OUTPUT_PATHS",
     "check_batch_sizes",
+    "check_output_path",
+    "parse_decimal",
     "check_stage",
     "is_positive_int",
     "load_config",
@@ -45,6 +59,12 @@ __all__ = [
 STAGES = ("training", "inference")
 # What is profiled (a test config's `test_var`, a log folder) and the log column its model predicts.
 TARGET_COLUMNS = {"memory": "mem_used", "latency": "latency"}
+
+# Ceilings (README, "Limits"): the largest batch size, class count, and input channels,
+# height or width accepted anywhere.
+MAX_BATCH_SIZE = 2**20
+MAX_CLASSES = 10**7
+MAX_INPUT_EXTENT = 2**14
 
 
 @dataclass(frozen=True)
@@ -114,6 +134,12 @@ SECTIONS: dict[str, type] = {
     "profile": ProfileSettings,
     "fingerprint": FingerprintSettings,
 }
+# The keys of each section that name something the toolflow writes: a folder or a file.
+OUTPUT_PATHS: dict[str, dict[str, str]] = {
+    "create_network_dataset": {"model_path": "folder"},
+    "profile": {"log_dir": "folder", "test_config": "file"},
+    "fingerprint": {"model_storedir": "folder", "report": "file"},
+}
 
 
 @dataclass(frozen=True)
@@ -136,15 +162,40 @@ def is_positive_int(value: object) -> bool:
 
 
 def check_batch_sizes(values: Iterable[object], where: str, error: type[Exception] = ConfigError) -> list[int]:
-    """`values` as ints, if there is at least one and each is a positive integer; else `error`
-    naming `where` they came from. A float is refused, not truncated: 1.5 is no batch size."""
+    """`values` as ints, if there is at least one and each is a positive integer up to
+    MAX_BATCH_SIZE; else `error` naming `where` they came from. A float is refused, not
+    truncated: 1.5 is no batch size."""
     sizes = list(values)
     if not sizes:
         raise error(f"{where}: empty list; expected positive integers")
     for value in sizes:
-        if not is_positive_int(value):
-            raise error(f"{where}: expected positive integers, got {value!r}")
+        if not is_positive_int(value) or value > MAX_BATCH_SIZE:
+            raise error(f"{where}: expected positive integers up to {MAX_BATCH_SIZE}, got {clip(repr(value))}")
     return [int(value) for value in sizes]
+
+
+def parse_decimal(text: str) -> int | None:
+    """The integer an ASCII decimal numeral writes (surrounding blanks allowed), or None:
+    `str.isdigit` and `int` accept other scripts' digits and superscripts ('²')."""
+    text = text.strip()
+    return int(text) if re.fullmatch(r"[0-9]{1,30}", text) else None
+
+
+def check_output_path(path: Path, kind: str, where: str) -> None:
+    """Refuse an output `path` that cannot become a `kind` ('folder' or 'file'): something of
+    the other kind in its place, a file where one of its parent folders would be, or a
+    parent that cannot be written. Nothing is created."""
+    if path.exists() and path.is_dir() != (kind == "folder"):
+        other = "folder" if path.is_dir() else "file"
+        raise ConfigError(f"{where}: {clip(str(path))} is a {other}; a {kind} is written there")
+    parent = path if kind == "folder" else path.parent
+    for ancestor in (parent, *parent.parents):
+        if ancestor.exists():
+            if not ancestor.is_dir():
+                raise ConfigError(f"{where}: {clip(str(ancestor))} is a file, not a folder to write {clip(str(path))} in")
+            if not os.access(ancestor, os.W_OK | os.X_OK) and not (ancestor == path and kind == "folder"):
+                raise ConfigError(f"{where}: {clip(str(ancestor))} cannot be written to")
+            return
 
 
 def check_stage(stage: object, where: str, error: type[Exception] = ConfigError) -> None:
@@ -171,6 +222,10 @@ def load_config(path: str | Path) -> Config:
         for name, cls in SECTIONS.items()
         if parser.has_section(name)
     }
+    for name, settings in values.items():
+        for key, kind in OUTPUT_PATHS[name].items():
+            if getattr(settings, key) is not None:
+                check_output_path(getattr(settings, key), kind, f"{path} [{name}] {key}")
     return Config(path=path, **values)
 
 
@@ -183,14 +238,17 @@ def load_section(path: str | Path, name: str) -> Any:
 
 
 def read_ini(path: Path, *, kind: str = "config file") -> configparser.ConfigParser:
-    """Parse an .ini file (no interpolation); ConfigError when missing or malformed."""
+    """Parse an .ini file (no interpolation; a UTF-8 byte order mark, as some editors
+    write, is skipped); ConfigError when missing or malformed."""
+    if path.is_dir():
+        raise ConfigError(f"{path}: is a folder, not a {kind}")
     if not path.is_file():
         raise ConfigError(f"{kind} not found: {path}")
     parser = configparser.ConfigParser(interpolation=None)
     try:
-        parser.read(path, encoding="utf-8")
+        parser.read(path, encoding="utf-8-sig")
     except configparser.Error as exc:
-        raise ConfigError(f"{path}: cannot parse: {exc}".replace("\n", " ")) from None
+        raise ConfigError(f"{path}: cannot parse: {clip(str(exc), 200)}") from None
     except UnicodeDecodeError as exc:
         raise ConfigError(f"{path}: not UTF-8 text (byte {exc.start}); is it a {kind}?") from None
     return parser
@@ -202,7 +260,7 @@ def parse_section(cls: type, raw: dict[str, str], *, where: str) -> Any:
     fields = {f.name: f for f in dataclasses.fields(cls)}
     for key in raw:
         if key not in fields:
-            raise ConfigError(f"{where}: unknown key '{key}'; known keys: {', '.join(fields)}")
+            raise ConfigError(f"{where}: unknown key '{clip(key)}'; known keys: {', '.join(fields)}")
     missing = [
         name
         for name, f in fields.items()
@@ -229,7 +287,7 @@ def _convert(text: str, hint: Any, *, where: str) -> Any:
         value = _literal(text)
         if isinstance(value, str) and value[:1] in ("[", "("):
             raise ConfigError(
-                f"{where}: {text!r} is not a Python list literal (strings in quotes: ['resnet18', 'squeezenet'])"
+                f"{where}: {clip(repr(text))} is not a Python list literal (strings in quotes: ['resnet18', 'squeezenet'])"
             )
         if isinstance(value, (list, tuple)):
             return [_scalar(v, item, where=where) for v in value]
@@ -272,4 +330,4 @@ def _scalar(value: Any, hint: Any, *, where: str) -> Any:
         if isinstance(value, str) and value:
             return Path(value).expanduser()
         expected = "path"
-    raise ConfigError(f"{where}: expected {expected}, got {value!r}")
+    raise ConfigError(f"{where}: expected {expected}, got {clip(repr(value))}")
