@@ -80,9 +80,11 @@ def test_bad_settings_are_refused_before_any_work(tmp_path, changes, message):
     assert not (tmp_path / "models").exists()
 
 
-def test_unknown_network_lists_the_known_ones(tmp_path):
-    with pytest.raises(NetworkError, match=r"unknown network 'lenet'.*known networks: alexnet"):
-        create_network_dataset(_settings(tmp_path, networks=["lenet"]))
+def test_unknown_network_lists_the_known_ones_before_any_work(tmp_path):
+    settings = _settings(tmp_path, networks=["squeezenet1_1", "lenet"])
+    with pytest.raises(ConfigError, match=r"networks: unknown network 'lenet'.*known networks: alexnet"):
+        create_network_dataset(settings)
+    assert not settings.model_path.exists()  # squeezenet1_1, first, was not pruned
 
 
 def test_a_config_with_a_bad_seed_exits_2_with_one_line(tmp_path, capsys):

@@ -8,8 +8,8 @@ from pathlib import Path
 import typer
 
 from perf4sight import console
-from perf4sight.config import NetworkDatasetSettings
-from perf4sight.errors import ConfigError, NetworkError
+from perf4sight.config import NetworkDatasetSettings, parse_decimal
+from perf4sight.errors import ConfigError, NetworkError, clip
 
 __all__ = ["register", "parse_levels", "parse_input_size"]
 
@@ -29,7 +29,7 @@ def parse_levels(text: str) -> list[int]:
 
 
 def _levels(text: str) -> list[int]:
-    match = re.fullmatch(r"(\d+):(\d+):(\d+)", text)
+    match = re.fullmatch(r"([0-9]+):([0-9]+):([0-9]+)", text)
     if match:
         start, stop, step = (int(g) for g in match.groups())
         if step < 1:
@@ -39,17 +39,17 @@ def _levels(text: str) -> list[int]:
                 f"--levels {text}: the range runs downward, so it holds no level; did you mean {stop}:{start}:{step}?"
             )
         return list(range(start, stop + 1, step))
-    if re.fullmatch(r"\d+(\s*,\s*\d+)*", text):
+    if re.fullmatch(r"[0-9]+(\s*,\s*[0-9]+)*", text):
         return [int(v) for v in text.split(",")]
     raise ConfigError(f"--levels {text!r}: expected integers like '0,10,20' or a range like '0:90:10'")
 
 
 def parse_input_size(text: str) -> list[int]:
     """'3,64,64' (or '3x64x64') -> [3, 64, 64]."""
-    parts = re.split(r"[,x]", text.strip())
-    if len(parts) != 3 or not all(p.strip().isdigit() and int(p) > 0 for p in parts):
-        raise ConfigError(f"--input-size {text!r}: expected three positive integers like '3,224,224'")
-    return [int(p) for p in parts]
+    sizes = [parse_decimal(part) for part in re.split(r"[,x]", text.strip())]
+    if len(sizes) != 3 or not all(size is not None and size > 0 for size in sizes):
+        raise ConfigError(f"--input-size {clip(repr(text))}: expected three positive integers like '3,224,224'")
+    return sizes  # type: ignore[return-value]
 
 
 def register(app: typer.Typer) -> None:

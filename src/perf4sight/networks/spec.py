@@ -327,11 +327,13 @@ def spec_from_module(
     prune_level: float,
     input_size: Sequence[int],
     num_classes: int,
+    level_reached: float | None = None,
     torchvision_name: str | None = None,
     torchvision_kwargs: dict[str, Any] | None = None,
     model_desc: str | None = None,
 ) -> dict[str, Any]:
-    """Describe a (pruned) module as a spec: the format of the TX2 dataset's `models/*.json`.
+    """Describe a (pruned) module as a spec: the format of the TX2 dataset's `models/*.json`
+(with `level_reached`, the share of parameters pruning removed, when given).
 
     `out_channels` lists every Conv2d and every Linear but the last (the classifier, whose
     outputs are the classes); `layers` every Conv2d and Linear in forward order with the
@@ -361,6 +363,7 @@ def spec_from_module(
         "name": name,
         "net": net,
         "prune_level": prune_level,
+        **({"level_reached": float(level_reached)} if level_reached is not None else {}),
         "torchvision": torchvision_name,
         "torchvision_kwargs": dict(torchvision_kwargs or {}),
     }
