@@ -82,7 +82,7 @@ def read_json(path: str | Path, *, what: str, error: type[Perf4sightError]) -> A
     """
     path = Path(path)
     if not path.is_file():
-        raise DataNotFoundError(f"{what} not found: {path}")
+        raise DataNotFoundError(f"{what} {'is not a file' if path.exists() else 'not found'}: {path}")
     try:
         return json.loads(path.read_text(encoding="utf-8"))
     except UnicodeDecodeError as exc:

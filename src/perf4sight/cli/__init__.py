@@ -74,7 +74,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         code = app(args=argv, prog_name="perf4sight", standalone_mode=False)
     except (Perf4sightError, OSError) as exc:  # OSError: a folder blocked by a file, no permission, a full disk
-        console.err.print(f"[red]error:[/red] {escape(clip(str(exc), _MESSAGE_LENGTH))}", soft_wrap=True)
+        console.err.print(f"[red]error:[/red] {escape(clip(str(exc), _MESSAGE_LENGTH))}", soft_wrap=True, emoji=False)
         return 2
     except (typer.Abort, KeyboardInterrupt):
         code = 130

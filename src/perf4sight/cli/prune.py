@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 from pathlib import Path
 
 import typer
@@ -19,19 +20,22 @@ def parse_levels(text: str) -> list[int]:
     every level within [0, MAX_LEVEL], refused before any work."""
     from perf4sight.networks.pruning import check_level  # torch: not for `--help`
 
-    levels = _levels(text.strip())
-    for level in levels:
+    def checked(level: int) -> int:
         try:
             check_level(level)
         except NetworkError as exc:
-            raise ConfigError(f"--levels {text.strip()}: {exc}") from None
-    return levels
+            raise ConfigError(f"--levels {clip(text.strip())}: {exc}") from None
+        return level
+
+    return [checked(level) for level in _levels(text.strip(), checked)]
 
 
-def _levels(text: str) -> list[int]:
+def _levels(text: str, checked: Callable[[int], int]) -> list[int]:
+    """The levels `text` lists; a range's ends are `checked` before the range is made."""
     match = re.fullmatch(r"([0-9]+):([0-9]+):([0-9]+)", text)
     if match:
         start, stop, step = (int(g) for g in match.groups())
+        checked(start), checked(stop)
         if step < 1:
             raise ConfigError(f"--levels {text}: the step must be at least 1")
         if stop < start:

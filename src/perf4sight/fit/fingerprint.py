@@ -140,6 +140,8 @@ def fingerprint_device(settings: FingerprintSettings) -> dict[str, Any]:
     method = check_settings(settings)
     catalogs = ArchitectureCatalogs(settings.pruned_models_storedir)
     enabled = [t for t in TARGETS if getattr(settings, f"{t.kind}_model")]
+    if not settings.pruned_models_storedir.is_dir():  # made by a config's pruning: checked now, not before
+        raise ConfigError(f"[fingerprint] pruned_models_storedir: folder not found: {settings.pruned_models_storedir}")
     for target in enabled if settings.eval_logs else ():  # a misspelt eval_nets is refused before any fit
         find_logs(settings.eval_nets or settings.train_nets, settings.eval_logs,
                   _log_dirs(settings, target.kind, evaluation=True))

@@ -20,7 +20,7 @@ import torch
 from torch import nn
 
 from perf4sight import console
-from perf4sight.config import NetworkDatasetSettings
+from perf4sight.config import NetworkDatasetSettings, check_output_path
 from perf4sight.errors import ConfigError, DataNotFoundError, NetworkError, clip
 from perf4sight.files import remove_stale_temporaries, write_text
 from perf4sight.networks.loader import check_input_size, check_num_classes, load_network
@@ -46,6 +46,7 @@ def check_settings(settings: NetworkDatasetSettings) -> tuple[list[str], list[in
         raise ConfigError(f"{_WHERE} pruning_perc: no level given")
     if settings.model_desc_dir is not None and not settings.model_desc_dir.is_dir():
         raise ConfigError(f"{_WHERE} model_desc_dir: directory not found: {settings.model_desc_dir}")
+    check_output_path(Path(settings.model_path), "folder", f"{_WHERE} model_path")
     checks: list[tuple[str, Callable[[Any], Any], Any]] = [
         ("mode", check_mode, settings.mode),
         ("seed", check_seed, settings.seed),
