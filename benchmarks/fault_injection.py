@@ -5,8 +5,8 @@ classified by what the user sees.
 
 Categories: config files (every key of every section given values that are wrong, out of
 range, hostile or huge, and broken files), command-line options, profiling-log rows,
-tampered stored models, impossible architecture specs, and `prune` killed part-way (then
-run again). Stored models, specs and logs start from the TX2 measurements (skipped when
+tampered stored models, impossible architecture specs, temporary files left by a killed
+writer, and `prune` killed part-way (then run again). Stored models, specs and logs start from the TX2 measurements (skipped when
 absent). Each case runs in this process through `perf4sight.cli.main` (kills: in a child
 process), and is counted as
 
@@ -15,7 +15,7 @@ process), and is counted as
   network is pruned once, a log with repeats is fitted with a warning) gave it;
 - traceback: an exception escaped the command;
 - silent: exit 0 where an error was due, or a wrong answer;
-- lost: after a kill and a rerun, the manifest and the specs disagree or temporaries remain;
+- lost: after a kill, the manifest and the specs disagree; after a rerun, temporaries remain;
 - executed: code from the input ran (every hostile payload would create a marker file);
 - other: any other exit code or a message of several lines.
 
@@ -644,7 +644,8 @@ def _kill_case(name: str, delays: list[float]) -> Case:
 
 def _child(argv: list[str]) -> subprocess.Popen:
     env = {**os.environ, "PYTHONPATH": str(ROOT / "src")}
-    return subprocess.Popen([sys.executable, "-m", "perf4sight.cli", "--quiet", *argv], env=env,
+    entry = "from perf4sight.cli import entry; entry()"
+    return subprocess.Popen([sys.executable, "-c", entry, "--quiet", *argv], env=env,
                             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
 
 
@@ -654,6 +655,7 @@ def _kill_outcome(argv: list[str]) -> tuple[str, str]:
 
     out, delays = Path(argv[0]), [float(d) for d in argv[1:]]
     command = [*_PRUNE_ARGS, "--out", str(out)]
+    found = []  # specs present after each kill
     for delay in delays:
         child = _child(command)
         time.sleep(delay)
@@ -661,6 +663,7 @@ def _kill_outcome(argv: list[str]) -> tuple[str, str]:
         child.wait()
         if not _manifest_agrees(out, read_spec):
             return "lost", f"after the kill at {delay:g} s the manifest and the specs disagree"
+        found.append(len(list(out.glob("*.json"))))
     child = _child(command)
     _, err = child.communicate()
     if child.returncode != 0:
@@ -671,7 +674,8 @@ def _kill_outcome(argv: list[str]) -> tuple[str, str]:
         return "lost", f"temporary files left: {', '.join(leftovers)}"
     if not _manifest_agrees(out, read_spec) or len(list(out.glob("*.json"))) != 10:
         return "lost", "the manifest and the specs disagree after the rerun"
-    return "right", f"{len(list(out.glob('*.json')))} specs, manifest agrees, no temporaries"
+    return "right", (f"specs after each kill: {', '.join(map(str, found))}; after the rerun "
+                     f"{len(list(out.glob('*.json')))}, the manifest agrees, no temporaries")
 
 
 def _manifest_agrees(out: Path, read_spec: Callable[[Path], dict]) -> bool:
@@ -694,21 +698,43 @@ KILL_CASES = [
     _kill_case("killed twice", [6.0, 7.0]),
     _kill_case("killed three times", [5.0, 6.5, 8.0]),
     _kill_case("killed at once", [0.5]),
-    _kill_case("killed after the end, then rerun", [30.0]),
+    _kill_case("run to the end, then a rerun killed", [30.0, 3.0]),
 ]
+
+
+def _stale_temporary(scratch: Path, fixtures: Fixtures) -> list[str]:
+    """A spec folder holding what a writer killed mid-write leaves: `.<name>.<pid>.tmp` of a
+    process that has ended."""
+    out = scratch / "models"
+    out.mkdir()
+    ended = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True)
+    pid = int(ended.stdout)
+    (out / f".squeezenet1_1_0.json.{pid}.tmp").write_text('{"name": "squ')
+    (out / f".squeezenet1_1_0.py.{pid}.tmp").write_text("import tor")
+    (out / f".other_file.csv.{pid}.tmp").write_text("a|b")
+    return ["prune", "--net", "squeezenet1_1", "--levels", "0", "--input-size", "3,32,32", "--num-classes", "10",
+            "--write-model-files", "--out", str(out)]
+
+
+def _no_temporaries(scratch: Path, out: str, err: str) -> bool:
+    return not list((scratch / "models").glob(".*.tmp")) and (scratch / "models" / "squeezenet1_1_0.json").is_file()
+
+
+LEFTOVER_CASES = [Case("leftover", "temporaries of a killed writer", _stale_temporary, _no_temporaries)]
 
 
 def catalogue() -> list[Case]:
     """Every case, in the order the table lists them."""
     configs = [_config_case(section, key, value) for section, key, value in BAD_VALUES]
     files = [*FILE_CASES, Case("config", "the config file is missing", _missing_config)]
-    return [*configs, *files, *CLI_CASES, *LOG_CASES, *STORED_CASES, *SPEC_CASES, *KILL_CASES]
+    return [*configs, *files, *CLI_CASES, *LOG_CASES, *STORED_CASES, *SPEC_CASES, *LEFTOVER_CASES, *KILL_CASES]
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--tx2", type=Path, default=TX2, help="TX2 dataset folder (cases needing it are skipped without)")
-    parser.add_argument("--only", default="", help="comma-separated categories: config, cli, log, stored model, spec, kill")
+    parser.add_argument("--only", default="",
+                        help="comma-separated categories: config, cli, log, stored model, spec, leftover, kill")
     parser.add_argument("--list", action="store_true", help="print every case's outcome")
     parser.add_argument("--keep", type=Path, default=None, help="scratch folder to keep (default: a temporary one)")
     args = parser.parse_args()
