@@ -169,8 +169,10 @@ def check_batch_sizes(values: Iterable[object], where: str, error: type[Exceptio
     if not sizes:
         raise error(f"{where}: empty list; expected positive integers")
     for value in sizes:
-        if not is_positive_int(value) or value > MAX_BATCH_SIZE:
-            raise error(f"{where}: expected positive integers up to {MAX_BATCH_SIZE}, got {clip(repr(value))}")
+        if not is_positive_int(value):
+            raise error(f"{where}: expected positive integers, got {clip(repr(value))}")
+        if value > MAX_BATCH_SIZE:
+            raise error(f"{where}: {clip(repr(value))} is above the largest batch size, {MAX_BATCH_SIZE}")
     return [int(value) for value in sizes]
 
 

@@ -139,10 +139,12 @@ def read_logs(nets: Sequence[str], levels: Sequence[int], log_dirs: Sequence[str
     columns; a row that repeats a test of its log is left out, with one warning for all."""
     frames = []
     repeats: list[tuple[Path, int]] = []
-    for net, path in find_logs(nets, levels, log_dirs):
+    found = find_logs(nets, levels, log_dirs)
+    for net, path in found:
         frame = read_gt_log(path, targets)
         if frame.empty:
             console.warn(f"{path}: no test rows (a header only); nothing of it is used")
+            continue
         repeated = _repeated_tests(frame)
         if repeated.any():
             repeats.append((path, int(repeated.sum())))
@@ -152,4 +154,6 @@ def read_logs(nets: Sequence[str], levels: Sequence[int], log_dirs: Sequence[str
         console.warn(f"{sum(count for _, count in repeats)} log rows repeat a test (same "
                      f"{', '.join(TEST_COLUMNS)}) of an earlier row of their log, in {len(repeats)} logs "
                      f"(first: {repeats[0][0]}); only the first row of each test is used")
+    if not frames:
+        raise DataNotFoundError(f"no test rows in the profiling logs found: {', '.join(str(p) for _, p in found)}")
     return pd.concat(frames, ignore_index=True)
