@@ -634,12 +634,26 @@ _PRUNE_ARGS = ["prune", "--net", "squeezenet1_1", "--levels", "0:90:10", "--inpu
                "--num-classes", "10", "--write-model-files"]
 
 
-def _kill_case(name: str, delays: list[float]) -> Case:
-    """`prune` started and killed (SIGKILL) after each delay in turn, then run to the end."""
+def _kill_case(name: str, moments: list[str]) -> Case:
+    """`prune` started and killed (SIGKILL) at each moment in turn ('3 specs': as soon as the
+    folder holds three specs, in the middle of the run's writes; '2.5': after 2.5 s), then
+    run to the end."""
     def setup(scratch: Path, fixtures: Fixtures) -> list[str]:
-        return [str(scratch / "models"), *map(str, delays)]
+        return [str(scratch / "models"), *moments]
 
     return Case("kill", name, setup, slow=True)
+
+
+def _wait(child: subprocess.Popen, out: Path, moment: str) -> None:
+    """Return at `moment` of the child's run (or when it has ended)."""
+    if not moment.endswith(" specs"):
+        time.sleep(float(moment))
+        return
+    wanted, deadline = int(moment.split()[0]), time.monotonic() + 300
+    while child.poll() is None and time.monotonic() < deadline:
+        if out.is_dir() and len(list(out.glob("*.json"))) >= wanted:
+            return
+        time.sleep(0.005)
 
 
 def _child(argv: list[str]) -> subprocess.Popen:
@@ -653,17 +667,17 @@ def _kill_outcome(argv: list[str]) -> tuple[str, str]:
     """Run the kills, then the whole command, and compare the manifest with the folder."""
     from perf4sight.networks import read_spec
 
-    out, delays = Path(argv[0]), [float(d) for d in argv[1:]]
+    out, moments = Path(argv[0]), argv[1:]
     command = [*_PRUNE_ARGS, "--out", str(out)]
-    found = []  # specs present after each kill
-    for delay in delays:
+    found = []  # specs (and temporaries) present after each kill
+    for moment in moments:
         child = _child(command)
-        time.sleep(delay)
+        _wait(child, out, moment)
         child.send_signal(signal.SIGKILL)
         child.wait()
         if not _manifest_agrees(out, read_spec):
-            return "lost", f"after the kill at {delay:g} s the manifest and the specs disagree"
-        found.append(len(list(out.glob("*.json"))))
+            return "lost", f"after the kill at {moment} the manifest and the specs disagree"
+        found.append(f"{len(list(out.glob('*.json')))} ({len(list(out.glob('.*.tmp')))} temporaries)")
     child = _child(command)
     _, err = child.communicate()
     if child.returncode != 0:
@@ -693,12 +707,12 @@ def _manifest_agrees(out: Path, read_spec: Callable[[Path], dict]) -> bool:
 
 
 KILL_CASES = [
-    _kill_case("killed once early", [4.0]),
-    _kill_case("killed once late", [9.0]),
-    _kill_case("killed twice", [6.0, 7.0]),
-    _kill_case("killed three times", [5.0, 6.5, 8.0]),
-    _kill_case("killed at once", [0.5]),
-    _kill_case("run to the end, then a rerun killed", [30.0, 3.0]),
+    _kill_case("killed at the first spec", ["1 specs"]),
+    _kill_case("killed at the third spec", ["3 specs"]),
+    _kill_case("killed at the ninth spec", ["9 specs"]),
+    _kill_case("killed twice", ["2 specs", "6"]),
+    _kill_case("killed before any spec", ["0.5"]),
+    _kill_case("run to the end, then a rerun killed", ["60", "4"]),
 ]
 
 

@@ -71,13 +71,7 @@ def _ints(value: Any, length: int | None = None, *, low: int = 1) -> bool:
     """Whether `value` is a non-empty list of integers of at least `low` (of `length`, if given)."""
     if not isinstance(value, list) or not value or (length is not None and len(value) != length):
         return False
-    return all(is_positive_int(v) or (low == 0 and v == 0 and type(v) is int) for v in value) if low in (0, 1) \
-        else False
-
-
-def _positive_ints(value: Any, length: int | None = None) -> bool:
-    """Whether `value` is a non-empty list of positive integers (of `length`, if given)."""
-    return _ints(value, length)
+    return all(isinstance(v, int) and not isinstance(v, bool) and v >= low for v in value)
 
 
 # A keyword argument's value in a spec: a plain number, flag or word of modest size (an
@@ -120,7 +114,7 @@ def _spec_problem(spec: dict[str, Any]) -> str | None:
         return f"params {clip(repr(spec['params']))} is not a positive integer"
     if not is_positive_int(spec["num_classes"]) or spec["num_classes"] > MAX_CLASSES:
         return f"num_classes {clip(repr(spec['num_classes']))} is not a positive integer up to {MAX_CLASSES}"
-    if not _positive_ints(spec["input_size"], 3) or max(spec["input_size"]) > MAX_INPUT_EXTENT:
+    if not _ints(spec["input_size"], 3) or max(spec["input_size"]) > MAX_INPUT_EXTENT:
         return (f"input_size {clip(repr(spec['input_size']))} is not three positive integers up to "
                 f"{MAX_INPUT_EXTENT} (channels, height, width)")
     out_channels = spec["out_channels"]
@@ -128,28 +122,28 @@ def _spec_problem(spec: dict[str, Any]) -> str | None:
         return "out_channels is not an object of layer names and output channels"
     for name, channels in out_channels.items():
         if not is_positive_int(channels):
-            return f"out_channels '{name}': {channels!r} is not a positive integer"
+            return f"out_channels '{clip(name)}': {clip(repr(channels))} is not a positive integer"
     if not isinstance(spec["layers"], list):
         return "layers is not a list of layer entries"
     recorded: set[str] = set()
     for k, entry in enumerate(spec["layers"]):
         if not isinstance(entry, dict) or not isinstance(entry.get("name"), str):
             return f"layers[{k}] is not an object with a 'name'"
-        name = clip(entry["name"])
+        name = entry["name"]
         if entry.get("type") not in ("Conv2d", "Linear"):
-            return f"layers entry '{name}': type {clip(repr(entry.get('type')))} is not 'Conv2d' or 'Linear'"
+            return f"layers entry '{clip(name)}': type {clip(repr(entry.get('type')))} is not 'Conv2d' or 'Linear'"
         problem = _layer_problem(entry)
         if problem is not None:
-            return f"layers entry '{name}': {problem}"
+            return f"layers entry '{clip(name)}': {problem}"
         # The classifier is the one layer out_channels leaves out: its outputs are the classes.
         source = "out_channels" if name in out_channels else "num_classes"
         expected = out_channels[name] if name in out_channels else spec["num_classes"]
         if entry["out"][0] != expected:
-            return f"layers entry '{name}' has {entry['out'][0]} output channels, {source} says {expected}"
+            return f"layers entry '{clip(name)}' has {entry['out'][0]} output channels, {source} says {expected}"
         recorded.add(name)
     unrecorded = [name for name in out_channels if name not in recorded]
     if unrecorded:
-        return f"out_channels '{unrecorded[0]}' is not in the spec's layers"
+        return f"out_channels '{clip(unrecorded[0])}' is not in the spec's layers"
     return None
 
 
