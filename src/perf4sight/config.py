@@ -60,7 +60,7 @@ STAGES = ("training", "inference")
 # What is profiled (a test config's `test_var`, a log folder) and the log column its model predicts.
 TARGET_COLUMNS = {"memory": "mem_used", "latency": "latency"}
 
-# Ceilings (README, "Limits"): the largest batch size, class count, and input channels,
+# Ceilings (README, "Checks and limits"): the largest batch size, class count, and input channels,
 # height or width accepted anywhere.
 MAX_BATCH_SIZE = 2**20
 MAX_CLASSES = 10**7

@@ -3,9 +3,10 @@
 For each network the dependency graph is built once and every level is pruned from a
 clone on the meta device (shapes only), except in `l1-norm` mode, where the channels to
 drop are chosen from the weights the network was built with (seeded). The manifest
-lists every spec in the folder, those of earlier (or stopped) runs too, rebuilt from the
-specs themselves after each one written: a run stopped at any point leaves a manifest
-that agrees with the folder. The specs are what later stages load.
+lists every spec in the folder: those there when the run began (of earlier or stopped
+runs, each row made from its spec) and each one written, the file rewritten after every
+spec: a run stopped at any point leaves a manifest that agrees with the folder (but for the
+one spec written just before the stop). The specs are what later stages load.
 """
 
 from __future__ import annotations
