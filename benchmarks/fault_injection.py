@@ -65,7 +65,7 @@ class Fixtures:
         return self.root / "EXECUTED"
 
     def models(self) -> Path:
-        """A folder of fitted memory and latency models ('paper', squeezenet at 0, 50, 90 %)."""
+        """A folder of fitted memory and latency models ('physical', squeezenet at 0, 50, 90 %)."""
         if self._models is None:
             folder = self.root / "_fitted"
             config = self.root / "_fit.ini"
@@ -164,7 +164,7 @@ def _fingerprint_base(fixtures: Fixtures, storedir: Path) -> dict[str, str]:
     tx2 = fixtures.tx2 or fixtures.root / "no-tx2"
     return {"train_nets": "['squeezenet']", "train_logs": "[0, 50, 90]", "pruned_models_storedir": str(tx2 / "models"),
             "model_storedir": str(storedir), "memory_logs": f"['{tx2 / 'memory'}']",
-            "latency_logs": f"['{tx2 / 'latency'}']", "method": "paper"}
+            "latency_logs": f"['{tx2 / 'latency'}']", "method": "physical"}
 
 
 _BASES: dict[str, Callable[[Path, Fixtures], dict[str, str]]] = {
@@ -509,7 +509,7 @@ STORED_CASES = [
         "versions []": lambda m: m.update(versions=[]),
         "versions without scikit-learn": lambda m: m["versions"].update({"scikit-learn": None}),
         "feature_set bogus": lambda m: m.update(feature_set="bogus"),
-        "feature_set of another method": lambda m: m.update(feature_set="physical"),
+        "feature_set of another method": lambda m: m.update(feature_set="paper"),
         "feature_probe 'abc'": lambda m: m.update(feature_probe="abc"),
         "feature_probe [[NaN]]": lambda m: m.update(feature_probe=[[float("nan")]]),
         "feature_probe ragged": lambda m: m["feature_probe"][0].append(1.0),
@@ -531,7 +531,7 @@ STORED_CASES = [
         "format 5": lambda m: m.update(format=5),
         "format 6.0": lambda m: m.update(format=6.0),
         "method bogus": lambda m: m.update(method="bogus"),
-        "method of another class": lambda m: m.update(method="physical"),
+        "method of another class": lambda m: m.update(method="paper"),
         "stage inference": lambda m: m.update(stage="inference"),
         "target latency": lambda m: m.update(target="latency"),
         "n_train -1": lambda m: m.update(n_train=-1),
