@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from perf4sight.errors import DataNotFoundError, NetworkError
-from perf4sight.files import replaced, write_text
+from perf4sight.files import remove_stale_temporaries, replaced, write_text
 from perf4sight.networks.spec import read_spec
 
 
@@ -39,3 +39,21 @@ def test_a_write_that_fails_leaves_the_old_file(tmp_path: Path) -> None:
     assert path.read_text() == '{"name": "old"}\n' and [p.name for p in tmp_path.iterdir()] == ["spec.json"]
     write_text(path, '{"name": "new"}\n')
     assert path.read_text() == '{"name": "new"}\n'
+
+
+def test_temporaries_of_ended_writers_are_removed_and_a_live_ones_kept(tmp_path: Path) -> None:
+    import os
+    import subprocess
+    import sys
+
+    ended = int(subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True,
+                               text=True, check=True).stdout)
+    stale = tmp_path / f".spec.json.{ended}.tmp"
+    other = tmp_path / f".other.csv.{ended}.tmp"
+    live = tmp_path / f".spec.json.{os.getppid()}.tmp"  # a running process's write in progress
+    for path in (stale, other, live):
+        path.write_text("half")
+    write_text(tmp_path / "spec.json", "{}\n")  # a write of spec.json clears its own leftovers
+    assert not stale.exists() and other.exists() and live.exists()
+    assert remove_stale_temporaries(tmp_path) == [other]  # a whole folder's
+    assert live.exists() and (tmp_path / "spec.json").read_text() == "{}\n"

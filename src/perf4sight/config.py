@@ -5,22 +5,29 @@ are the keys, their annotations say how a value is read, and their defaults make
 optional. List values are Python literals read with `ast.literal_eval` (never `eval`);
 a bare word is taken as a one-element list. Relative paths are kept relative to the
 working directory, as in the original tool. Anything unknown or malformed raises
-`ConfigError` naming the file, section, key and value.
+`ConfigError` naming the file, section, key and value (cut to a readable length). The
+output paths a config names are checked when it is read, before any stage runs: a folder
+where a file is to be written (or a file where a folder is) would otherwise fail after
+hours of profiling.
+
+The ceilings below bound every number that enters from a config, a command line or a
+file: far above any device's reach, low enough that no computation overflows.
 """
 
 from __future__ import annotations
 
 import ast
 import dataclasses
+import os
 import types
 import typing
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Union
 
-from perf4sight.device.checks import check_batch_sizes, is_positive_int, read_ini
+from perf4sight.device.checks import MAX_BATCH_SIZE, check_batch_sizes, is_positive_int, parse_decimal, read_ini
 from perf4sight.device.test_config import STAGES, TARGET_COLUMNS
-from perf4sight.errors import ConfigError
+from perf4sight.errors import ConfigError, clip
 
 __all__ = [
     "NetworkDatasetSettings",
@@ -30,7 +37,13 @@ __all__ = [
     "SECTIONS",
     "STAGES",
     "TARGET_COLUMNS",
+    "MAX_BATCH_SIZE",
+    "MAX_CLASSES",
+    "MAX_INPUT_EXTENT",
+    "OUTPUT_PATHS",
     "check_batch_sizes",
+    "check_output_path",
+    "parse_decimal",
     "check_stage",
     "is_positive_int",
     "load_config",
@@ -38,6 +51,12 @@ __all__ = [
     "parse_section",
     "read_ini",
 ]
+
+
+# Ceilings (README, "Checks and limits"), beside MAX_BATCH_SIZE (perf4sight.device.checks): the
+# largest class count and input channels, height or width accepted anywhere.
+MAX_CLASSES = 10**7
+MAX_INPUT_EXTENT = 2**14
 
 
 @dataclass(frozen=True)
@@ -107,6 +126,12 @@ SECTIONS: dict[str, type] = {
     "profile": ProfileSettings,
     "fingerprint": FingerprintSettings,
 }
+# The keys of each section that name something the toolflow writes: a folder or a file.
+OUTPUT_PATHS: dict[str, dict[str, str]] = {
+    "create_network_dataset": {"model_path": "folder"},
+    "profile": {"log_dir": "folder", "test_config": "file"},
+    "fingerprint": {"model_storedir": "folder", "report": "file"},
+}
 
 
 @dataclass(frozen=True)
@@ -121,6 +146,23 @@ class Config:
     def sections(self) -> list[str]:
         """Names of the sections present, in toolflow order."""
         return [name for name in SECTIONS if getattr(self, name) is not None]
+
+
+def check_output_path(path: Path, kind: str, where: str) -> None:
+    """Refuse an output `path` that cannot become a `kind` ('folder' or 'file'): something of
+    the other kind in its place, a file where one of its parent folders would be, or a
+    parent that cannot be written. Nothing is created."""
+    if path.exists() and path.is_dir() != (kind == "folder"):
+        other = "folder" if path.is_dir() else "file"
+        raise ConfigError(f"{where}: {clip(str(path))} is a {other}; a {kind} is written there")
+    parent = path if kind == "folder" else path.parent
+    for ancestor in (parent, *parent.parents):
+        if ancestor.exists():
+            if not ancestor.is_dir():
+                raise ConfigError(f"{where}: {clip(str(ancestor))} is a file, not a folder to write {clip(str(path))} in")
+            if not os.access(ancestor, os.W_OK | os.X_OK) and not (ancestor == path and kind == "folder"):
+                raise ConfigError(f"{where}: {clip(str(ancestor))} cannot be written to")
+            return
 
 
 def check_stage(stage: object, where: str, error: type[Exception] = ConfigError) -> None:
@@ -147,6 +189,10 @@ def load_config(path: str | Path) -> Config:
         for name, cls in SECTIONS.items()
         if parser.has_section(name)
     }
+    for name, settings in values.items():
+        for key, kind in OUTPUT_PATHS[name].items():
+            if getattr(settings, key) is not None:
+                check_output_path(getattr(settings, key), kind, f"{path} [{name}] {key}")
     return Config(path=path, **values)
 
 
@@ -164,7 +210,7 @@ def parse_section(cls: type, raw: dict[str, str], *, where: str) -> Any:
     fields = {f.name: f for f in dataclasses.fields(cls)}
     for key in raw:
         if key not in fields:
-            raise ConfigError(f"{where}: unknown key '{key}'; known keys: {', '.join(fields)}")
+            raise ConfigError(f"{where}: unknown key '{clip(key)}'; known keys: {', '.join(fields)}")
     missing = [
         name
         for name, f in fields.items()
@@ -191,7 +237,7 @@ def _convert(text: str, hint: Any, *, where: str) -> Any:
         value = _literal(text)
         if isinstance(value, str) and value[:1] in ("[", "("):
             raise ConfigError(
-                f"{where}: {text!r} is not a Python list literal (strings in quotes: ['resnet18', 'squeezenet'])"
+                f"{where}: {clip(repr(text))} is not a Python list literal (strings in quotes: ['resnet18', 'squeezenet'])"
             )
         if isinstance(value, (list, tuple)):
             return [_scalar(v, item, where=where) for v in value]
@@ -234,4 +280,4 @@ def _scalar(value: Any, hint: Any, *, where: str) -> Any:
         if isinstance(value, str) and value:
             return Path(value).expanduser()
         expected = "path"
-    raise ConfigError(f"{where}: expected {expected}, got {value!r}")
+    raise ConfigError(f"{where}: expected {expected}, got {clip(repr(value))}")

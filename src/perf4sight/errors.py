@@ -15,6 +15,7 @@ from perf4sight.device.errors import (
     NetworkError,
     Perf4sightError,
     UsageError,
+    clip,
 )
 
 __all__ = [
@@ -27,4 +28,5 @@ __all__ = [
     "FittedModelError",
     "UsageError",
     "LogFolderBusyError",
+    "clip",
 ]

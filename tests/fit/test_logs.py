@@ -5,6 +5,7 @@ from __future__ import annotations
 import shutil
 from pathlib import Path
 
+import pandas as pd
 import pytest
 
 from perf4sight.errors import DataNotFoundError, LogFormatError
@@ -94,3 +95,25 @@ def test_read_logs_keeps_the_levels_found_and_tags_the_net(tx2_dir):
     assert set(logs["net"]) == {"resnet18", "squeezenet"}
     assert logs["log"].nunique() == 4
     assert set(logs["net_name"]) == {"resnet18", "squeezenet"}
+
+
+def test_repeated_tests_are_used_once_with_a_warning_and_empty_logs_named(tx2_dir, tmp_path, capsys):
+    logs = tmp_path / "memory"
+    logs.mkdir()
+    for level in (0, 50, 90):
+        shutil.copy(tx2_dir / "memory" / f"squeezenet_{level}-gt.csv", logs)
+    once = read_logs(["squeezenet"], [0, 50], [logs], ["mem_used"])
+    rows = (logs / "squeezenet_50-gt.csv").read_text().splitlines()
+    (logs / "squeezenet_50-gt.csv").write_text("\n".join(rows + rows[1:]) + "\n")  # two campaigns' rows
+    (logs / "squeezenet_90-gt.csv").write_text(rows[0] + "\n")  # a header only
+    capsys.readouterr()
+    twice = read_logs(["squeezenet"], [0, 50, 90], [logs], ["mem_used"])
+    err = " ".join(capsys.readouterr().err.split())
+    assert f"{len(rows) - 1} log rows repeat a test" in err and "squeezenet_90-gt.csv: no test rows" in err
+    pd.testing.assert_frame_equal(twice.drop(columns="log"), once.drop(columns="log"))
+
+
+def test_a_folder_in_a_logs_place_is_an_error(tx2_dir, tmp_path):
+    (tmp_path / "squeezenet_0-gt.csv").mkdir()
+    with pytest.raises(LogFormatError, match=r"squeezenet_0-gt\.csv: not a file; a profiling log is expected there"):
+        find_logs(["squeezenet"], [0], [tmp_path])

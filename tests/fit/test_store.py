@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 import zipfile
 
 import numpy as np
@@ -97,7 +98,7 @@ def test_another_library_version_is_refused(stored, tmp_path, edit_metadata):
 
 def test_an_older_storage_format_is_refused(stored, tmp_path, edit_metadata):
     edit_metadata(stored[1], lambda meta: meta.update(format=1))
-    with pytest.raises(FittedModelError, match="stored in format 1, this perf4sight reads format 5; fingerprint again"):
+    with pytest.raises(FittedModelError, match="stored in format 1, this perf4sight reads format 6; fingerprint again"):
         load_model(tmp_path, stage="training", target="latency")
 
 
@@ -130,3 +131,64 @@ def test_a_model_without_its_metadata_is_refused(stored, tmp_path):
     with pytest.raises(FittedModelError, match="training_latency.json is missing; fingerprint again to refit"):
         load_model(tmp_path, stage="training", target="latency")
     assert not list(tmp_path.glob(".*.tmp"))  # the writes left no temporary files behind
+
+
+def _fix_hash(path):
+    import hashlib
+
+    meta = json.loads(path.with_suffix(".json").read_text())
+    meta["sha256"] = hashlib.sha256(path.read_bytes()).hexdigest()
+    path.with_suffix(".json").write_text(json.dumps(meta))
+
+
+def test_a_model_copied_over_another_target_is_refused_by_its_own_identity(dataset, stored, tmp_path):
+    estimator, latency = stored
+    memory = save_model(estimator, method="paper", storedir=tmp_path, stage="training", target="mem_used",
+                        dataset=dataset)
+    assert load_model(tmp_path, stage="training", target="mem_used").metadata["target"] == "mem_used"
+    assert not hasattr(estimator, "perf4sight_identity_")  # the caller's estimator is left as it was
+    memory.write_bytes(latency.read_bytes())  # the latency model under the memory model's name
+    _fix_hash(memory)
+    with pytest.raises(FittedModelError, match=r"training_mem_used\.skops: the model inside says it was fitted for "
+                                               r"stage training, target latency"):
+        load_model(tmp_path, stage="training", target="mem_used")
+
+
+@pytest.mark.parametrize("content", [b"", b"\x80\x04K\x01.", b"PK\x05\x06" + bytes(18)])
+def test_a_model_file_that_is_not_skops_is_one_error(stored, tmp_path, content):
+    _, path = stored
+    path.write_bytes(content)
+    _fix_hash(path)
+    with pytest.raises(FittedModelError, match=r"training_latency\.skops: not a (readable )?skops file"):
+        load_model(tmp_path, stage="training", target="latency")
+
+
+@pytest.mark.parametrize(("change", "message"), [
+    (lambda m: m.update(versions=[]), "versions: Input should be a valid dictionary"),
+    (lambda m: m.update(feature_set="bogus"), "feature set 'bogus', method 'paper' is fitted on 'paper'"),
+    (lambda m: m.update(feature_probe="abc"), "feature_probe: Input should be a valid list"),
+    (lambda m: m["feature_names"].__setitem__(0, "bogus"), "feature 'bogus' is not one of the 'paper' features"),
+    (lambda m: m.update(bound_ratio={"quantile": 0.95, "ratio": float("nan"), "left_out": "network",
+                                     "calibrated_ratio": None}), "bound_ratio.ratio: Input should be a finite number"),
+    (lambda m: m.update(family_residuals="abc"), "family_residuals: Input should be a valid dictionary"),
+    (lambda m: m.update(training_ranges="zzz"), "training_ranges: Input should be a valid dictionary"),
+    (lambda m: m.update(format="6"), "stored in format '6', this perf4sight reads format 6"),
+])
+def test_tampered_metadata_is_one_error_naming_the_field(stored, tmp_path, edit_metadata, change, message):
+    edit_metadata(stored[1], change)
+    with pytest.raises(FittedModelError, match=re.escape(message)):
+        load_model(tmp_path, stage="training", target="latency")
+
+
+def test_half_a_pair_is_an_error_and_no_pair_is_no_model(stored, tmp_path):
+    from perf4sight.predict import Predictor
+
+    _, path = stored
+    assert Predictor.load(tmp_path).models.keys() == {"latency_ms"}  # no memory model: none stored, no error
+    path.unlink()
+    path.mkdir()  # a folder where the model was
+    with pytest.raises(FittedModelError, match=r"training_latency\.skops: not a file"):
+        Predictor.load(tmp_path)
+    path.rmdir()
+    with pytest.raises(FittedModelError, match=r"training_latency\.json: its model training_latency\.skops is missing"):
+        Predictor.load(tmp_path)

@@ -80,9 +80,11 @@ def test_bad_settings_are_refused_before_any_work(tmp_path, changes, message):
     assert not (tmp_path / "models").exists()
 
 
-def test_unknown_network_lists_the_known_ones(tmp_path):
-    with pytest.raises(NetworkError, match=r"unknown network 'lenet'.*known networks: alexnet"):
-        create_network_dataset(_settings(tmp_path, networks=["lenet"]))
+def test_unknown_network_lists_the_known_ones_before_any_work(tmp_path):
+    settings = _settings(tmp_path, networks=["squeezenet1_1", "lenet"])
+    with pytest.raises(ConfigError, match=r"networks: unknown network 'lenet'.*known networks: alexnet"):
+        create_network_dataset(settings)
+    assert not settings.model_path.exists()  # squeezenet1_1, first, was not pruned
 
 
 def test_a_config_with_a_bad_seed_exits_2_with_one_line(tmp_path, capsys):
@@ -92,3 +94,19 @@ def test_a_config_with_a_bad_seed_exits_2_with_one_line(tmp_path, capsys):
     err = capsys.readouterr().err
     assert "[create_network_dataset] seed: pruning seed -1 is not an integer" in err and "Traceback" not in err
     assert not (tmp_path / "models").exists()
+
+
+def test_the_manifest_lists_every_spec_in_the_folder_and_repeats_are_made_once(tmp_path, capsys):
+    first = create_network_dataset(_settings(tmp_path, networks=["squeezenet1_1"], pruning_perc=[0, 50]))
+    assert list(first["name"]) == ["squeezenet1_1_0", "squeezenet1_1_50"]
+    # A second run, of other levels with repeats, keeps the first run's specs listed.
+    again = create_network_dataset(
+        _settings(tmp_path, networks=["squeezenet1_1", "squeezenet1_1"], pruning_perc=[30, 30, 50]))
+    out = " ".join(capsys.readouterr().out.split())
+    assert "networks: 1 repeated entries made once" in out and "pruning_perc: 1 repeated entries made once" in out
+    assert sorted(again["name"]) == ["squeezenet1_1_0", "squeezenet1_1_30", "squeezenet1_1_50"]
+    written = pd.read_csv(tmp_path / "models" / "manifest.csv")
+    assert sorted(written["spec_file"]) == sorted(str(p) for p in (tmp_path / "models").glob("*.json"))
+    assert written["level_reached"].notna().all()  # each spec records the level pruning reached
+    row = written.set_index("name").loc["squeezenet1_1_50"]
+    assert row["params"] == read_spec(tmp_path / "models" / "squeezenet1_1_50.json")["params"]

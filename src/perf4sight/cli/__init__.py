@@ -17,7 +17,7 @@ from rich.markup import escape
 
 from perf4sight import console
 from perf4sight.cli import fingerprint, predict, profile, prune, run
-from perf4sight.errors import Perf4sightError
+from perf4sight.errors import Perf4sightError, clip
 
 __all__ = ["app", "main"]
 
@@ -56,6 +56,10 @@ for _module in (prune, profile, fingerprint, predict, run):
     _module.register(app)
 
 
+# The longest error line printed: the list of known networks fits, a file's content does not.
+_MESSAGE_LENGTH = 4000
+
+
 def _interrupt(signum: int, frame: object) -> None:
     raise KeyboardInterrupt
 
@@ -70,7 +74,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         code = app(args=argv, prog_name="perf4sight", standalone_mode=False)
     except (Perf4sightError, OSError) as exc:  # OSError: a folder blocked by a file, no permission, a full disk
-        console.err.print(f"[red]error:[/red] {escape(str(exc))}", soft_wrap=True)
+        console.err.print(f"[red]error:[/red] {escape(clip(str(exc), _MESSAGE_LENGTH))}", soft_wrap=True, emoji=False)
         return 2
     except (typer.Abort, KeyboardInterrupt):
         code = 130

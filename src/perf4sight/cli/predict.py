@@ -10,8 +10,8 @@ import typer
 
 from perf4sight import console
 from perf4sight.cli.prune import parse_input_size, parse_levels
-from perf4sight.config import check_batch_sizes
-from perf4sight.errors import UsageError
+from perf4sight.config import check_batch_sizes, parse_decimal
+from perf4sight.errors import UsageError, clip
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -23,10 +23,9 @@ _DEFAULT_BATCH_SIZES = "8,16,32,64"
 
 
 def _batch_sizes(text: str) -> list[int]:
-    try:
-        sizes = [int(part) for part in text.replace(" ", "").split(",")]
-    except ValueError:
-        raise UsageError(f"--bs: expected comma-separated integers, got '{text}'") from None
+    sizes = [parse_decimal(part) for part in text.split(",")]
+    if None in sizes:
+        raise UsageError(f"--bs: expected comma-separated integers, got {clip(repr(text))}")
     return check_batch_sizes(sizes, "--bs", UsageError)
 
 

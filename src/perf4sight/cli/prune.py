@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 from pathlib import Path
 
 import typer
 
 from perf4sight import console
-from perf4sight.config import NetworkDatasetSettings
-from perf4sight.errors import ConfigError, NetworkError
+from perf4sight.config import NetworkDatasetSettings, parse_decimal
+from perf4sight.errors import ConfigError, NetworkError, clip
 
 __all__ = ["register", "parse_levels", "parse_input_size"]
 
@@ -19,19 +20,22 @@ def parse_levels(text: str) -> list[int]:
     every level within [0, MAX_LEVEL], refused before any work."""
     from perf4sight.networks.pruning import check_level  # torch: not for `--help`
 
-    levels = _levels(text.strip())
-    for level in levels:
+    def checked(level: int) -> int:
         try:
             check_level(level)
         except NetworkError as exc:
-            raise ConfigError(f"--levels {text.strip()}: {exc}") from None
-    return levels
+            raise ConfigError(f"--levels {clip(text.strip())}: {exc}") from None
+        return level
+
+    return [checked(level) for level in _levels(text.strip(), checked)]
 
 
-def _levels(text: str) -> list[int]:
-    match = re.fullmatch(r"(\d+):(\d+):(\d+)", text)
+def _levels(text: str, checked: Callable[[int], int]) -> list[int]:
+    """The levels `text` lists; a range's ends are `checked` before the range is made."""
+    match = re.fullmatch(r"([0-9]+):([0-9]+):([0-9]+)", text)
     if match:
         start, stop, step = (int(g) for g in match.groups())
+        checked(start), checked(stop)
         if step < 1:
             raise ConfigError(f"--levels {text}: the step must be at least 1")
         if stop < start:
@@ -39,17 +43,17 @@ def _levels(text: str) -> list[int]:
                 f"--levels {text}: the range runs downward, so it holds no level; did you mean {stop}:{start}:{step}?"
             )
         return list(range(start, stop + 1, step))
-    if re.fullmatch(r"\d+(\s*,\s*\d+)*", text):
+    if re.fullmatch(r"[0-9]+(\s*,\s*[0-9]+)*", text):
         return [int(v) for v in text.split(",")]
     raise ConfigError(f"--levels {text!r}: expected integers like '0,10,20' or a range like '0:90:10'")
 
 
 def parse_input_size(text: str) -> list[int]:
     """'3,64,64' (or '3x64x64') -> [3, 64, 64]."""
-    parts = re.split(r"[,x]", text.strip())
-    if len(parts) != 3 or not all(p.strip().isdigit() and int(p) > 0 for p in parts):
-        raise ConfigError(f"--input-size {text!r}: expected three positive integers like '3,224,224'")
-    return [int(p) for p in parts]
+    sizes = [parse_decimal(part) for part in re.split(r"[,x]", text.strip())]
+    if len(sizes) != 3 or not all(size is not None and size > 0 for size in sizes):
+        raise ConfigError(f"--input-size {clip(repr(text))}: expected three positive integers like '3,224,224'")
+    return sizes  # type: ignore[return-value]
 
 
 def register(app: typer.Typer) -> None:

@@ -16,7 +16,20 @@ __all__ = [
     "FittedModelError",
     "UsageError",
     "LogFolderBusyError",
+    "clip",
 ]
+
+# The longest value an error message quotes: a message is one line a person reads, and a
+# value can be anything a file holds (a 200 KB line of brackets).
+CLIP_LENGTH = 80
+
+
+def clip(text: str, limit: int = CLIP_LENGTH) -> str:
+    """`text` cut to `limit` characters, saying how long it was, on one line."""
+    text = text.replace("\n", "\\n").replace("\r", "\\r")
+    if len(text) <= limit:
+        return text
+    return "{}... ({} characters)".format(text[:limit], len(text))
 
 
 class Perf4sightError(Exception):

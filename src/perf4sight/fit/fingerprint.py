@@ -26,7 +26,7 @@ from perf4sight.errors import ConfigError, FittedModelError, LogFormatError
 from perf4sight.fit.bound import bound_factor, held_out_ratio
 from perf4sight.fit.calibration import FamilyCalibration
 from perf4sight.fit.dataset import ArchitectureCatalogs, Dataset, build_dataset
-from perf4sight.fit.logs import read_logs
+from perf4sight.fit.logs import find_logs, read_logs
 from perf4sight.fit.methods import METHODS, fit_method, predict_rows, resolve_method
 from perf4sight.fit.report import print_report, summarise, write_report
 from perf4sight.fit.store import FittedModel, load_model, model_path, save_model
@@ -140,6 +140,11 @@ def fingerprint_device(settings: FingerprintSettings) -> dict[str, Any]:
     method = check_settings(settings)
     catalogs = ArchitectureCatalogs(settings.pruned_models_storedir)
     enabled = [t for t in TARGETS if getattr(settings, f"{t.kind}_model")]
+    if not settings.pruned_models_storedir.is_dir():  # made by a config's pruning: checked now, not before
+        raise ConfigError(f"[fingerprint] pruned_models_storedir: folder not found: {settings.pruned_models_storedir}")
+    for target in enabled if settings.eval_logs else ():  # a misspelt eval_nets is refused before any fit
+        find_logs(settings.eval_nets or settings.train_nets, settings.eval_logs,
+                  _log_dirs(settings, target.kind, evaluation=True))
     for target in TARGETS:
         if target not in enabled:
             console.info(f"not creating the {target.kind} model ({target.kind}_model = False)")

@@ -2,7 +2,9 @@
 
 The logs are the profiler's '|'-separated "-gt" CSVs (the TX2 README lists the columns).
 Each row is checked as it is read, so that a broken file is reported by name and line
-rather than surfacing later as a NaN in a fitted model.
+rather than surfacing later as a NaN in a fitted model. Nothing is dropped without a
+word: a log with no rows is named in a warning, a test recorded twice (two campaigns on
+one folder) is counted once with a warning, and a folder where a log should be is an error.
 """
 
 from __future__ import annotations
@@ -14,12 +16,17 @@ from pathlib import Path
 
 import pandas as pd
 
+from perf4sight import console
+from perf4sight.config import MAX_BATCH_SIZE, parse_decimal
 from perf4sight.device.logs import GT_SUFFIX
-from perf4sight.errors import DataNotFoundError, LogFormatError
+from perf4sight.errors import DataNotFoundError, LogFormatError, clip
 
 __all__ = ["REQUIRED_COLUMNS", "gt_log_path", "find_logs", "read_gt_log", "read_logs"]
 
 REQUIRED_COLUMNS = ("passed", "bs", "model")
+# The columns that tell one test from another, where the log has them: a second row with
+# the same values is the same test measured again.
+TEST_COLUMNS = ("model", "bs", "stage", "dataset")
 _MISSING = {"", "none", "nan", "null"}
 
 
@@ -45,6 +52,8 @@ def find_logs(nets: Sequence[str], levels: Sequence[int], log_dirs: Sequence[str
                 searched.append(path)
                 if path.is_file():
                     found.append((net, path))
+                elif path.exists():
+                    raise LogFormatError(f"{path}: not a file; a profiling log is expected there")
     if not found:
         shown = ", ".join(str(p) for p in searched) or "(no nets, levels or log directories given)"
         raise DataNotFoundError(f"no profiling logs found; searched: {shown}")
@@ -102,26 +111,49 @@ def read_gt_log(path: str | Path, targets: Sequence[str]) -> pd.DataFrame:
         passed = _bool(record["passed"])
         if passed is None:
             raise LogFormatError(f"{path}: line {line}: passed={record['passed']!r}, expected True or False")
-        bs = record["bs"].strip()
-        if not bs.isdigit() or int(bs) < 1:
-            raise LogFormatError(f"{path}: line {line}: bs={record['bs']!r}, expected a positive integer")
+        bs = parse_decimal(record["bs"])
+        if bs is None or not 1 <= bs <= MAX_BATCH_SIZE:
+            raise LogFormatError(f"{path}: line {line}: bs={clip(repr(record['bs']))}, expected a positive "
+                                 f"integer up to {MAX_BATCH_SIZE}")
         if not record["model"].strip():
             raise LogFormatError(f"{path}: line {line}: empty 'model'")
-        record.update(passed=passed, bs=int(bs), model=record["model"].strip())
+        record.update(passed=passed, bs=bs, model=record["model"].strip())
         for target in targets:
             value = _number(record[target])
             if value is None or (passed and not math.isfinite(value)):
-                raise LogFormatError(f"{path}: line {line}: {target}={record[target]!r}, expected a number")
+                raise LogFormatError(f"{path}: line {line}: {target}={clip(repr(record[target]))}, expected a number")
             record[target] = value
         records.append(record)
     return pd.DataFrame.from_records(records, columns=header)
 
 
+def _repeated_tests(frame: pd.DataFrame) -> pd.Series:
+    """True for each row that repeats the test (`TEST_COLUMNS`) of an earlier row of its log."""
+    columns = [column for column in TEST_COLUMNS if column in frame.columns]
+    return frame.duplicated(subset=columns, keep="first")
+
+
 def read_logs(nets: Sequence[str], levels: Sequence[int], log_dirs: Sequence[str | Path],
               targets: Sequence[str]) -> pd.DataFrame:
-    """All logs for nets x levels in `log_dirs`, with `net` (the name searched for) and `log` columns."""
+    """All logs for nets x levels in `log_dirs`, with `net` (the name searched for) and `log`
+    columns; a row that repeats a test of its log is left out, with one warning for all."""
     frames = []
-    for net, path in find_logs(nets, levels, log_dirs):
+    repeats: list[tuple[Path, int]] = []
+    found = find_logs(nets, levels, log_dirs)
+    for net, path in found:
         frame = read_gt_log(path, targets)
+        if frame.empty:
+            console.warn(f"{path}: no test rows (a header only); nothing of it is used")
+            continue
+        repeated = _repeated_tests(frame)
+        if repeated.any():
+            repeats.append((path, int(repeated.sum())))
+            frame = frame[~repeated]
         frames.append(frame.assign(net=net, log=str(path)))
+    if repeats:
+        console.warn(f"{sum(count for _, count in repeats)} log rows repeat a test (same "
+                     f"{', '.join(TEST_COLUMNS)}) of an earlier row of their log, in {len(repeats)} logs "
+                     f"(first: {repeats[0][0]}); only the first row of each test is used")
+    if not frames:
+        raise DataNotFoundError(f"no test rows in the profiling logs found: {', '.join(str(p) for _, p in found)}")
     return pd.concat(frames, ignore_index=True)

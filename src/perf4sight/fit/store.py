@@ -4,30 +4,38 @@
 the types the methods declare are trusted when loading) and `<stage>_<target>.json` what
 a later run needs to trust and use it: method, stage, target, feature set and names, the
 ranges of the training data, the library versions, and the features of a small reference
-network. A model is refused when it was stored for another stage or target, by another
-scikit-learn or perf4sight version, when its file no longer matches its metadata, or when
-this run computes other features for the reference network than the fit did: features
-defined differently would be fed to coefficients fitted on the old ones, silently.
+network. The estimator carries its own identity too (stage, target, feature set, method):
+a model file copied over another's, its hash fixed in the metadata, still says what it is.
+A model is refused when it was stored for another stage or target, by another
+scikit-learn or perf4sight version, when its file no longer matches its metadata, when its
+metadata is not what perf4sight writes (a wrong type, a NaN), or when this run computes
+other features for the reference network than the fit did: features defined differently
+would be fed to coefficients fitted on the old ones, silently. One half of a pair without
+the other (or a folder in its place) is an error naming it, never a model skipped.
 """
 
 from __future__ import annotations
 
+import copy
 import hashlib
+import io
 import json
+import zipfile
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from functools import cache, cached_property
 from importlib.metadata import version
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any
 
 import numpy as np
 import pandas as pd
 import skops.io
+from pydantic import BaseModel, ConfigDict, Field, StringConstraints, ValidationError, model_validator
 from torch import nn
 
 from perf4sight.architecture import Architecture
-from perf4sight.errors import DataNotFoundError, FittedModelError
+from perf4sight.errors import DataNotFoundError, FittedModelError, clip
 from perf4sight.features import FEATURE_SETS
 from perf4sight.fit.calibration import FamilyCalibration, family_key
 from perf4sight.fit.dataset import Dataset
@@ -37,7 +45,9 @@ from perf4sight.networks import load_architecture
 
 __all__ = ["FittedModel", "library_versions", "model_path", "save_model", "load_model"]
 
-_FORMAT = 5  # 5: the reference network's features are stored (`feature_probe`)
+_FORMAT = 6  # 5: the reference network's features are stored (`feature_probe`); 6: the estimator's identity
+# The attribute of a stored estimator that names what it was fitted for (`_identity`).
+_IDENTITY = "perf4sight_identity_"
 # Versions that must match for a stored model to be used: the estimator's internals
 # (scikit-learn) and the feature definitions (perf4sight).
 _PINNED = ("scikit-learn", "perf4sight")
@@ -51,6 +61,75 @@ def library_versions() -> dict[str, str]:
 def model_path(storedir: str | Path, stage: str, target: str) -> Path:
     """Where the model for `stage` and `target` lives (its metadata is beside it, `.json`)."""
     return Path(storedir) / f"{stage}_{target}.skops"
+
+
+_Finite = Annotated[float, Field(allow_inf_nan=False)]
+_Positive = Annotated[float, Field(allow_inf_nan=False, gt=0)]
+_Name = Annotated[str, StringConstraints(min_length=1)]
+
+
+class _Strict(BaseModel):
+    """JSON types as written, no conversion ('1.5' is no number), no NaN or infinity."""
+
+    model_config = ConfigDict(strict=True, allow_inf_nan=False, frozen=True)
+
+
+class _Bound(_Strict):
+    quantile: Annotated[float, Field(allow_inf_nan=False, gt=0, le=1)]
+    ratio: _Positive
+    left_out: _Name
+    calibrated_ratio: _Positive | None
+
+
+class _Residuals(_Strict):
+    params: list[_Positive]
+    batch_size: list[_Positive]
+    log_ratio: list[_Finite]
+
+    @model_validator(mode="after")
+    def _aligned(self) -> _Residuals:
+        if not len(self.params) == len(self.batch_size) == len(self.log_ratio) > 0:
+            raise ValueError("params, batch_size and log_ratio are not lists of one equal, non-zero length")
+        return self
+
+
+class _Metadata(_Strict):
+    """What `save_model` writes beside a model, every field checked at load: a tampered or
+    damaged file is refused in one line instead of failing deep inside a prediction."""
+
+    format: int
+    method: _Name
+    estimator: _Name
+    feature_set: _Name
+    stage: _Name
+    target: _Name
+    feature_names: Annotated[list[_Name], Field(min_length=1)]
+    n_train: Annotated[int, Field(gt=0)]
+    train_nets: list[_Name]
+    training_ranges: dict[str, Annotated[list[_Finite], Field(min_length=2, max_length=2)]]
+    bound_ratio: _Bound | None
+    family_residuals: dict[str, _Residuals]
+    versions: dict[str, str]
+    feature_probe: Annotated[list[Annotated[list[_Finite], Field(min_length=1)]], Field(min_length=1)]
+    sha256: Annotated[str, StringConstraints(pattern=r"^[0-9a-f]{64}$")]
+
+
+def _check_metadata(metadata: Any, meta_path: Path) -> None:
+    """Refuse metadata that `save_model` cannot have written, naming its first wrong field."""
+    if not isinstance(metadata, dict) or "format" not in metadata:
+        raise FittedModelError(f"{meta_path}: not perf4sight model metadata")
+    if metadata["format"] != _FORMAT or type(metadata["format"]) is not int:
+        raise FittedModelError(
+            f"{meta_path}: stored in format {clip(repr(metadata['format']))}, this perf4sight reads format {_FORMAT}; "
+            "fingerprint again to refit"
+        )
+    try:
+        _Metadata.model_validate(metadata)
+    except ValidationError as exc:
+        error = exc.errors()[0]
+        where = ".".join(str(part) for part in error["loc"]) or "metadata"
+        raise FittedModelError(f"{meta_path}: {where}: {error['msg']} (got {clip(repr(error['input']))}); "
+                               "fingerprint again to refit") from None
 
 
 @dataclass(frozen=True)
@@ -122,15 +201,20 @@ def _probe_network() -> nn.Module:
 
 def _feature_probe(feature_set: str, stage: str) -> tuple[tuple[float, ...], ...]:
     """The features of `feature_set` for the reference network, one row per batch size."""
-    return _probe_features(FEATURE_SETS[feature_set], stage)
+    return tuple(map(tuple, _probe_features(FEATURE_SETS[feature_set], stage).to_numpy(dtype=float)))
 
 
 @cache
-def _probe_features(features_of: Callable[..., pd.DataFrame], stage: str) -> tuple[tuple[float, ...], ...]:
-    """`_feature_probe`, computed once per feature function and stage in a process (a
-    predictor loads two models of one feature set)."""
+def _probe_features(features_of: Callable[..., pd.DataFrame], stage: str) -> pd.DataFrame:
+    """The reference network's feature table, computed once per feature function and stage
+    in a process (a predictor loads two models of one feature set)."""
     arch = load_architecture(_probe_network(), input_size=_PROBE_INPUT)
-    return tuple(map(tuple, features_of(arch, _PROBE_BATCH_SIZES, stage).to_numpy(dtype=float)))
+    return features_of(arch, _PROBE_BATCH_SIZES, stage)
+
+
+def _identity(*, stage: str, target: str, feature_set: str, method: str) -> dict[str, str]:
+    """What a stored estimator says it was fitted for."""
+    return {"stage": stage, "target": target, "feature_set": feature_set, "method": method}
 
 
 def _sha256(data: bytes) -> str:
@@ -145,13 +229,16 @@ def save_model(estimator: Any, *, method: str, storedir: str | Path, stage: str,
     queries of the profiled families."""
     path = model_path(storedir, stage, target)
     path.parent.mkdir(parents=True, exist_ok=True)
+    feature_set = type(estimator).feature_set
+    labelled = copy.copy(estimator)  # the caller's estimator is left as it was
+    setattr(labelled, _IDENTITY, _identity(stage=stage, target=target, feature_set=feature_set, method=method))
     with replaced(path) as temporary:
-        skops.io.dump(estimator, temporary)
+        skops.io.dump(labelled, temporary)
     metadata = {
         "format": _FORMAT,
         "method": method,
         "estimator": f"{type(estimator).__module__}.{type(estimator).__qualname__}",
-        "feature_set": type(estimator).feature_set,
+        "feature_set": feature_set,
         "stage": stage,
         "target": target,
         "feature_names": [str(name) for name in dataset.features.columns],
@@ -161,7 +248,7 @@ def save_model(estimator: Any, *, method: str, storedir: str | Path, stage: str,
         "bound_ratio": bound_ratio,
         "family_residuals": {key: dict(runs) for key, runs in calibration.residuals.items()} if calibration else {},
         "versions": library_versions(),
-        "feature_probe": _feature_probe(type(estimator).feature_set, stage),
+        "feature_probe": _feature_probe(feature_set, stage),
         "sha256": _sha256(path.read_bytes()),
     }
     write_text(path.with_suffix(".json"), json.dumps(metadata, indent=2) + "\n")
@@ -169,54 +256,89 @@ def save_model(estimator: Any, *, method: str, storedir: str | Path, stage: str,
 
 
 def load_model(storedir: str | Path, *, stage: str, target: str) -> FittedModel:
-    """Load the model for `stage` and `target`, refusing one that does not fit this run."""
+    """Load the model for `stage` and `target`, refusing one that does not fit this run.
+
+    DataNotFoundError when neither file of the pair is there (no such model was fitted);
+    FittedModelError for anything else that is not a whole, matching pair."""
     path = model_path(storedir, stage, target)
     meta_path = path.with_suffix(".json")
-    if not path.is_file():
+    present = [p for p in (path, meta_path) if p.exists() or p.is_symlink()]
+    if not present:
         raise DataNotFoundError(f"fitted model not found: {path} (fingerprint with evaluate = False first)")
-    if not meta_path.is_file():  # a fit stopped between its two files
+    for file in present:
+        if not file.is_file():
+            raise FittedModelError(f"{file}: not a file (a stored model is two files, {path.name} and "
+                                   f"{meta_path.name}); remove it and fingerprint again")
+    if not path.exists():
+        raise FittedModelError(f"{meta_path}: its model {path.name} is missing; fingerprint again to refit")
+    if not meta_path.exists():  # a fit stopped between its two files
         raise FittedModelError(f"{path}: its metadata {meta_path.name} is missing; fingerprint again to refit")
     metadata = read_json(meta_path, what="fitted model metadata", error=FittedModelError)
-    if not isinstance(metadata, dict) or "format" not in metadata:
-        raise FittedModelError(f"{meta_path}: not perf4sight model metadata")
-    if metadata["format"] != _FORMAT:
-        raise FittedModelError(
-            f"{meta_path}: stored in format {metadata['format']}, this perf4sight reads format {_FORMAT}; "
-            "fingerprint again to refit"
-        )
+    _check_metadata(metadata, meta_path)
     for key, wanted in (("stage", stage), ("target", target)):
-        if metadata.get(key) != wanted:
-            raise FittedModelError(f"{path}: fitted for {key} '{metadata.get(key)}', this run needs '{wanted}'")
+        if metadata[key] != wanted:
+            raise FittedModelError(f"{path}: fitted for {key} '{clip(metadata[key])}', this run needs '{wanted}'")
     current = library_versions()
     for name in _PINNED:
-        stored = metadata.get("versions", {}).get(name)
+        stored = metadata["versions"].get(name)
         if stored != current[name]:
             raise FittedModelError(
-                f"{path}: stored by {name} {stored}, this is {name} {current[name]}; fingerprint again to refit"
+                f"{path}: stored by {name} {clip(str(stored))}, this is {name} {current[name]}; fingerprint again to refit"
             )
-    if metadata.get("method") not in METHODS:
-        raise FittedModelError(f"{path}: method '{metadata.get('method')}' is not one of {', '.join(METHODS)}")
+    method = metadata["method"]
+    if method not in METHODS:
+        raise FittedModelError(f"{path}: method '{clip(method)}' is not one of {', '.join(METHODS)}")
+    expected = METHODS[method]
+    if metadata["feature_set"] != expected.feature_set:
+        raise FittedModelError(f"{meta_path}: feature set '{clip(metadata['feature_set'])}', method '{method}' is "
+                               f"fitted on '{expected.feature_set}'")
     data = path.read_bytes()  # checked and loaded from these same bytes
-    if _sha256(data) != metadata.get("sha256"):
+    if _sha256(data) != metadata["sha256"]:
         raise FittedModelError(f"{path}: the model file does not match its metadata {meta_path.name}")
-    trusted = trusted_types()
-    untrusted = set(skops.io.get_untrusted_types(data=data)) - set(trusted)
-    if untrusted:
-        raise FittedModelError(f"{path}: holds types no perf4sight method uses: {', '.join(sorted(untrusted))}")
-    estimator = skops.io.loads(data, trusted=trusted)
-    expected = METHODS[metadata["method"]]
+    estimator = _load_estimator(data, path)
     if type(estimator) is not expected:
-        raise FittedModelError(f"{path}: holds a {type(estimator).__name__}, method '{metadata['method']}' "
+        raise FittedModelError(f"{path}: holds a {type(estimator).__name__}, method '{method}' "
                                f"is a {expected.__name__}")
+    wanted_identity = _identity(stage=stage, target=target, feature_set=expected.feature_set, method=method)
+    identity = getattr(estimator, _IDENTITY, None)
+    if identity != wanted_identity:
+        said = ", ".join(f"{k} {v}" for k, v in identity.items()) if isinstance(identity, dict) else "nothing"
+        raise FittedModelError(f"{path}: the model inside says it was fitted for {clip(said)}; its name and "
+                               f"{meta_path.name} say {', '.join(f'{k} {v}' for k, v in wanted_identity.items())}")
     _check_features(metadata, path)
     return FittedModel(estimator=estimator, metadata=metadata)
 
 
+def _load_estimator(data: bytes, path: Path) -> Any:
+    """The estimator in a skops file's bytes, loading only the types the methods declare."""
+    if not data or not zipfile.is_zipfile(io.BytesIO(data)):
+        raise FittedModelError(f"{path}: not a skops file ({'empty' if not data else 'not a zip archive'}); "
+                               "fingerprint again to refit")
+    trusted = trusted_types()
+    try:
+        untrusted = set(skops.io.get_untrusted_types(data=data)) - set(trusted)
+        if untrusted:
+            raise FittedModelError(f"{path}: holds types no perf4sight method uses: {', '.join(sorted(untrusted))}")
+        return skops.io.loads(data, trusted=trusted)
+    except FittedModelError:
+        raise
+    except Exception as exc:  # a damaged archive: skops raises whatever its parsing met
+        raise FittedModelError(f"{path}: not a readable skops file ({type(exc).__name__}: {clip(str(exc))}); "
+                               "fingerprint again to refit") from None
+
+
 def _check_features(metadata: dict[str, Any], path: Path) -> None:
-    """Refuse a model whose reference-network features this run computes differently."""
-    stored = np.asarray(metadata.get("feature_probe"), dtype=float)
-    current = np.asarray(_feature_probe(metadata["feature_set"], metadata["stage"]), dtype=float)
-    if stored.shape != current.shape or not np.allclose(stored, current, rtol=_PROBE_RTOL, atol=0.0):
+    """Refuse a model whose reference-network features this run computes differently, or
+    whose feature names are not those of its feature set."""
+    table = _probe_features(FEATURE_SETS[metadata["feature_set"]], metadata["stage"])
+    unknown = [name for name in metadata["feature_names"] if name not in table.columns]
+    if unknown:
+        raise FittedModelError(f"{path}: feature {clip(repr(unknown[0]))} is not one of the "
+                               f"'{metadata['feature_set']}' features; fingerprint again to refit")
+    stored = metadata["feature_probe"]
+    current = table.to_numpy(dtype=float)
+    if len({len(row) for row in stored}) != 1 or np.shape(stored) != current.shape \
+            or not np.allclose(stored, current, rtol=_PROBE_RTOL, atol=0.0):
         raise FittedModelError(
             f"{path}: fitted on '{metadata['feature_set']}' features as another version of the code computed "
             "them; fingerprint again to refit"

@@ -3,11 +3,15 @@
 For each network the dependency graph is built once and every level is pruned from a
 clone on the meta device (shapes only), except in `l1-norm` mode, where the channels to
 drop are chosen from the weights the network was built with (seeded). The manifest
-lists what was made; the specs are what later stages load.
+lists every spec in the folder: those there when the run began (of earlier or stopped
+runs, each row made from its spec) and each one written, the file rewritten after every
+spec: a run stopped at any point leaves a manifest that agrees with the folder (but for the
+one spec written just before the stop). The specs are what later stages load.
 """
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -17,15 +21,15 @@ import torch
 from torch import nn
 
 from perf4sight import console
-from perf4sight.config import NetworkDatasetSettings
-from perf4sight.errors import ConfigError, NetworkError
-from perf4sight.files import write_text
+from perf4sight.config import NetworkDatasetSettings, check_output_path
+from perf4sight.errors import ConfigError, DataNotFoundError, NetworkError, clip
+from perf4sight.files import remove_stale_temporaries, write_text
 from perf4sight.networks.loader import check_input_size, check_num_classes, load_network
 from perf4sight.networks.model_file import is_model_file, split_model_source
 from perf4sight.networks.model_writer import write_model_file
 from perf4sight.networks.pruning import ChannelPruner, check_level, check_mode, check_seed
-from perf4sight.networks.registry import build_torchvision, is_torchvision_network, resolve_network
-from perf4sight.networks.spec import spec_from_module, spec_macs, write_spec
+from perf4sight.networks.registry import build_torchvision, is_torchvision_network, known_networks, resolve_network
+from perf4sight.networks.spec import architecture_from_spec, read_spec, spec_from_module, spec_macs, write_spec
 
 __all__ = ["MANIFEST_COLUMNS", "MANIFEST_FILE", "check_settings", "create_network_dataset"]
 
@@ -34,14 +38,16 @@ MANIFEST_COLUMNS = ("name", "network", "target_level", "level_reached", "params"
 _WHERE = "[create_network_dataset]"
 
 
-def check_settings(settings: NetworkDatasetSettings) -> list[int]:
-    """Refuse bad settings before any work; returns the levels without repeats."""
+def check_settings(settings: NetworkDatasetSettings) -> tuple[list[str], list[int]]:
+    """Refuse bad settings before any work, a network that cannot be found among them;
+    returns the networks and the levels without repeats."""
     if not settings.networks:
         raise ConfigError(f"{_WHERE} networks: no network given")
     if not settings.pruning_perc:
         raise ConfigError(f"{_WHERE} pruning_perc: no level given")
     if settings.model_desc_dir is not None and not settings.model_desc_dir.is_dir():
         raise ConfigError(f"{_WHERE} model_desc_dir: directory not found: {settings.model_desc_dir}")
+    check_output_path(Path(settings.model_path), "folder", f"{_WHERE} model_path")
     checks: list[tuple[str, Callable[[Any], Any], Any]] = [
         ("mode", check_mode, settings.mode),
         ("seed", check_seed, settings.seed),
@@ -54,7 +60,27 @@ def check_settings(settings: NetworkDatasetSettings) -> list[int]:
             check(value)
         except NetworkError as exc:
             raise ConfigError(f"{_WHERE} {key}: {exc}") from None
-    return list(dict.fromkeys(settings.pruning_perc))
+    for network in settings.networks:
+        _check_found(network, settings.model_desc_dir)
+    return list(dict.fromkeys(settings.networks)), list(dict.fromkeys(settings.pruning_perc))
+
+
+def _check_found(network: str, model_desc_dir: Path | None) -> None:
+    """Refuse a network name that names nothing the loader can find (as `load_network`
+    looks: torchvision, a model file or spec, `<model_desc_dir>/<name>.py` or `.json`)."""
+    if is_torchvision_network(network):
+        return
+    if is_model_file(network) or network.endswith(".json"):
+        path = split_model_source(network)[0]
+        if not path.is_file():
+            raise ConfigError(f"{_WHERE} networks: {clip(str(path))} not found")
+        return
+    if model_desc_dir is not None and any((model_desc_dir / f"{network}{suffix}").is_file()
+                                          for suffix in (".py", ".json")):
+        return
+    where = f" (nor {network}.py or {network}.json in {model_desc_dir})" if model_desc_dir is not None else ""
+    raise ConfigError(f"{_WHERE} networks: unknown network {clip(repr(network))}{where}; known networks: "
+                      f"{', '.join(known_networks())}")
 
 
 def _base_network(network: str, settings: NetworkDatasetSettings) -> tuple[str, nn.Module, dict[str, Any]]:
@@ -85,8 +111,27 @@ def _base_network(network: str, settings: NetworkDatasetSettings) -> tuple[str, 
     return network, loaded.module, {"model_desc": str(Path(settings.model_desc_dir) / f"{network}.py")}
 
 
-def _write_manifest(out_dir: Path, rows: list[tuple[Any, ...]]) -> pd.DataFrame:
-    manifest = pd.DataFrame(rows, columns=list(MANIFEST_COLUMNS))
+def _manifest_row(spec: dict[str, Any], spec_file: Path) -> tuple[Any, ...]:
+    """A spec's manifest row (MANIFEST_COLUMNS), from the spec alone."""
+    params = spec.get("params") or architecture_from_spec(spec).params
+    reached = spec.get("level_reached", math.nan)
+    return (spec["name"], spec["net"], spec.get("prune_level"), reached, params, spec_macs(spec), str(spec_file))
+
+
+def _rows_present(out_dir: Path) -> dict[str, tuple[Any, ...]]:
+    """The manifest rows of the specs already in `out_dir`, by file; files that are not
+    specs (other JSON) are not listed."""
+    rows = {}
+    for path in sorted(out_dir.glob("*.json")):
+        try:
+            rows[str(path)] = _manifest_row(read_spec(path), path)
+        except (NetworkError, DataNotFoundError):
+            continue
+    return rows
+
+
+def _write_manifest(out_dir: Path, rows: dict[str, tuple[Any, ...]]) -> pd.DataFrame:
+    manifest = pd.DataFrame(list(rows.values()), columns=list(MANIFEST_COLUMNS))
     write_text(out_dir / MANIFEST_FILE, manifest.to_csv(index=False))
     return manifest
 
@@ -97,13 +142,19 @@ def create_network_dataset(settings: NetworkDatasetSettings) -> pd.DataFrame:
     Returns the manifest: one row per pruned network with the level asked for, the level
     reached, its parameters and its multiply-accumulates for one input of `input_size`.
     """
-    levels = check_settings(settings)
+    networks, levels = check_settings(settings)
+    for key, given, kept in (("networks", settings.networks, networks), ("pruning_perc", settings.pruning_perc, levels)):
+        if len(kept) < len(given):
+            console.info(f"{_WHERE} {key}: {len(given) - len(kept)} repeated entries made once")
     out_dir = Path(settings.model_path)
     out_dir.mkdir(parents=True, exist_ok=True)
+    remove_stale_temporaries(out_dir)  # of a run killed while writing
     input_size = tuple(settings.input_size)
-    rows = []
-    with console.progress("pruning", len(settings.networks) * len(levels)) as bar:
-        for network in settings.networks:
+    rows = _rows_present(out_dir)
+    written = 0
+    manifest = _write_manifest(out_dir, rows)
+    with console.progress("pruning", len(networks) * len(levels)) as bar:
+        for network in networks:
             bar.label(network)
             net, module, base = _base_network(network, settings)
             pruner = ChannelPruner(module, input_size=input_size, mode=settings.mode, seed=settings.seed, name=net)
@@ -113,8 +164,8 @@ def create_network_dataset(settings: NetworkDatasetSettings) -> pd.DataFrame:
                 if abs(pruned.level - level) > 1:
                     console.warn(f"{name}: reached level {pruned.level:.2f}, the closest {net} allows")
                 spec = spec_from_module(
-                    pruned.module, name=name, net=net, prune_level=level, input_size=input_size,
-                    num_classes=settings.num_classes, **base,
+                    pruned.module, name=name, net=net, prune_level=level, level_reached=pruned.level,
+                    input_size=input_size, num_classes=settings.num_classes, **base,
                 )
                 spec_file = write_spec(spec, out_dir / f"{name}.json")
                 if settings.write_model_files:
@@ -122,8 +173,9 @@ def create_network_dataset(settings: NetworkDatasetSettings) -> pd.DataFrame:
                         pruned.module, out_dir / f"{name}.py", net=net, name=name,
                         num_classes=settings.num_classes, input_size=input_size,
                     )
-                rows.append((name, net, level, pruned.level, pruned.params, spec_macs(spec), str(spec_file)))
+                rows[str(spec_file)] = _manifest_row(spec, spec_file)
+                written += 1
                 manifest = _write_manifest(out_dir, rows)  # after each spec: a stopped run lists what it wrote
                 bar.advance(name)
-    console.info(f"{len(rows)} architecture specs and {MANIFEST_FILE} written to {out_dir}")
+    console.info(f"{written} architecture specs written to {out_dir}; {MANIFEST_FILE} lists the {len(rows)} there")
     return manifest

@@ -8,6 +8,9 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import inspect
+import types
+import typing
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -24,6 +27,8 @@ __all__ = [
     "known_networks",
     "resolve_network",
     "is_torchvision_network",
+    "is_classification_builder",
+    "builder_arguments",
     "build_on_meta",
     "build_uninitialised",
     "call_builder",
@@ -47,14 +52,25 @@ DEFAULT_INPUT_SIZE: tuple[int, int, int] = (3, 224, 224)
 _INPUT_SIZES: dict[str, tuple[int, int, int]] = {"inception_v3": (3, 299, 299)}
 
 
+@functools.cache
+def _classification_builders() -> frozenset[str]:
+    return frozenset(torchvision.models.list_models(module=torchvision.models))
+
+
 def known_networks() -> list[str]:
     """Every accepted network name: torchvision classification builders plus aliases."""
-    return sorted([*torchvision.models.list_models(module=torchvision.models), *NETWORK_ALIASES])
+    return sorted([*_classification_builders(), *NETWORK_ALIASES])
+
+
+def is_classification_builder(name: str) -> bool:
+    """True when `name` (no alias) is a torchvision classification builder: not any other
+    attribute of `torchvision.models` (`list_models`, a detection builder, `__loader__`)."""
+    return name in _classification_builders()
 
 
 def is_torchvision_network(name: str) -> bool:
     """True when `name` (or its alias) names a torchvision classification builder."""
-    return NETWORK_ALIASES.get(name, name) in torchvision.models.list_models(module=torchvision.models)
+    return is_classification_builder(NETWORK_ALIASES.get(name, name))
 
 
 def resolve_network(name: str) -> tuple[str, dict[str, Any]]:
@@ -63,6 +79,38 @@ def resolve_network(name: str) -> tuple[str, dict[str, Any]]:
     if not is_torchvision_network(builder):
         raise NetworkError(f"unknown network '{name}'; known networks: {', '.join(known_networks())}")
     return builder, dict(BUILDER_KWARGS.get(builder, {}))
+
+
+_PLAIN = (bool, int, float, str, type(None))
+
+
+def _is_plain(parameter: inspect.Parameter, hints: dict[str, Any]) -> bool:
+    """Whether an argument takes a plain number, flag or word (by its annotation, else its
+    default): not a block class, a norm layer or a list of stage settings."""
+    hint = hints.get(parameter.name)
+    if hint is not None:
+        options = typing.get_args(hint) if typing.get_origin(hint) in (typing.Union, getattr(types, "UnionType", ())) \
+            else (hint,)
+        return all(option in _PLAIN for option in options)
+    return parameter.default is not inspect.Parameter.empty and isinstance(parameter.default, _PLAIN[:-1])
+
+
+@functools.cache
+def builder_arguments(builder: str) -> frozenset[str]:
+    """The architecture arguments a classification builder passes to its network's class
+    that take a plain value (`aux_logits`, `width_mult`, `dropout`, ...): those a spec's
+    `torchvision_kwargs` may set; not `weights` (nothing is downloaded), `progress`, nor
+    `num_classes` (the spec's own key)."""
+    if not is_classification_builder(builder):
+        return frozenset()
+    function = torchvision.models.get_model_builder(builder)
+    network_class = typing.get_type_hints(function).get("return")
+    names = set()
+    if isinstance(network_class, type):
+        hints = typing.get_type_hints(network_class.__init__)
+        names = {name for name, parameter in inspect.signature(network_class.__init__).parameters.items()
+                 if name != "self" and _is_plain(parameter, hints)}
+    return frozenset(names - {"num_classes"})
 
 
 def default_input_size(name: str) -> tuple[int, int, int]:

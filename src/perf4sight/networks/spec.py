@@ -4,6 +4,12 @@ A spec names a torchvision builder (or a user's model description file) and the 
 channels of every Conv2d and hidden Linear; its `layers` record every Conv2d and Linear
 with shapes, which is all the paper's features need, so a spec can be described without
 building any module.
+
+A spec is data from a file, so it is checked before anything uses it: its types, ranges
+and convolution arithmetic when read (`read_spec`), and its layers against those of the
+network it names when described (`spec_architecture`): no layer wider than in its base,
+the base's kernels, strides, padding and grouping. A spec that could not be built is
+refused before a prediction is made for it.
 """
 
 from __future__ import annotations
@@ -22,11 +28,11 @@ import torchvision
 from torch import nn
 
 from perf4sight.architecture import Architecture, Layer, LayerShape, trace_architecture, with_layer_shapes
-from perf4sight.config import is_positive_int
-from perf4sight.errors import NetworkError
+from perf4sight.config import MAX_CLASSES, MAX_INPUT_EXTENT, is_positive_int
+from perf4sight.errors import NetworkError, clip
 from perf4sight.files import read_json, write_text
 from perf4sight.networks.model_file import build_from_file, split_model_source
-from perf4sight.networks.registry import build_uninitialised, call_builder
+from perf4sight.networks.registry import build_uninitialised, builder_arguments, call_builder, is_classification_builder
 
 __all__ = [
     "read_spec",
@@ -82,35 +88,62 @@ def _relative_model_desc(model_desc: str, spec_dir: Path) -> str:
     return relative if factory is None else f"{relative}:{factory}"
 
 
-def _positive_ints(value: Any, length: int | None = None) -> bool:
-    """Whether `value` is a non-empty list of positive integers (of `length`, if given)."""
+def _ints(value: Any, length: int | None = None, *, low: int = 1) -> bool:
+    """Whether `value` is a non-empty list of integers of at least `low` (of `length`, if given)."""
     if not isinstance(value, list) or not value or (length is not None and len(value) != length):
         return False
-    return all(is_positive_int(v) for v in value)
+    return all(isinstance(v, int) and not isinstance(v, bool) and v >= low for v in value)
+
+
+# A keyword argument's value in a spec: a plain number, flag or word of modest size (an
+# architecture argument such as `aux_logits` or `width_mult`, never an object or a list).
+_KWARG_LIMIT = 2**13
+
+
+def _kwargs_problem(builder: str, kwargs: dict[str, Any]) -> str | None:
+    """What is wrong with a spec's `torchvision_kwargs` for `builder`, or None."""
+    allowed = builder_arguments(builder)
+    for key, value in kwargs.items():
+        if key not in allowed:
+            return (f"torchvision_kwargs {clip(repr(key))} is not an architecture argument of {builder} "
+                    f"(its arguments: {', '.join(sorted(allowed)) or 'none'})")
+        plain = value is None or isinstance(value, (bool, str)) or (
+            isinstance(value, (int, float)) and math.isfinite(value) and abs(value) <= _KWARG_LIMIT)
+        if not plain or (isinstance(value, str) and len(value) > 64):
+            return f"torchvision_kwargs '{key}': {clip(repr(value))} is not a plain number, flag or word"
+    return None
 
 
 def _spec_problem(spec: dict[str, Any]) -> str | None:
     """The first thing wrong with a spec's structure, or None."""
     for key in ("name", "net"):
         if not isinstance(spec[key], str) or not spec[key]:
-            return f"{key} {spec[key]!r} is not a name"
+            return f"{key} {clip(repr(spec[key]))} is not a name"
     for key in ("torchvision", "model_desc"):
         if not isinstance(spec.get(key), (str, type(None))):
-            return f"{key} {spec[key]!r} is not a name"
-    if not isinstance(spec.get("torchvision_kwargs"), (dict, type(None))):
-        return f"torchvision_kwargs {spec['torchvision_kwargs']!r} is not an object of keyword arguments"
+            return f"{key} {clip(repr(spec[key]))} is not a name"
+    if spec.get("torchvision") and not is_classification_builder(spec["torchvision"]):
+        return f"torchvision {clip(repr(spec['torchvision']))} is not a torchvision classification network"
+    kwargs = spec.get("torchvision_kwargs")
+    if not isinstance(kwargs, (dict, type(None))):
+        return f"torchvision_kwargs {clip(repr(kwargs))} is not an object of keyword arguments"
+    if kwargs and not spec.get("torchvision"):
+        return "torchvision_kwargs given without a torchvision network to pass them to"
+    if kwargs and (problem := _kwargs_problem(spec["torchvision"], kwargs)):
+        return problem
     if "params" in spec and not is_positive_int(spec["params"]):
-        return f"params {spec['params']!r} is not a positive integer"
-    if not is_positive_int(spec["num_classes"]):
-        return f"num_classes {spec['num_classes']!r} is not a positive integer"
-    if not _positive_ints(spec["input_size"], 3):
-        return f"input_size {spec['input_size']!r} is not three positive integers (channels, height, width)"
+        return f"params {clip(repr(spec['params']))} is not a positive integer"
+    if not is_positive_int(spec["num_classes"]) or spec["num_classes"] > MAX_CLASSES:
+        return f"num_classes {clip(repr(spec['num_classes']))} is not a positive integer up to {MAX_CLASSES}"
+    if not _ints(spec["input_size"], 3) or max(spec["input_size"]) > MAX_INPUT_EXTENT:
+        return (f"input_size {clip(repr(spec['input_size']))} is not three positive integers up to "
+                f"{MAX_INPUT_EXTENT} (channels, height, width)")
     out_channels = spec["out_channels"]
     if not isinstance(out_channels, dict):
         return "out_channels is not an object of layer names and output channels"
     for name, channels in out_channels.items():
         if not is_positive_int(channels):
-            return f"out_channels '{name}': {channels!r} is not a positive integer"
+            return f"out_channels '{clip(name)}': {clip(repr(channels))} is not a positive integer"
     if not isinstance(spec["layers"], list):
         return "layers is not a list of layer entries"
     recorded: set[str] = set()
@@ -119,21 +152,61 @@ def _spec_problem(spec: dict[str, Any]) -> str | None:
             return f"layers[{k}] is not an object with a 'name'"
         name = entry["name"]
         if entry.get("type") not in ("Conv2d", "Linear"):
-            return f"layers entry '{name}': type {entry.get('type')!r} is not 'Conv2d' or 'Linear'"
-        for key in ("in", "out") + (("kernel",) if entry["type"] == "Conv2d" else ()):
-            if not _positive_ints(entry.get(key), 2 if key == "kernel" else None):
-                return f"layers entry '{name}': {key} {entry.get(key)!r} is not a list of positive integers"
-        if not is_positive_int(entry.get("groups", 1)):
-            return f"layers entry '{name}': groups {entry['groups']!r} is not a positive integer"
+            return f"layers entry '{clip(name)}': type {clip(repr(entry.get('type')))} is not 'Conv2d' or 'Linear'"
+        problem = _layer_problem(entry)
+        if problem is not None:
+            return f"layers entry '{clip(name)}': {problem}"
         # The classifier is the one layer out_channels leaves out: its outputs are the classes.
         source = "out_channels" if name in out_channels else "num_classes"
         expected = out_channels[name] if name in out_channels else spec["num_classes"]
         if entry["out"][0] != expected:
-            return f"layers entry '{name}' has {entry['out'][0]} output channels, {source} says {expected}"
+            return f"layers entry '{clip(name)}' has {entry['out'][0]} output channels, {source} says {expected}"
         recorded.add(name)
     unrecorded = [name for name in out_channels if name not in recorded]
     if unrecorded:
-        return f"out_channels '{unrecorded[0]}' is not in the spec's layers"
+        return f"out_channels '{clip(unrecorded[0])}' is not in the spec's layers"
+    return None
+
+
+# Each layer-table field: its length for a Conv2d (None: any) and a Linear, and its lowest value.
+_LAYER_FIELDS = {
+    "in": ((3, 1), 1), "out": ((3, 1), 1), "kernel": ((2, None), 1), "stride": ((2, None), 1),
+    "padding": ((2, None), 0), "dilation": ((2, None), 1),
+}
+# Fields a Conv2d entry may leave out, and their values then.
+_CONV_DEFAULTS = {"dilation": [1, 1]}
+
+
+def _layer_problem(entry: dict[str, Any]) -> str | None:
+    """What is wrong with one layer entry: a field's type or range, a grouping that does
+    not divide its channels, an output size its convolution cannot produce; or None."""
+    conv = entry["type"] == "Conv2d"
+    for key, ((conv_length, linear_length), low) in _LAYER_FIELDS.items():
+        length = conv_length if conv else linear_length
+        if length is None:
+            continue
+        value = entry.get(key, _CONV_DEFAULTS.get(key)) if conv else entry.get(key)
+        if not _ints(value, length, low=low):
+            kind = "positive" if low else "non-negative"
+            return f"{key} {clip(repr(value))} is not a list of {length} {kind} integers"
+    if not isinstance(entry.get("bias", False), bool):
+        return f"bias {clip(repr(entry['bias']))} is not true or false"
+    groups = entry.get("groups", 1)
+    if not is_positive_int(groups):
+        return f"groups {clip(repr(groups))} is not a positive integer"
+    if not conv:
+        return None if groups == 1 else f"groups {groups}: a Linear layer is not grouped"
+    if entry["in"][0] % groups or entry["out"][0] % groups:
+        return f"groups {groups} does not divide its {entry['in'][0]} input and {entry['out'][0]} output channels"
+    dilation = entry.get("dilation", _CONV_DEFAULTS["dilation"])
+    size = [
+        (extent + 2 * pad - dil * (kernel - 1) - 1) // stride + 1
+        for extent, pad, dil, kernel, stride in zip(
+            entry["in"][1:], entry["padding"], dilation, entry["kernel"], entry["stride"])
+    ]
+    if size != entry["out"][1:]:
+        return (f"a {entry['kernel']} kernel with stride {entry['stride']} and padding {entry['padding']} "
+                f"makes {entry['in'][1:]} into {size}, not {entry['out'][1:]}")
     return None
 
 
@@ -245,12 +318,16 @@ def _base_module(spec: dict[str, Any], device: str | torch.device, *, initialise
     initialising its weights, when `initialise` is False)."""
     num_classes = int(spec["num_classes"])
     if spec.get("torchvision"):
-        if getattr(torchvision.models, spec["torchvision"], None) is None:
-            raise NetworkError(f"spec {spec['name']}: unknown torchvision builder '{spec['torchvision']}'")
+        if not is_classification_builder(spec["torchvision"]):
+            raise NetworkError(f"spec {spec['name']}: unknown torchvision builder {clip(repr(spec['torchvision']))}")
         kwargs = dict(spec.get("torchvision_kwargs") or {})
-        return call_builder(
-            spec["torchvision"], kwargs, num_classes=num_classes, device=device, initialise=initialise
-        )
+        try:
+            return call_builder(
+                spec["torchvision"], kwargs, num_classes=num_classes, device=device, initialise=initialise
+            )
+        except Exception as exc:  # the builder's own refusal of its arguments, whatever its type
+            raise NetworkError(f"spec {spec['name']}: {spec['torchvision']} cannot be built with "
+                               f"{clip(json.dumps(kwargs))}: {type(exc).__name__}: {clip(str(exc))}") from None
     if spec.get("model_desc"):
         factory = functools.partial(build_from_file, spec["model_desc"], num_classes=num_classes)
         return (factory() if initialise else build_uninitialised(factory)).to(device)
@@ -265,11 +342,13 @@ def spec_from_module(
     prune_level: float,
     input_size: Sequence[int],
     num_classes: int,
+    level_reached: float | None = None,
     torchvision_name: str | None = None,
     torchvision_kwargs: dict[str, Any] | None = None,
     model_desc: str | None = None,
 ) -> dict[str, Any]:
-    """Describe a (pruned) module as a spec: the format of the TX2 dataset's `models/*.json`.
+    """Describe a (pruned) module as a spec: the format of the TX2 dataset's `models/*.json`
+(with `level_reached`, the share of parameters pruning removed, when given).
 
     `out_channels` lists every Conv2d and every Linear but the last (the classifier, whose
     outputs are the classes); `layers` every Conv2d and Linear in forward order with the
@@ -299,6 +378,7 @@ def spec_from_module(
         "name": name,
         "net": net,
         "prune_level": prune_level,
+        **({"level_reached": float(level_reached)} if level_reached is not None else {}),
         "torchvision": torchvision_name,
         "torchvision_kwargs": dict(torchvision_kwargs or {}),
     }
@@ -359,10 +439,7 @@ def spec_architecture(spec: dict[str, Any]) -> Architecture:
         entry["name"]: LayerShape(tuple(entry["in"]), tuple(entry["out"]), entry.get("groups", 1))
         for entry in spec["layers"]
     }
-    known = {layer.name for layer in template.layers if layer.kind in ("conv2d", "linear")}
-    unknown = [name for name in shapes if name not in known]
-    if unknown:
-        raise NetworkError(f"spec {spec['name']}: layer '{unknown[0]}' is not a Conv2d or Linear of {_base_name(spec)}")
+    _check_against_base(spec, template)
     try:
         return with_layer_shapes(template, shapes, name=spec["name"])
     except NetworkError:
@@ -383,6 +460,38 @@ def spec_architecture(spec: dict[str, Any]) -> Architecture:
                 f"but the network its out_channels build has {got}"
             )
     return arch
+
+
+def _check_against_base(spec: dict[str, Any], template: Architecture) -> None:
+    """Refuse a spec layer that its base network cannot become by pruning channels: one the
+    base lacks, one wider than in the base (pruning only removes channels), or one with
+    another kernel, stride, padding, dilation or grouping."""
+    base = {layer.name: layer for layer in template.layers if layer.kind in ("conv2d", "linear")}
+    for entry in spec["layers"]:
+        layer = base.get(entry["name"])
+        where = f"spec {spec['name']}: layer '{clip(entry['name'])}'"
+        if layer is None:
+            raise NetworkError(f"{where} is not a Conv2d or Linear of {_base_name(spec)}")
+        if (layer.kind == "conv2d") != (entry["type"] == "Conv2d"):
+            raise NetworkError(f"{where} is a {entry['type']}, in {_base_name(spec)} a {layer.kind}")
+        for side, recorded, widest in (("input", entry["in"][0], layer.in_shape[0] if layer.kind == "conv2d"
+                                        else layer.in_shape[-1]),
+                                       ("output", entry["out"][0], layer.output[0] if layer.kind == "conv2d"
+                                        else layer.output[-1])):
+            if recorded > widest:
+                raise NetworkError(f"{where} has {recorded} {side} channels, its base {_base_name(spec)} "
+                                   f"{widest}: pruning cannot add channels")
+        if layer.kind != "conv2d":
+            continue
+        recorded = {"kernel": entry["kernel"], "stride": entry["stride"], "padding": entry["padding"],
+                    "dilation": entry.get("dilation", _CONV_DEFAULTS["dilation"])}
+        for key, value in recorded.items():
+            if tuple(value) != tuple(getattr(layer, key)):
+                raise NetworkError(f"{where} has {key} {value}, in its base {_base_name(spec)} {list(getattr(layer, key))}")
+        groups = entry.get("groups", 1)
+        expected = entry["in"][0] if layer.depthwise else layer.groups  # depthwise: groups follow the channels
+        if groups != expected:
+            raise NetworkError(f"{where} has groups {groups}; pruned from {_base_name(spec)} it has {expected}")
 
 
 def torchvision_architecture(

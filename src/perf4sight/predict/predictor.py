@@ -47,7 +47,8 @@ class Predictor:
 
     @classmethod
     def load(cls, directory: str | Path, *, stage: str = "training") -> Predictor:
-        """Load whichever of the memory and latency models `directory` holds (at least one)."""
+        """Load whichever of the memory and latency models `directory` holds (at least one);
+        a model with one of its two files missing or unreadable is an error, never skipped."""
         check_stage(stage, "stage", UsageError)
         models = {}
         for column, target in _TARGETS.items():

@@ -1,0 +1,789 @@
+"""Fault injection: hostile and broken inputs fed to the `perf4sight` command, each case
+classified by what the user sees.
+
+    .venv/bin/python benchmarks/fault_injection.py [--tx2 ../shared/datasets/tx2] [--only config,spec] [--list]
+
+Categories: config files (every key of every section given values that are wrong, out of
+range, hostile or huge, and broken files), command-line options, profiling-log rows,
+tampered stored models, impossible architecture specs, temporary files left by a killed
+writer, and `prune` killed part-way (then run again). Stored models, specs and logs start from the TX2 measurements (skipped when
+absent). Each case runs in this process through `perf4sight.cli.main` (kills: in a child
+process), and is counted as
+
+- one line: exit code 2 and one line on stderr (at most 4096 characters), as asked;
+- right: a case with a right answer (a config with a byte order mark is read, a repeated
+  network is pruned once, a log with repeats is fitted with a warning) gave it;
+- traceback: an exception escaped the command;
+- silent: exit 0 where an error was due, or a wrong answer;
+- lost: after a kill, the manifest and the specs disagree; after a rerun, temporaries remain;
+- executed: code from the input ran (every hostile payload would create a marker file);
+- other: any other exit code or a message of several lines.
+
+Prints one row per category and the totals; `--list` prints every case's outcome.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import io
+import json
+import os
+import pickle
+import shutil
+import signal
+import subprocess
+import sys
+import time
+import traceback
+import zipfile
+from collections import Counter
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[1]
+TX2 = ROOT.parent / "shared" / "datasets" / "tx2"
+OUTCOMES = ("one line", "right", "traceback", "silent", "lost", "executed", "other")
+MAX_LINE = 4096
+DEEP = "[" * 100_000 + "]" * 100_000
+HUGE = "99999999999999999999999"
+
+
+@dataclass
+class Fixtures:
+    """What the cases share: a scratch root, the marker a hostile payload would create,
+    the TX2 folder (None when absent) and fitted models made from it once."""
+
+    root: Path
+    tx2: Path | None
+    _models: Path | None = None
+
+    @property
+    def marker(self) -> Path:
+        return self.root / "EXECUTED"
+
+    def models(self) -> Path:
+        """A folder of fitted memory and latency models ('physical', squeezenet at 0, 50, 90 %)."""
+        if self._models is None:
+            folder = self.root / "_fitted"
+            config = self.root / "_fit.ini"
+            config.write_text(_section("fingerprint", _fingerprint_base(self, folder)))
+            code, _, err, exc = invoke(["fingerprint", "--config", str(config)])
+            if code != 0:
+                raise RuntimeError(f"fitting the shared models failed: {err or exc}")
+            self._models = folder
+        return self._models
+
+
+@dataclass(frozen=True)
+class Case:
+    """One input: `setup(scratch, fixtures)` writes its files and returns the command's
+    arguments; `check(scratch, stdout, stderr)` says whether an expected answer is right."""
+
+    category: str
+    name: str
+    setup: Callable[[Path, Fixtures], list[str]]
+    check: Callable[[Path, str, str], bool] | None = None  # None: an error is expected
+    needs_tx2: bool = False
+    slow: bool = False
+
+    @property
+    def id(self) -> str:
+        return f"{self.category}: {self.name}"
+
+
+@dataclass
+class Result:
+    case: Case
+    outcome: str
+    detail: str = ""
+    seconds: float = 0.0
+
+
+def invoke(argv: list[str]) -> tuple[int | None, str, str, str]:
+    """Run the CLI in this process: (exit code, stdout, stderr, traceback or '')."""
+    from perf4sight.cli import main
+
+    out, err = io.StringIO(), io.StringIO()
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        try:
+            code = main(["--quiet", *argv])
+        except BaseException:  # noqa: BLE001 - whatever escapes is what is counted
+            return None, out.getvalue(), err.getvalue(), traceback.format_exc()
+    return code, out.getvalue(), err.getvalue(), ""
+
+
+def classify(case: Case, scratch: Path, fixtures: Fixtures) -> Result:
+    """Run one case in `scratch` and say what the user saw."""
+    scratch.mkdir(parents=True, exist_ok=True)
+    start = time.perf_counter()
+    argv = case.setup(scratch, fixtures)
+    if case.category == "kill":
+        outcome, detail = _kill_outcome(argv)
+        return Result(case, "executed" if fixtures.marker.exists() else outcome, detail, time.perf_counter() - start)
+    code, out, err, exc = invoke(argv)
+    seconds = time.perf_counter() - start
+    lines = [line for line in err.splitlines() if line.strip()]
+    if fixtures.marker.exists():
+        fixtures.marker.unlink()
+        return Result(case, "executed", "", seconds)
+    if exc or "Traceback (most recent call last)" in err:
+        return Result(case, "traceback", (exc or err).strip().splitlines()[-1], seconds)
+    if case.check is not None:
+        right = code == 0 and case.check(scratch, out, err)
+        return Result(case, "right" if right else "silent", f"exit {code}: {' | '.join(lines)[:300]}", seconds)
+    if code == 2 and len(lines) == 1 and len(lines[0]) <= MAX_LINE:
+        return Result(case, "one line", lines[0][:300], seconds)
+    if code == 0:
+        return Result(case, "silent", "exit 0", seconds)
+    return Result(case, "other", f"exit {code}, {len(lines)} lines: {' | '.join(lines)[:300]}", seconds)
+
+
+# ---------------------------------------------------------------- config files
+
+def _section(name: str, values: dict[str, str]) -> str:
+    return f"[{name}]\n" + "".join(f"{key} = {value}\n" for key, value in values.items())
+
+
+def _network_base(scratch: Path, fixtures: Fixtures) -> dict[str, str]:
+    return {"networks": "['squeezenet1_1']", "pruning_perc": "[0]", "input_size": "[3, 32, 32]",
+            "num_classes": "10", "model_path": str(scratch / "models")}
+
+
+def _profile_base(scratch: Path, fixtures: Fixtures) -> dict[str, str]:
+    models = scratch / "specs"
+    models.mkdir(exist_ok=True)
+    return {"network": "['squeezenet1_1']", "bs": "[1]", "stage": "['training']", "profile_variables": "['latency']",
+            "local_model_loc": str(models), "log_dir": str(scratch / "logs"), "test_config": str(scratch / "tc.ini"),
+            "iterations": "1", "warmup": "0", "device": "cpu"}
+
+
+def _fingerprint_base(fixtures: Fixtures, storedir: Path) -> dict[str, str]:
+    tx2 = fixtures.tx2 or fixtures.root / "no-tx2"
+    return {"train_nets": "['squeezenet']", "train_logs": "[0, 50, 90]", "pruned_models_storedir": str(tx2 / "models"),
+            "model_storedir": str(storedir), "memory_logs": f"['{tx2 / 'memory'}']",
+            "latency_logs": f"['{tx2 / 'latency'}']", "method": "physical"}
+
+
+_BASES: dict[str, Callable[[Path, Fixtures], dict[str, str]]] = {
+    "create_network_dataset": _network_base,
+    "profile": _profile_base,
+    "fingerprint": lambda scratch, fixtures: _fingerprint_base(fixtures, scratch / "fitted"),
+}
+
+# (section, key, value): each a value the section must refuse. "{mark}" is the marker file,
+# "{file}" an existing file, "{folder}" an existing folder, "{missing}" a path that is not there.
+BAD_VALUES: list[tuple[str, str, str]] = [
+    *(("create_network_dataset", "networks", v) for v in (
+        "__import__('os').system('touch {mark}')", "['bogus_net']", "[1, 2]", "[]", "['list_models']",
+        "['__loader__']", "['{missing}.py']", "['{missing}.json']", "['squeezenet1_1', 'bogus']", DEEP,
+        "['unterminated", "{'a': 1}", "[None]", "['fasterrcnn_resnet50_fpn']", "['get_model']")),
+    *(("create_network_dataset", "pruning_perc", v) for v in (
+        "[-1]", "[101]", "['a']", "[1.5]", "[1e999]", f"[{HUGE}]", "[]", "[None]", "[True]", DEEP)),
+    *(("create_network_dataset", "num_classes", v) for v in (
+        "0", "-1", "99999999999999999999", "10000001", "1e9", "abc", "nan", "inf", "1.5", "[10]", "True", "²")),
+    *(("create_network_dataset", "input_size", v) for v in (
+        "[3, 0, 0]", "[3, 100000, 100000]", "[3, 224]", "abc", "[3, -1, 5]", "[3.5, 32, 32]", f"[3, {HUGE}, 32]",
+        "[3, 32, 32, 32]")),
+    *(("create_network_dataset", "mode", v) for v in ("bogus", "[1]")),
+    *(("create_network_dataset", "seed", v) for v in ("abc", "-1", "1.5", HUGE)),
+    *(("create_network_dataset", "model_path", v) for v in ("{file}", "{file}/sub")),
+    *(("create_network_dataset", "model_desc_dir", v) for v in ("{missing}", "{file}")),
+    *(("create_network_dataset", "write_model_files", v) for v in ("maybe", "2")),
+    ("create_network_dataset", "bogus_key", "1"),
+    ("create_network_dataset", "k" * 10_000, "1"),
+    *(("profile", "bs", v) for v in (
+        "[0]", f"[{HUGE}]", "[1048577]", "['a']", "[1.5]", "[]", "[-4]", "[float('nan')]", DEEP)),
+    *(("profile", "stage", v) for v in ("['bogus']", "[]")),
+    *(("profile", "profile_variables", v) for v in ("['bogus']", "[]")),
+    *(("profile", "iterations", v) for v in ("0", "-1", "abc")),
+    *(("profile", "warmup", v) for v in ("-1", "abc")),
+    *(("profile", "gpu_id", v) for v in ("abc",)),
+    *(("profile", "log_dir", v) for v in ("{file}",)),
+    *(("profile", "test_config", v) for v in ("{folder}",)),
+    *(("profile", "memory_limit_mib", v) for v in ("-5", "abc")),
+    *(("profile", "device", v) for v in ("bogus",)),
+    *(("profile", "till_first_fail", v) for v in ("maybe",)),
+    *(("profile", "dataset", v) for v in ("bogus",)),
+    *(("profile", "network", v) for v in ("['bogus_net']", "['../../etc/passwd']")),
+    *(("fingerprint", "train_nets", v) for v in ("[]", "['bogus']", "[1]")),
+    *(("fingerprint", "train_logs", v) for v in ("['x']", "[]")),
+    *(("fingerprint", "pruned_models_storedir", v) for v in ("{missing}",)),
+    *(("fingerprint", "model_storedir", v) for v in ("{file}",)),
+    *(("fingerprint", "report", v) for v in ("{folder}", "{file}/report.json")),
+    *(("fingerprint", "method", v) for v in ("bogus", "__import__('os').system('touch {mark}')")),
+    *(("fingerprint", "stage", v) for v in ("bogus",)),
+    *(("fingerprint", "eval_nets", v) for v in ("['bogus']",)),
+    *(("fingerprint", "eval_logs", v) for v in ("['x']",)),
+    *(("fingerprint", "memory_logs", v) for v in ("['{missing}']",)),
+    *(("fingerprint", "evaluate", v) for v in ("maybe",)),
+]
+# Keys that need another key set for their value to matter.
+_WITH = {("fingerprint", "eval_nets"): {"eval_logs": "[0]"}}
+
+
+def _placeholders(value: str, scratch: Path, fixtures: Fixtures) -> str:
+    (scratch / "a_file").write_text("x")
+    (scratch / "a_folder").mkdir(exist_ok=True)
+    return (value.replace("{mark}", str(fixtures.marker)).replace("{file}", str(scratch / "a_file"))
+            .replace("{folder}", str(scratch / "a_folder")).replace("{missing}", str(scratch / "missing")))
+
+
+def _config_case(section: str, key: str, value: str) -> Case:
+    def setup(scratch: Path, fixtures: Fixtures) -> list[str]:
+        values = _BASES[section](scratch, fixtures)
+        values.update(_WITH.get((section, key), {}))
+        values[key] = _placeholders(value, scratch, fixtures)
+        path = scratch / "config.ini"
+        path.write_text(_section(section, values))
+        return ["run", "--config", str(path)]
+
+    shown = value if len(value) <= 40 else f"{value[:20]}... ({len(value)} characters)"
+    return Case("config", f"[{section}] {key[:20]} = {shown}", setup, needs_tx2=section == "fingerprint")
+
+
+def _file_case(name: str, content: bytes | None, check: Callable[[Path, str, str], bool] | None = None) -> Case:
+    """A config file with `content` (None: a folder) given to `run`."""
+    def setup(scratch: Path, fixtures: Fixtures) -> list[str]:
+        path = scratch / "config.ini"
+        if content is None:
+            path.mkdir()
+        else:
+            path.write_bytes(content.replace(b"{models}", str(scratch / "models").encode()))
+        return ["run", "--config", str(path)]
+
+    return Case("config", name, setup, check)
+
+
+_PRUNE = b"[create_network_dataset]\nnetworks = ['squeezenet1_1']\ninput_size = [3, 32, 32]\nmodel_path = {models}\n"
+
+
+def _pruned_once(scratch: Path, out: str, err: str) -> bool:
+    manifest = (scratch / "models" / "manifest.csv").read_text().splitlines()
+    return len(manifest) == 2  # the header and one row
+
+
+FILE_CASES = [
+    _file_case("the config is a folder", None),
+    _file_case("no sections", b"networks = ['x']\n"),
+    _file_case("empty file", b""),
+    _file_case("unknown section", b"[bogus]\nx = 1\n"),
+    _file_case("binary bytes", bytes(range(256))),
+    _file_case("Latin-1 text", "[create_network_dataset]\nnetworks = ['r\u00e9seau']\n".encode("latin-1")),
+    _file_case("duplicate section", _PRUNE + _PRUNE),
+    _file_case("duplicate key", _PRUNE + b"input_size = [3, 64, 64]\n"),
+    _file_case("key without value", b"[create_network_dataset]\nnetworks\n"),
+    _file_case("NUL bytes", b"[create_network_dataset]\nnetworks = ['squeeze\x00net']\n"),
+    _file_case("1 MB value", b"[create_network_dataset]\nnetworks = " + b"x" * 1_000_000 + b"\n"),
+    _file_case("missing required key", b"[fingerprint]\ntrain_nets = ['x']\n"),
+    _file_case("byte order mark", b"\xef\xbb\xbf" + _PRUNE, _pruned_once),
+    _file_case("CRLF line ends", _PRUNE.replace(b"\n", b"\r\n"), _pruned_once),
+    _file_case("a network listed twice", _PRUNE.replace(b"['squeezenet1_1']", b"['squeezenet1_1', 'squeezenet1_1']")
+               + b"pruning_perc = [30, 30]\n", _pruned_once),
+]
+
+
+def _missing_config(scratch: Path, fixtures: Fixtures) -> list[str]:
+    return ["run", "--config", str(scratch / "absent.ini")]
+
+
+# ---------------------------------------------------------------- command-line options
+
+def _cli_case(name: str, argv: list[str], needs_models: bool = False) -> Case:
+    def setup(scratch: Path, fixtures: Fixtures) -> list[str]:
+        (scratch / "a_file").write_text("x")
+        models = str(fixtures.models()) if needs_models else str(scratch / "no-models")
+        return [a.replace("{models}", models).replace("{scratch}", str(scratch)) for a in argv]
+
+    return Case("cli", name, setup, needs_tx2=needs_models)
+
+
+def _predict(*extra: str) -> list[str]:
+    return ["predict", "--models", "{models}", "--net", "squeezenet1_0", *extra]
+
+
+CLI_CASES = [
+    *(_cli_case(f"predict --bs {v!r}", _predict("--bs", v), True) for v in (
+        "0", "-1", HUGE, "1048577", "\u00b2", "1.5", "a", "", ",", "8,,16", "\u0663", "8; rm -rf /")),
+    *(_cli_case(f"predict --num-classes {v}", _predict("--num-classes", v), True) for v in (
+        "0", "-1", "99999999999999999999", "10000001")),
+    *(_cli_case(f"predict --input-size {v!r}", _predict("--input-size", v), True) for v in (
+        "3,\u00b2,4", "3,0,0", "3,99999,99999", "a", "3,224")),
+    _cli_case("predict --stage bogus", _predict("--stage", "bogus"), True),
+    _cli_case("predict --models missing", ["predict", "--models", "{scratch}/none", "--net", "squeezenet1_0"]),
+    _cli_case("predict --models a file", ["predict", "--models", "{scratch}/a_file", "--net", "squeezenet1_0"]),
+    *(_cli_case(f"predict --net {v}", ["predict", "--models", "{models}", "--net", v], True) for v in (
+        "bogus", "list_models", "__loader__", "{scratch}/missing.json", "{scratch}/missing.py", "{scratch}/a_file")),
+    *(_cli_case(f"predict --budget {v}", _predict("--max-batch-size", "--budget", v), True) for v in (
+        "bogus", "-5GiB", "nan", "inf", "0MiB")),
+    _cli_case("predict --dataset-size 0", _predict("--dataset-size", "0"), True),
+    *(_cli_case(f"prune --levels {v!r}", ["prune", "--net", "squeezenet1_1", "--levels", v, "--out", "{scratch}/m"])
+      for v in ("101", "-1", "90:0:10", "a", "0:100:0", "\uff11\uff10", "0:99999999999999999999:1")),
+    _cli_case("prune --num-classes huge", ["prune", "--net", "squeezenet1_1", "--num-classes", "99999999999999999999",
+                                           "--out", "{scratch}/m"]),
+    _cli_case("prune --input-size 3,²,4", ["prune", "--net", "squeezenet1_1", "--input-size", "3,\u00b2,4",
+                                           "--out", "{scratch}/m"]),
+    _cli_case("prune --net bogus", ["prune", "--net", "bogus", "--out", "{scratch}/m"]),
+    _cli_case("prune --out a file", ["prune", "--net", "squeezenet1_1", "--out", "{scratch}/a_file"]),
+    _cli_case("fingerprint --config a folder", ["fingerprint", "--config", "{scratch}"]),
+    _cli_case("plan --levels abc", ["plan", "--models", "{models}", "--net", "squeezenet1_1", "--levels", "abc",
+                                    "--budget", "1GiB"], True),
+]
+
+
+# ---------------------------------------------------------------- profiling-log rows
+
+def _log_case(name: str, change: Callable[[Path], None], check: Callable[[Path, str, str], bool] | None = None) -> Case:
+    """The TX2 squeezenet memory logs copied, one changed by `change(path of level 50)`, fitted."""
+    def setup(scratch: Path, fixtures: Fixtures) -> list[str]:
+        assert fixtures.tx2 is not None
+        logs = scratch / "memory"
+        logs.mkdir()
+        for level in (0, 50, 90):
+            shutil.copy(fixtures.tx2 / "memory" / f"squeezenet_{level}-gt.csv", logs)
+        change(logs / "squeezenet_50-gt.csv")
+        values = _fingerprint_base(fixtures, scratch / "fitted")
+        values.update(memory_logs=f"['{logs}']", latency_model="False", overwrite="True")
+        path = scratch / "config.ini"
+        path.write_text(_section("fingerprint", values))
+        return ["fingerprint", "--config", str(path)]
+
+    return Case("log", name, setup, check, needs_tx2=True)
+
+
+def _edit_field(column: str, value: str, line: int = 1) -> Callable[[Path], None]:
+    def change(path: Path) -> None:
+        rows = path.read_text().splitlines()
+        header = rows[0].split("|")
+        fields = rows[line].split("|")
+        fields[header.index(column)] = value
+        rows[line] = "|".join(fields)
+        path.write_text("\n".join(rows) + "\n")
+
+    return change
+
+
+def _replace_file(content: bytes | None) -> Callable[[Path], None]:
+    def change(path: Path) -> None:
+        path.unlink()
+        if content is None:
+            path.mkdir()
+        else:
+            path.write_bytes(content)
+
+    return change
+
+
+def _header_only(path: Path) -> None:
+    path.write_text(path.read_text().splitlines()[0] + "\n")
+
+
+def _doubled(path: Path) -> None:
+    rows = path.read_text().splitlines()
+    path.write_text("\n".join(rows + rows[1:]) + "\n")
+
+
+def _warned(word: str) -> Callable[[Path, str, str], bool]:
+    return lambda scratch, out, err: word in err and (scratch / "fitted" / "training_mem_used.skops").is_file()
+
+
+LOG_CASES = [
+    *(_log_case(f"bs = {v!r}", _edit_field("bs", v)) for v in (
+        "\u00b2", "0", "-1", "1.5", HUGE, "abc", "", "\u0663", "1e3", "0x10")),
+    *(_log_case(f"passed = {v!r}", _edit_field("passed", v)) for v in ("maybe", "", "1")),
+    *(_log_case(f"mem_used = {v!r}", _edit_field("mem_used", v)) for v in ("abc", "nan", "inf", "-5", "0")),
+    _log_case("model empty", _edit_field("model", "")),
+    _log_case("dataset bogus", _edit_field("dataset", "bogus")),
+    _log_case("a field too many", lambda p: p.write_text(p.read_text().replace("\n", "|extra\n", 2))),
+    _log_case("column missing", lambda p: p.write_text(p.read_text().replace("mem_used", "mem_usd", 1))),
+    _log_case("empty file", _replace_file(b"")),
+    _log_case("binary file", _replace_file(bytes(range(256)) * 4)),
+    _log_case("a folder in its place", _replace_file(None)),
+    _log_case("formula injection in model", _edit_field("model", "=cmd|' /C calc'!A0")),
+    _log_case("a header only", _header_only, _warned("no test rows")),
+    _log_case("every test twice", _doubled, _warned("repeat a test")),
+]
+
+
+# ---------------------------------------------------------------- stored models
+
+def _stored_case(name: str, change: Callable[[Path], None]) -> Case:
+    """The shared fitted models copied, the memory model's pair changed, `predict` run."""
+    def setup(scratch: Path, fixtures: Fixtures) -> list[str]:
+        models = scratch / "models"
+        shutil.copytree(fixtures.models(), models)
+        change(models / "training_mem_used.skops")
+        return ["predict", "--models", str(models), "--net", "squeezenet1_0", "--bs", "8"]
+
+    return Case("stored model", name, setup, needs_tx2=True)
+
+
+def _sha(path: Path) -> None:
+    """Fix the metadata's hash to the model file's bytes, as a careful tamperer would."""
+    import hashlib
+
+    meta = path.with_suffix(".json")
+    data = json.loads(meta.read_text())
+    data["sha256"] = hashlib.sha256(path.read_bytes()).hexdigest()
+    meta.write_text(json.dumps(data))
+
+
+def _model_bytes(content: Callable[[Path], bytes]) -> Callable[[Path], None]:
+    def change(path: Path) -> None:
+        path.write_bytes(content(path))
+        _sha(path)
+
+    return change
+
+
+class _Payload:
+    """Unpickled, it would create the marker: the proof that a pickle was loaded."""
+
+    marker = ""
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (os.system, (f"touch {self.marker}",))
+
+
+def _pickle(path: Path) -> bytes:
+    _Payload.marker = str(path.parents[2] / "EXECUTED")  # the fixtures' marker: root/<case>/models/file
+    return pickle.dumps(_Payload())
+
+
+def _zip_of_text(path: Path) -> bytes:
+    buffer = io.BytesIO()
+    with zipfile.ZipFile(buffer, "w") as archive:
+        archive.writestr("schema.json", "{}")
+    return buffer.getvalue()
+
+
+def _meta(change: Callable[[dict], Any]) -> Callable[[Path], None]:
+    def edit(path: Path) -> None:
+        meta = path.with_suffix(".json")
+        data = json.loads(meta.read_text())
+        result = change(data)
+        meta.write_text(json.dumps(data if result is None else result))
+
+    return edit
+
+
+def _swap(path: Path) -> None:
+    shutil.copy(path.with_name("training_latency.skops"), path)
+    _sha(path)
+
+
+def _swap_with_metadata(path: Path) -> None:
+    for suffix in (".skops", ".json"):
+        shutil.copy(path.with_name("training_latency" + suffix), path.with_suffix(suffix))
+    _meta(lambda m: m.update(target="mem_used"))(path)
+
+
+def _replace(suffix: str, content: bytes | None) -> Callable[[Path], None]:
+    def change(path: Path) -> None:
+        target = path.with_suffix(suffix)
+        target.unlink()
+        if content is None:
+            target.mkdir()
+        else:
+            target.write_bytes(content)
+
+    return change
+
+
+STORED_CASES = [
+    _stored_case("latency model copied over memory, hash fixed", _swap),
+    _stored_case("latency pair copied over memory, target edited", _swap_with_metadata),
+    _stored_case(".skops deleted", lambda p: p.unlink()),
+    _stored_case(".skops a folder", _replace(".skops", None)),
+    _stored_case(".json deleted", lambda p: p.with_suffix(".json").unlink()),
+    _stored_case(".json a folder", _replace(".json", None)),
+    _stored_case("a pickle renamed .skops, hash fixed", _model_bytes(_pickle)),
+    _stored_case("empty .skops, hash fixed", _model_bytes(lambda p: b"")),
+    _stored_case("random bytes, hash fixed", _model_bytes(lambda p: os.urandom(4096))),
+    _stored_case("a zip that is not skops, hash fixed", _model_bytes(_zip_of_text)),
+    _stored_case("truncated .skops, hash fixed", _model_bytes(lambda p: p.read_bytes()[: len(p.read_bytes()) // 2])),
+    _stored_case("another model's bytes, hash not fixed", lambda p: shutil.copy(p.with_name("training_latency.skops"), p)),
+    *(_stored_case(f"metadata {name}", _meta(change)) for name, change in {
+        "versions []": lambda m: m.update(versions=[]),
+        "versions without scikit-learn": lambda m: m["versions"].update({"scikit-learn": None}),
+        "feature_set bogus": lambda m: m.update(feature_set="bogus"),
+        "feature_set of another method": lambda m: m.update(feature_set="paper"),
+        "feature_probe 'abc'": lambda m: m.update(feature_probe="abc"),
+        "feature_probe [[NaN]]": lambda m: m.update(feature_probe=[[float("nan")]]),
+        "feature_probe ragged": lambda m: m["feature_probe"][0].append(1.0),
+        "an unknown feature name": lambda m: m["feature_names"].__setitem__(0, "bogus"),
+        "feature_names []": lambda m: m.update(feature_names=[]),
+        "bound_ratio 'abc'": lambda m: m.update(bound_ratio="abc"),
+        "bound ratio non-numeric": lambda m: m.update(bound_ratio={**(m["bound_ratio"] or {}), "ratio": "abc"}),
+        "bound ratio NaN": lambda m: m.update(bound_ratio={"quantile": 0.95, "ratio": float("nan"),
+                                                           "left_out": "architecture", "calibrated_ratio": None}),
+        "bound ratio -1": lambda m: m.update(bound_ratio={"quantile": 0.95, "ratio": -1.0,
+                                                          "left_out": "architecture", "calibrated_ratio": None}),
+        "family_residuals a string": lambda m: m.update(family_residuals="abc"),
+        "family_residuals misaligned": lambda m: m.update(family_residuals={"k": {"params": [1.0], "batch_size": [],
+                                                                                   "log_ratio": [0.0]}}),
+        "training_ranges 'zzz'": lambda m: m.update(training_ranges="zzz"),
+        "training_ranges one number": lambda m: m["training_ranges"].update(batch_size=[1]),
+        "training_ranges infinite": lambda m: m["training_ranges"].update(batch_size=[1, float("inf")]),
+        "format '6'": lambda m: m.update(format="6"),
+        "format 5": lambda m: m.update(format=5),
+        "format 6.0": lambda m: m.update(format=6.0),
+        "method bogus": lambda m: m.update(method="bogus"),
+        "method of another class": lambda m: m.update(method="paper"),
+        "stage inference": lambda m: m.update(stage="inference"),
+        "target latency": lambda m: m.update(target="latency"),
+        "n_train -1": lambda m: m.update(n_train=-1),
+        "sha256 'x'": lambda m: m.update(sha256="x"),
+        "a list": lambda m: [],
+        "a string": lambda m: "abc",
+        "an empty object": lambda m: {},
+    }.items()),
+    _stored_case("metadata not JSON", lambda p: p.with_suffix(".json").write_text("{")),
+    _stored_case("metadata nested 100000 deep", lambda p: p.with_suffix(".json").write_text(DEEP)),
+    _stored_case("metadata 1e999", lambda p: p.with_suffix(".json").write_text(
+        p.with_suffix(".json").read_text().replace('"n_train": ', '"n_train": 1e999, "x": ', 1))),
+    _stored_case("metadata empty", _replace(".json", b"")),
+]
+
+
+# ---------------------------------------------------------------- architecture specs
+
+def _spec_case(name: str, change: Callable[[dict], Any], command: str = "predict") -> Case:
+    """TX2's squeezenet_50 spec changed by `change` (it may return a replacement), then
+    predicted (or pruned)."""
+    def setup(scratch: Path, fixtures: Fixtures) -> list[str]:
+        assert fixtures.tx2 is not None
+        spec = json.loads((fixtures.tx2 / "models" / "squeezenet_50.json").read_text())
+        result = change(spec)
+        path = scratch / "squeezenet_50.json"
+        if isinstance(result, bytes):
+            path.write_bytes(result)
+        elif result == "folder":
+            path.mkdir()
+        else:
+            path.write_text(json.dumps(spec if result is None else result))
+        if command == "prune":
+            return ["prune", "--net", str(path), "--levels", "10", "--out", str(scratch / "pruned")]
+        return ["predict", "--models", str(fixtures.models()), "--net", str(path), "--bs", "8"]
+
+    return Case("spec", f"{name} ({command})", setup, needs_tx2=True)
+
+
+def _layer(spec: dict, name: str) -> dict:
+    return next(entry for entry in spec["layers"] if entry["name"] == name)
+
+
+def _wider_first_layer(spec: dict) -> None:
+    """features.0 at 200 output channels (the base has 96), consistent in both tables."""
+    spec["out_channels"]["features.0"] = 200
+    _layer(spec, "features.0")["out"][0] = 200
+    _layer(spec, "features.3.squeeze")["in"][0] = 200
+
+
+def _set(layer: str, **values: Any) -> Callable[[dict], None]:
+    return lambda spec: _layer(spec, layer).update(values)
+
+
+_SPEC_EDITS: dict[str, Callable[[dict], Any]] = {
+    "features.0 at 200 channels (base 96)": _wider_first_layer,
+    "stride [0, 0]": _set("features.0", stride=[0, 0]),
+    "stride 'ab'": _set("features.0", stride="ab"),
+    "padding [-100, -100]": _set("features.0", padding=[-100, -100]),
+    "kernel [1000, 1000]": _set("features.0", kernel=[1000, 1000]),
+    "kernel [5, 5] (base 7)": _set("features.0", kernel=[5, 5], padding=[1, 1]),
+    "groups 7 on 3 -> 87": _set("features.0", groups=7),
+    "groups 3 on 3 -> 87": _set("features.0", groups=3),
+    "dilation [0, 0]": _set("features.0", dilation=[0, 0]),
+    "bias 'yes'": _set("features.0", bias="yes"),
+    "in 'abc'": _set("features.0", **{"in": "abc"}),
+    "output size edited": lambda s: _layer(s, "features.0")["out"].__setitem__(1, 7),
+    "torchvision list_models": lambda s: s.update(torchvision="list_models"),
+    "torchvision __loader__": lambda s: s.update(torchvision="__loader__"),
+    "torchvision get_model": lambda s: s.update(torchvision="get_model"),
+    "torchvision a detection builder": lambda s: s.update(torchvision="fasterrcnn_resnet50_fpn"),
+    "torchvision 5": lambda s: s.update(torchvision=5),
+    "kwargs bogus": lambda s: s.update(torchvision_kwargs={"bogus": 1}),
+    "kwargs num_classes": lambda s: s.update(torchvision_kwargs={"num_classes": 10}),
+    "kwargs weights": lambda s: s.update(torchvision_kwargs={"weights": "DEFAULT"}),
+    "kwargs dropout 'x'": lambda s: s.update(torchvision_kwargs={"dropout": "x"}),
+    "kwargs version 1_1 (another network)": lambda s: s.update(torchvision_kwargs={"version": "1_1"}),
+    "kwargs a list": lambda s: s.update(torchvision_kwargs=[1]),
+    "input_size [3, 99999, 99999]": lambda s: s.update(input_size=[3, 99999, 99999]),
+    "num_classes huge": lambda s: s.update(num_classes=99999999999999999999),
+    "layers 'x'": lambda s: s.update(layers="x"),
+    "out_channels 0": lambda s: s["out_channels"].update({"features.0": 0}),
+    "a list": lambda s: [],
+    "nested 100000 deep": lambda s: DEEP.encode(),
+    "a folder": lambda s: "folder",
+    "empty file": lambda s: b"",
+    "Latin-1 bytes": lambda s: '{"name": "r\u00e9seau"}'.encode("latin-1"),
+    "name ''": lambda s: s.update(name=""),
+}
+SPEC_CASES = [
+    *(_spec_case(name, change) for name, change in _SPEC_EDITS.items()),
+    *(_spec_case(name, _SPEC_EDITS[name], "prune") for name in (
+        "features.0 at 200 channels (base 96)", "stride [0, 0]", "groups 7 on 3 -> 87", "torchvision list_models",
+        "kwargs weights")),
+]
+
+
+# ---------------------------------------------------------------- kills during prune
+
+_PRUNE_ARGS = ["prune", "--net", "squeezenet1_1", "--levels", "0:90:10", "--input-size", "3,32,32",
+               "--num-classes", "10", "--write-model-files"]
+
+
+def _kill_case(name: str, moments: list[str]) -> Case:
+    """`prune` started and killed (SIGKILL) at each moment in turn ('3 specs': as soon as the
+    folder holds three specs, in the middle of the run's writes; '2.5': after 2.5 s), then
+    run to the end."""
+    def setup(scratch: Path, fixtures: Fixtures) -> list[str]:
+        return [str(scratch / "models"), *moments]
+
+    return Case("kill", name, setup, slow=True)
+
+
+def _wait(child: subprocess.Popen, out: Path, moment: str) -> None:
+    """Return at `moment` of the child's run (or when it has ended)."""
+    if not moment.endswith(" specs"):
+        time.sleep(float(moment))
+        return
+    wanted, deadline = int(moment.split()[0]), time.monotonic() + 300
+    while child.poll() is None and time.monotonic() < deadline:
+        if out.is_dir() and len(list(out.glob("*.json"))) >= wanted:
+            return
+        time.sleep(0.005)
+
+
+def _child(argv: list[str]) -> subprocess.Popen:
+    env = {**os.environ, "PYTHONPATH": str(ROOT / "src")}
+    entry = "from perf4sight.cli import entry; entry()"
+    return subprocess.Popen([sys.executable, "-c", entry, "--quiet", *argv], env=env,
+                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+
+
+def _kill_outcome(argv: list[str]) -> tuple[str, str]:
+    """Run the kills, then the whole command, and compare the manifest with the folder."""
+    from perf4sight.networks import read_spec
+
+    out, moments = Path(argv[0]), argv[1:]
+    command = [*_PRUNE_ARGS, "--out", str(out)]
+    found = []  # specs (and temporaries) present after each kill
+    for moment in moments:
+        child = _child(command)
+        _wait(child, out, moment)
+        child.send_signal(signal.SIGKILL)
+        child.wait()
+        if not _manifest_agrees(out, read_spec):
+            return "lost", f"after the kill at {moment} the manifest and the specs disagree"
+        found.append(f"{len(list(out.glob('*.json')))} ({len(list(out.glob('.*.tmp')))} temporaries)")
+    child = _child(command)
+    _, err = child.communicate()
+    if child.returncode != 0:
+        lines = err.decode(errors="replace").strip().splitlines()
+        return ("traceback" if "Traceback" in err.decode(errors="replace") else "other"), (lines or [""])[-1]
+    leftovers = sorted(p.name for p in out.glob(".*.tmp"))
+    if leftovers:
+        return "lost", f"temporary files left: {', '.join(leftovers)}"
+    if not _manifest_agrees(out, read_spec) or len(list(out.glob("*.json"))) != 10:
+        return "lost", "the manifest and the specs disagree after the rerun"
+    return "right", (f"specs after each kill: {', '.join(map(str, found))}; after the rerun "
+                     f"{len(list(out.glob('*.json')))}, the manifest agrees, no temporaries")
+
+
+def _manifest_agrees(out: Path, read_spec: Callable[[Path], dict]) -> bool:
+    """Whether manifest.csv lists exactly the specs in `out` (none yet: no manifest needed)."""
+    specs = sorted(str(p) for p in out.glob("*.json")) if out.is_dir() else []
+    manifest = out / "manifest.csv"
+    if not manifest.is_file():
+        return len(specs) <= 1  # killed before or during the first spec's manifest
+    import pandas as pd
+
+    listed = sorted(pd.read_csv(manifest)["spec_file"].astype(str))
+    for spec in specs:
+        read_spec(spec)  # whole, never half written
+    return listed == specs or (len(specs) == len(listed) + 1 and set(listed) <= set(specs))
+
+
+KILL_CASES = [
+    _kill_case("killed at the first spec", ["1 specs"]),
+    _kill_case("killed at the third spec", ["3 specs"]),
+    _kill_case("killed at the ninth spec", ["9 specs"]),
+    _kill_case("killed twice", ["2 specs", "6"]),
+    _kill_case("killed before any spec", ["0.5"]),
+    _kill_case("run to the end, then a rerun killed", ["60", "4"]),
+]
+
+
+def _stale_temporary(scratch: Path, fixtures: Fixtures) -> list[str]:
+    """A spec folder holding what a writer killed mid-write leaves: `.<name>.<pid>.tmp` of a
+    process that has ended."""
+    out = scratch / "models"
+    out.mkdir()
+    ended = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True)
+    pid = int(ended.stdout)
+    (out / f".squeezenet1_1_0.json.{pid}.tmp").write_text('{"name": "squ')
+    (out / f".squeezenet1_1_0.py.{pid}.tmp").write_text("import tor")
+    (out / f".other_file.csv.{pid}.tmp").write_text("a|b")
+    return ["prune", "--net", "squeezenet1_1", "--levels", "0", "--input-size", "3,32,32", "--num-classes", "10",
+            "--write-model-files", "--out", str(out)]
+
+
+def _no_temporaries(scratch: Path, out: str, err: str) -> bool:
+    return not list((scratch / "models").glob(".*.tmp")) and (scratch / "models" / "squeezenet1_1_0.json").is_file()
+
+
+LEFTOVER_CASES = [Case("leftover", "temporaries of a killed writer", _stale_temporary, _no_temporaries)]
+
+
+def catalogue() -> list[Case]:
+    """Every case, in the order the table lists them."""
+    configs = [_config_case(section, key, value) for section, key, value in BAD_VALUES]
+    files = [*FILE_CASES, Case("config", "the config file is missing", _missing_config)]
+    return [*configs, *files, *CLI_CASES, *LOG_CASES, *STORED_CASES, *SPEC_CASES, *LEFTOVER_CASES, *KILL_CASES]
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--tx2", type=Path, default=TX2, help="TX2 dataset folder (cases needing it are skipped without)")
+    parser.add_argument("--only", default="",
+                        help="comma-separated categories: config, cli, log, stored model, spec, leftover, kill")
+    parser.add_argument("--list", action="store_true", help="print every case's outcome")
+    parser.add_argument("--keep", type=Path, default=None, help="scratch folder to keep (default: a temporary one)")
+    args = parser.parse_args()
+    sys.path.insert(0, str(ROOT / "src"))
+    import tempfile
+
+    tx2 = args.tx2 if (args.tx2 / "models").is_dir() else None
+    only = {c.strip() for c in args.only.split(",") if c.strip()}
+    cases = [c for c in catalogue() if not only or c.category in only]
+    skipped = [c for c in cases if c.needs_tx2 and tx2 is None]
+    cases = [c for c in cases if c not in skipped]
+    with tempfile.TemporaryDirectory() as temporary:
+        root = args.keep or Path(temporary)
+        root.mkdir(parents=True, exist_ok=True)
+        fixtures = Fixtures(root=root, tx2=tx2)
+        results = []
+        for k, case in enumerate(cases):
+            results.append(classify(case, root / f"case{k:03d}", fixtures))
+            if args.list:
+                r = results[-1]
+                print(f"{r.outcome:9} {r.seconds:6.1f}s  {case.id}  ->  {r.detail}", flush=True)
+    table: dict[str, Counter] = {}
+    for r in results:
+        table.setdefault(r.case.category, Counter())[r.outcome] += 1
+    total = sum(table.values(), Counter())
+    print(f"\n{'category':14} {'tried':>5} " + " ".join(f"{o:>9}" for o in OUTCOMES))
+    for category, counts in [*table.items(), ("total", total)]:
+        print(f"{category:14} {sum(counts.values()):5d} " + " ".join(f"{counts[o]:9d}" for o in OUTCOMES))
+    if skipped:
+        print(f"\n{len(skipped)} cases skipped: no TX2 dataset at {args.tx2}")
+    bad = [r for r in results if r.outcome not in ("one line", "right")]
+    for r in bad:
+        print(f"  {r.outcome}: {r.case.id}: {r.detail}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,47 @@
+"""Fault injection: every case of `benchmarks/fault_injection.py` (hostile configs, bad
+command-line values, broken log rows, tampered stored models, impossible specs, `prune`
+killed part-way) is answered with one line and exit code 2, or with the right result;
+never a traceback, a silent wrong answer, a lost or duplicated row, or executed code."""
+
+from __future__ import annotations
+
+import importlib.util
+import sys
+from pathlib import Path
+
+import pytest
+
+_SCRIPT = Path(__file__).resolve().parents[1] / "benchmarks" / "fault_injection.py"
+_spec = importlib.util.spec_from_file_location("fault_injection", _SCRIPT)
+fault_injection = importlib.util.module_from_spec(_spec)
+sys.modules["fault_injection"] = fault_injection  # dataclasses look their module up
+_spec.loader.exec_module(fault_injection)
+
+CASES = fault_injection.catalogue()
+
+
+@pytest.fixture(scope="module")
+def fixtures(tmp_path_factory, request):
+    """Shared by the module's cases: the fitted models are made once, when a case needs them."""
+    tx2 = Path(__file__).resolve().parents[1].parent / "shared" / "datasets" / "tx2"
+    return fault_injection.Fixtures(root=tmp_path_factory.mktemp("faults"), tx2=tx2 if (tx2 / "models").is_dir() else None)
+
+
+def _param(case):
+    marks = [pytest.mark.slow] if case.slow else []
+    return pytest.param(case, id=case.id, marks=marks)
+
+
+@pytest.mark.parametrize("case", [_param(case) for case in CASES])
+def test_a_fault_is_one_line_or_the_right_result(case, fixtures, tmp_path):
+    if case.needs_tx2 and fixtures.tx2 is None:
+        pytest.skip("TX2 dataset not found")
+    result = fault_injection.classify(case, tmp_path / "case", fixtures)
+    assert result.outcome in ("one line", "right"), f"{result.outcome}: {result.detail}"
+
+
+def test_the_catalogue_covers_every_category_and_the_issue_count():
+    categories = {case.category for case in CASES}
+    assert categories == {"config", "cli", "log", "stored model", "spec", "leftover", "kill"}
+    assert len(CASES) >= 175
+    assert len({case.id for case in CASES}) == len(CASES)  # each case named once
