@@ -18,10 +18,10 @@ import torch
 import torchvision
 
 from perf4sight.cli import main
-from perf4sight.config import ProfileSettings, load_config
+from perf4sight.config import NetworkDatasetSettings, ProfileSettings, load_config
 from perf4sight.device.logs import GT_COLUMNS
 from perf4sight.errors import ConfigError, NetworkError
-from perf4sight.networks import spec_from_module, write_spec
+from perf4sight.networks import create_network_dataset, spec_from_module, write_spec
 from perf4sight.profile import (
     profile_campaign,
     profile_from_settings,
@@ -346,3 +346,25 @@ def test_a_torchvision_name_in_a_test_config_is_profiled(tmp_path: Path) -> None
                       "net_name= ['squeezenet1']\nexec_stage= ['training']\nmodel= ['squeezenet1_1']\n")
     summary = profile_campaign(read_test_config(config), log_dir=tmp_path / "logs")
     assert [r.status for r in summary.results] == ["ok"]
+
+
+def test_a_spec_wider_than_its_base_stops_the_campaign_before_any_test(tmp_path: Path, write_test_config) -> None:
+    """A spec consistent in itself but not cut from its base (a first layer of 200 channels
+    where squeezenet has 96) would profile another network than fitting assumes: refused."""
+    settings = NetworkDatasetSettings(networks=["squeezenet1_0"], pruning_perc=[0], input_size=(3, 32, 32),
+                                      num_classes=10, model_path=tmp_path / "models")
+    create_network_dataset(settings)
+    path = tmp_path / "models" / "squeezenet1_0_0.json"
+    spec = json.loads(path.read_text())
+    spec["out_channels"]["features.0"] = 200
+    for entry in spec["layers"]:
+        if entry["name"] == "features.0":
+            entry["out"][0] = 200
+        if entry["name"] == "features.3.squeeze":
+            entry["in"][0] = 200
+    path.write_text(json.dumps(spec))
+    config = write_test_config(tmp_path / "t.ini", [path], [2])
+    log_dir = tmp_path / "logs"
+    with pytest.raises(NetworkError, match="features.0"):
+        profile_campaign(read_test_config(config), log_dir=log_dir)
+    assert not log_dir.exists()

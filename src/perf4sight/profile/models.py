@@ -48,11 +48,11 @@ def load_test_model(test: ProfileTest) -> LoadedNetwork:
 
 
 def check_models(tests: Sequence[ProfileTest]) -> None:
-    """Refuse a test config whose model files are missing or whose specs do not read:
-    such a test would fail without measuring anything, and its failure, journalled,
-    would never be retried once the file is fixed."""
+    """Refuse a test config whose model files are missing or whose specs do not read or do
+    not describe a network their base can become: such a test would fail without measuring
+    anything, and its failure, journalled, would never be retried once the file is fixed."""
     from perf4sight.networks.model_file import split_model_source
-    from perf4sight.networks.spec import read_spec
+    from perf4sight.networks.spec import read_spec, spec_architecture
 
     for source in dict.fromkeys(model_source(test) for test in tests):
         path = split_model_source(source)[0]
@@ -61,4 +61,4 @@ def check_models(tests: Sequence[ProfileTest]) -> None:
         if not path.is_file():
             raise ConfigError(f"test config: model file not found: {path}")
         if path.suffix == ".json":
-            read_spec(path)
+            spec_architecture(read_spec(path))
