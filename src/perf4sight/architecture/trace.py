@@ -266,23 +266,53 @@ _DROPOUTS = frozenset({
     nn.functional.alpha_dropout, nn.functional.feature_alpha_dropout, torch.dropout, torch.feature_dropout,
     torch.alpha_dropout, torch.feature_alpha_dropout,
 })
+# Reshapes as the network's Python code calls them, with the sizes after the tensor.
+_RESHAPE_CALLS = frozenset({torch.Tensor.view, torch.Tensor.reshape, torch.reshape})
 
 
-class _FunctionalDropout(TorchFunctionMode):
-    """Stops an empty-batch trace at a dropout called as a function (an `nn.Dropout` module
-    is completed by the recorder), so that the network is traced on the meta device, where
-    the mask is made and saved."""
+def _batch_sizes(func: Any, args: tuple, kwargs: dict) -> tuple[torch.Tensor, tuple] | None:
+    """The tensor and the requested sizes of a reshape call on an empty batch that keeps the
+    batch dimension and infers another (`x.view(x.size(0), -1)`), else None."""
+    if func not in _RESHAPE_CALLS or not args or not isinstance(args[0], torch.Tensor):
+        return None
+    source = args[0]
+    sizes = args[1:] or (kwargs.get("shape", kwargs.get("size", ())),)
+    if len(sizes) == 1 and isinstance(sizes[0], (tuple, list, torch.Size)):
+        sizes = tuple(sizes[0])
+    if (source.dim() and source.shape[0] == 0 and len(sizes) > 1 and sizes[0] == 0
+            and all(isinstance(s, int) for s in sizes) and list(sizes).count(-1) == 1):
+        return source, sizes
+    return None
 
-    def __init__(self, recorder: _Recorder) -> None:
+
+class _EmptyBatch(TorchFunctionMode):
+    """What an empty batch cannot show as a real batch would.
+
+    A reshape that keeps the batch dimension and infers another (`x.view(x.size(0), -1)`,
+    common in hand-written models) is ambiguous for zero samples: the inferred size is
+    given from a sample's elements, as samples would give it. A dropout called as a
+    function (an `nn.Dropout` module is completed by the recorder) stops the trace, so
+    that the network is traced on the meta device, where the mask is made and saved.
+    """
+
+    def __init__(self, recorder: _Recorder | None) -> None:
         super().__init__()
         self.recorder = recorder
 
     def __torch_function__(self, func, types, args=(), kwargs=None):  # noqa: ANN001
-        if func in _DROPOUTS and not self.recorder._in_leaf():
+        kwargs = kwargs or {}
+        request = _batch_sizes(func, args, kwargs)
+        if request is not None:
+            source, sizes = request
+            known = math.prod(s for s in sizes[1:] if s != -1)
+            elements = math.prod(source.shape[1:])
+            if known and elements % known == 0:
+                return func(source, tuple(elements // known if s == -1 else s for s in sizes))
+        if self.recorder is not None and func in _DROPOUTS and not self.recorder._in_leaf():
             tensors = _tensors(args)
             if tensors and tensors[0].numel() == 0:
                 raise _EmptyBatchUnfaithful(f"{func.__name__} called as a function")
-        return func(*args, **(kwargs or {}))
+        return func(*args, **kwargs)
 
 
 def _conv_fields(module: nn.Module) -> dict[str, Any]:
@@ -401,7 +431,7 @@ def _forward(
     naming it (`name`, else its class) and the input size."""
     try:
         return (*_run(model, named, input_size, device="cpu", batch=_EMPTY_BATCH, record=record), _EMPTY_BATCH)
-    except Exception:  # noqa: BLE001 - e.g. x.view(x.size(0), -1) is ambiguous for 0 samples
+    except Exception:  # noqa: BLE001 - e.g. a reduction over every element of no samples
         pass
     try:
         return (*_run(model, named, input_size, device="meta", batch=_META_BATCH, record=record), _META_BATCH)
@@ -420,16 +450,18 @@ def _run(
     x = torch.empty((batch, *input_size), device=device)
     with _stand_ins(modules, device) as stand_ins, _training_without_running_stats(modules):
         if not record:
-            with _ReshapeCheck() if batch == _EMPTY_BATCH else contextlib.nullcontext():
+            if batch != _EMPTY_BATCH:
+                return None, model(x)
+            with _ReshapeCheck(), _EmptyBatch(None):
                 return None, model(x)
         recorder = _Recorder(named, batch, params=stand_ins)
         handles = [
             nn.modules.module.register_module_forward_pre_hook(recorder.pre_hook),
             nn.modules.module.register_module_forward_hook(recorder.post_hook),
         ]
-        dropouts = _FunctionalDropout(recorder) if batch == _EMPTY_BATCH else contextlib.nullcontext()
+        empty = _EmptyBatch(recorder) if batch == _EMPTY_BATCH else contextlib.nullcontext()
         try:
-            with torch.autograd.graph.saved_tensors_hooks(recorder.pack, lambda t: t), recorder, dropouts:
+            with torch.autograd.graph.saved_tensors_hooks(recorder.pack, lambda t: t), recorder, empty:
                 out = model(x)
         finally:
             for handle in handles:
