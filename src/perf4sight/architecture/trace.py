@@ -27,7 +27,7 @@ from perf4sight.architecture.ir import Architecture, Layer
 from perf4sight.console import warn
 from perf4sight.errors import NetworkError
 
-__all__ = ["module_kind", "output_shape", "trace_architecture"]
+__all__ = ["LayerWatch", "module_kind", "output_shape", "trace_architecture"]
 
 # Batch sizes of the two tracing routes: zero samples on the CPU, else two on meta.
 _EMPTY_BATCH = 0
@@ -117,12 +117,23 @@ class _Pending:
 
 
 class _Recorder(TorchDispatchMode):
-    def __init__(self, modules: list[tuple[str, nn.Module]], batch: int, params: set[int]) -> None:
+    """Records the layers of a forward pass: leaf modules by their hooks, functional ops
+    outside them by their dispatch. Without `sources`, it notes no dataflow and holds no
+    tensor (for a caller that watches tensors die)."""
+
+    def __init__(self, modules: list[tuple[str, nn.Module]], batch: int, params: set[int], *,
+                 sources: bool = True) -> None:
         super().__init__()
         self.batch = batch
+        self.keep_sources = sources
+        self.paused = False  # ops outside a watched forward pass are no layers
         self.names = {id(m): n for n, m in modules}
         self.leaves = {id(m) for _, m in modules if next(m.children(), None) is None}
         self.params = params
+        self.reset()
+
+    def reset(self) -> None:
+        """Forget the layers recorded: a new forward pass begins."""
         self.stack: list[nn.Module] = []
         self.layers: list[_Pending] = []
         self.seen_saved: dict[int, torch.Tensor] = {}
@@ -136,6 +147,8 @@ class _Recorder(TorchDispatchMode):
         return tuple(self.producer.get(id(t), -1) for t in tensors)
 
     def _produce(self, tensors: list[torch.Tensor], index: int) -> None:
+        if not self.keep_sources:
+            return
         for t in tensors:
             self.producer[id(t)] = index
             self.alive.append(t)
@@ -206,7 +219,7 @@ class _Recorder(TorchDispatchMode):
         out = func(*args, **(kwargs or {}))
         if self.batch == _EMPTY_BATCH:
             _check_reshape(func, args, out)
-        if self._in_leaf():
+        if self._in_leaf() or self.paused:
             return out
         op = func.overloadpacket.__name__
         base = op.rstrip("_")
@@ -352,13 +365,10 @@ def trace_architecture(
     buffers = sum(b.numel() * b.element_size() for b in _unique(modules, "_buffers"))
     outs = _tensors(out)
     layers = []
-    # Identity layers are dropped; their consumers take their producer as source.
-    renumber: dict[int, int] = {-1: -1}
+    renumber = _layer_numbers(recorder.layers)
     for index, p in enumerate(recorder.layers):
         if p.kind == "identity":
-            renumber[index] = renumber.get(p.sources[0], -1) if p.sources else -1
             continue
-        renumber[index] = len(layers)
         module = p.module
         # A saved tensor the size of an input (or of the output) scales with it when the
         # architecture is propagated for other channel counts.
@@ -404,6 +414,79 @@ def trace_architecture(
         trainable_params=trainable,
         buffer_bytes=buffers,
     )
+
+
+class LayerWatch:
+    """Which layer of a module runs, numbered as `trace_architecture` numbers its layers, for
+    a caller that attributes what happens in a forward pass to them (the tensor lifetimes).
+
+    Enter it before the caller's own dispatch mode (so that an op outside the leaf modules
+    is a layer by the time the caller sees its outputs); `layer()` is the index of the
+    layer running, -1 outside the module's forward passes (every pass is numbered anew).
+    """
+
+    def __init__(self, model: nn.Module) -> None:
+        self.model = model
+        self.recorder = _Recorder(list(model.named_modules()), _META_BATCH, set(), sources=False)
+        self.recorder.paused = True
+        self.running = False
+        self._counted = 0
+        self._described = 0
+
+    def layer(self) -> int:
+        if not self.running:
+            return -1
+        layers = self.recorder.layers
+        for p in layers[self._counted:]:
+            self._described += p.kind != "identity"
+        self._counted = len(layers)
+        return self._described - 1 if layers and layers[-1].kind != "identity" else -1
+
+    def _begin(self, module: nn.Module, args: Any) -> None:
+        self.recorder.reset()
+        self.running, self._counted, self._described = True, 0, 0
+        self.recorder.paused = False
+
+    def _end(self, module: nn.Module, args: Any, output: Any) -> None:
+        self.running = False
+        self.recorder.paused = True
+
+    def _pre_hook(self, module: nn.Module, args: Any) -> None:
+        if self.running and module is not self.model:
+            self.recorder.pre_hook(module, args)
+
+    def _post_hook(self, module: nn.Module, args: Any, output: Any) -> None:
+        if self.running and module is not self.model:
+            self.recorder.post_hook(module, args, output)
+
+    def __enter__(self) -> LayerWatch:
+        self._handles = [
+            self.model.register_forward_pre_hook(self._begin),
+            self.model.register_forward_hook(self._end),
+            nn.modules.module.register_module_forward_pre_hook(self._pre_hook),
+            nn.modules.module.register_module_forward_hook(self._post_hook),
+        ]
+        self.recorder.__enter__()
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.recorder.__exit__(*exc)
+        for handle in self._handles:
+            handle.remove()
+
+
+def _layer_numbers(pending: list[_Pending]) -> dict[int, int]:
+    """Each recorded layer's index among the described ones. Identity layers are dropped:
+    they take their producer's number, so that their consumers take it as their source."""
+    numbers: dict[int, int] = {-1: -1}
+    described = 0
+    for index, p in enumerate(pending):
+        if p.kind == "identity":
+            numbers[index] = numbers.get(p.sources[0], -1) if p.sources else -1
+        else:
+            numbers[index] = described
+            described += 1
+    return numbers
 
 
 def _unique(modules: list[nn.Module], table: str) -> list[torch.Tensor]:
