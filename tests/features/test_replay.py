@@ -302,3 +302,17 @@ def test_every_demo_spec_is_its_bases_recording_scaled(tmp_path):
     for path in specs:
         scaled, recorded = _scaled_and_recorded(path, "training")
         assert scaled.same_events(recorded), path.name
+
+
+def test_a_timelines_replays_serve_its_next_query(monkeypatch):
+    from perf4sight.features import caching_allocator
+
+    timeline = _timeline([(0, True, 0, 20), (0, False, 0, 0), (1, True, 30, 0)])
+    replayed = []
+    original = caching_allocator.replay
+    monkeypatch.setattr(caching_allocator, "replay", lambda t, bs: replayed.append(bs) or original(t, bs))
+    first = replay_peaks(timeline, [5])
+    assert replayed == [1, 2, 3, 4, 6]
+    assert [a.tolist() for a in replay_peaks(timeline, [5])] == [a.tolist() for a in first]
+    replay_peaks(timeline, [7, 3])
+    assert replayed == [1, 2, 3, 4, 6, 8]  # only the grid's new size

@@ -86,6 +86,9 @@ class Timeline:
     fixed_bytes: np.ndarray
     per_sample_bytes: np.ndarray
     scaling: Scaling | None = field(default=None, compare=False)
+    # The allocator's peaks (allocated, reserved) replayed at a batch size, kept for the
+    # next query of this timeline (`perf4sight.features.caching_allocator.replay_peaks`).
+    peaks: dict[int, tuple[int, int]] = field(default_factory=dict, compare=False, repr=False)
 
     def sizes(self, batch_size: int) -> np.ndarray:
         """Each event's size in bytes at `batch_size` (0 for a free)."""
@@ -390,10 +393,16 @@ def _scaling(timeline: Timeline, layers: list[int], backward: list[bool], templa
 _TIMELINES: weakref.WeakKeyDictionary[Callable[[], Any], dict[str, Timeline]] = weakref.WeakKeyDictionary()
 
 
-def timeline_of(builder: Callable[[], Any], stage: str, template: Architecture) -> Timeline:
-    """`record_timeline` against `template` (the architecture traced from the network
-    `builder` builds), once per builder and stage."""
-    recorded = _TIMELINES.setdefault(builder, {})
-    if stage not in recorded:
-        recorded[stage] = record_timeline(builder, stage, template)
-    return recorded[stage]
+def timeline_of(builder: Callable[[], Any], stage: str, arch: Architecture) -> Timeline:
+    """The timeline of the network `builder` builds, whose architecture is `arch`, once per
+    builder and stage: for a network propagated from a traced one (a pruned variant of a
+    spec's base), its template's recording scaled to its channels, without building or
+    running it; else (or when the template's cannot be scaled) recorded against `arch`."""
+    known = _TIMELINES.setdefault(builder, {})
+    if stage not in known:
+        template = arch.template
+        scaled = None
+        if template is not None and template.builder is not None:
+            scaled = resized(timeline_of(template.builder, stage, template), template, arch)
+        known[stage] = scaled if scaled is not None else record_timeline(builder, stage, arch)
+    return known[stage]
