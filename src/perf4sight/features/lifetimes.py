@@ -13,6 +13,11 @@ second is what every later one repeats. Recorded at two batch sizes, each alloca
 size is an affine function of the batch size (fixed bytes plus bytes per sample), so one
 recording serves every batch size. Device-specific temporaries (cuDNN workspaces, cuBLAS
 handles) are not seen: they are left to the fitted coefficients.
+
+A recording also notes which layer of the network's trace each allocation belongs to and
+which quantity of that layer (an output's or input's elements, channels, weights) its size
+is a multiple of; a pruned variant, whose architecture is propagated from that trace, then
+gets the same events with its own sizes (`resized`), without being built or run.
 """
 
 from __future__ import annotations
