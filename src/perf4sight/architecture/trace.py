@@ -283,7 +283,7 @@ _DROPOUTS = frozenset({
 _RESHAPE_CALLS = frozenset({torch.Tensor.view, torch.Tensor.reshape, torch.reshape})
 
 
-def _batch_sizes(func: Any, args: tuple, kwargs: dict) -> tuple[torch.Tensor, tuple] | None:
+def _inferring_reshape(func: Any, args: tuple, kwargs: dict) -> tuple[torch.Tensor, tuple] | None:
     """The tensor and the requested sizes of a reshape call on an empty batch that keeps the
     batch dimension and infers another (`x.view(x.size(0), -1)`), else None."""
     if func not in _RESHAPE_CALLS or not args or not isinstance(args[0], torch.Tensor):
@@ -314,7 +314,7 @@ class _EmptyBatch(TorchFunctionMode):
 
     def __torch_function__(self, func, types, args=(), kwargs=None):  # noqa: ANN001
         kwargs = kwargs or {}
-        request = _batch_sizes(func, args, kwargs)
+        request = _inferring_reshape(func, args, kwargs)
         if request is not None:
             source, sizes = request
             known = math.prod(s for s in sizes[1:] if s != -1)
