@@ -284,8 +284,7 @@ def test_a_timeline_that_cannot_be_scaled_is_not_scaled():
 
 @pytest.mark.slow
 @pytest.mark.parametrize("stage", ["training", "inference"])
-def test_every_tx2_spec_is_its_bases_recording_scaled(tx2_dir, monkeypatch, stage):
-    monkeypatch.chdir(tx2_dir / "models")  # a relative model_desc is beside its spec
+def test_every_tx2_spec_is_its_bases_recording_scaled(tx2_dir, stage):
     specs = sorted((tx2_dir / "models").glob("*.json"))
     assert len({read_spec(path)["net"] for path in specs}) >= 3
     for path in specs:
