@@ -8,14 +8,22 @@ with models fitted on the TX2 data (skipped when ../shared/datasets/tx2 is absen
   cold: once with the per-process trace of the base networks cleared before every network (each
   prediction describes its network from nothing), and over the whole set from a cleared
   state (each base traced once, inside the timed run, then shared by its pruned variants;
-  the median of 3 such runs).
+  the median of 3 such runs), and over the whole set with the bases already described
+  (what each network costs once its base is: the median of 3 runs).
 - the original way: import the model file and build the network, run a forward pass at
   batch size 8 on a 224x224 input with hooks that read each Conv2d's shapes, then the
   paper's features one batch size at a time, then the paper's ExtraTrees models.
 
+With `--model-files`, both ways predict model description files instead of specs: the
+hand-written examples (`examples/model_files`, which flatten with `x.view(x.size(0), -1)`)
+pruned at each level and written as standalone model files by the network-dataset stage,
+and the TX2 dataset's MobileNetV2 model files at those levels. A model file shares nothing
+with another (no base to trace once), so each is predicted from nothing.
+
 Setup (pruning, writing specs and model files, fitting) is not timed.
 
     .venv/bin/python benchmarks/predict_speed.py [--networks resnet18 ...] [--levels 0 50 90] [--method replay]
+    .venv/bin/python benchmarks/predict_speed.py --model-files [--levels 0 25 50 75 90] [--method replay]
 """
 
 from __future__ import annotations
@@ -46,6 +54,7 @@ BATCH_SIZES = list(range(8, 8 * 25 + 1, 8))
 # pause of the shared machine does not decide the figure.
 REPEATS = 3
 NETWORKS = ["resnet18", "resnet50", "mobilenet_v2", "squeezenet1_0", "googlenet", "vgg11", "mnasnet1_0"]
+EXAMPLES = Path(__file__).resolve().parents[1] / "examples" / "model_files"
 
 
 def fit(out: Path, method: str) -> Path:
@@ -88,13 +97,31 @@ def original_way(model_file: Path, net: str, models: list) -> np.ndarray:
     return np.stack([m.estimator.predict(features[m.feature_names]) for m in models])
 
 
-def _time_set(predictor: Predictor, specs: list[Path]) -> float:
-    """Seconds to predict every spec, from a cleared state (each base traced once, in the run)."""
-    _base_architecture.cache_clear()
+def _time_set(predictor: Predictor, sources: list[str], *, cleared: bool = True) -> float:
+    """Seconds to predict every network, from a cleared state (each base traced once, in the
+    run), or with the bases already described (`cleared` False)."""
+    if cleared:
+        _base_architecture.cache_clear()
     start = time.perf_counter()
-    for spec_path in specs:
-        predictor.predict(spec_path, BATCH_SIZES)
+    for source in sources:
+        predictor.predict(source, BATCH_SIZES)
     return time.perf_counter() - start
+
+
+def _networks(out: Path, networks: list[str], levels: list[int], model_files: bool) -> list[tuple[str, Path, str]]:
+    """(source perf4sight predicts, model file the original way builds, its factory) per network."""
+    create_network_dataset(NetworkDatasetSettings(
+        networks=[str(EXAMPLES / f"{n}.py") for n in ("resnet_like", "mobilenet_like")] if model_files else networks,
+        pruning_perc=levels, model_path=out / "nets", write_model_files=True,
+    ))
+    specs = sorted((out / "nets").glob("*.json"))
+    nets = [read_spec(path)["net"] for path in specs]
+    if not model_files:
+        return [(str(path), path.with_suffix(".py"), net) for path, net in zip(specs, nets)]
+    files = [(path.with_suffix(".py"), net) for path, net in zip(specs, nets)]
+    files += [(TX2 / "models" / f"mobilenetv2_{level}.py", "mobilenetv2") for level in levels
+              if (TX2 / "models" / f"mobilenetv2_{level}.py").is_file()]
+    return [(f"{path}:{net}", path, net) for path, net in files]
 
 
 def main() -> None:
@@ -102,6 +129,7 @@ def main() -> None:
     parser.add_argument("--networks", nargs="+", default=NETWORKS)
     parser.add_argument("--levels", nargs="+", type=int, default=[0, 25, 50, 75, 90])
     parser.add_argument("--method", default="default", help="perf4sight's method (default: the default method)")
+    parser.add_argument("--model-files", action="store_true", help="predict model files, not specs (see above)")
     args = parser.parse_args()
     if not (TX2 / "models").is_dir():
         print(f"TX2 dataset not found at {TX2}: nothing to fit the models on, skipping")
@@ -109,39 +137,41 @@ def main() -> None:
     torch.manual_seed(0)
     with tempfile.TemporaryDirectory() as tmp:
         out = Path(tmp)
-        create_network_dataset(NetworkDatasetSettings(
-            networks=args.networks, pruning_perc=args.levels, model_path=out / "nets", write_model_files=True,
-        ))
+        networks = _networks(out, args.networks, args.levels, args.model_files)
         predictor = Predictor.load(fit(out, args.method))
         paper_dir = fit(out, "paper")
         paper = [load_model(paper_dir, stage="training", target=t) for t in ("mem_used", "latency")]
-        specs = sorted((out / "nets").glob("*.json"))
-        nets = [read_spec(path)["net"] for path in specs]
         # The setup's objects (torch, the fitted models) leave the collector's generations,
         # so that neither way is charged a full collection of them (a 0.3 s pause here).
         gc.collect()
         gc.freeze()
         cold, original = [], []
-        for spec_path, net in zip(specs, nets):
+        for source, model_file, net in networks:
             _base_architecture.cache_clear()
             start = time.perf_counter()
-            predictor.predict(spec_path, BATCH_SIZES)
+            predictor.predict(source, BATCH_SIZES)
             cold.append(time.perf_counter() - start)
             start = time.perf_counter()
-            original_way(spec_path.with_suffix(".py"), net, paper)
+            original_way(model_file, net, paper)
             original.append(time.perf_counter() - start)
-        whole_set = statistics.median(_time_set(predictor, specs) for _ in range(REPEATS))
-    print(f"{len(specs)} networks ({', '.join(args.networks)} at levels {args.levels}), "
-          f"{len(BATCH_SIZES)} batch sizes each, torch threads {torch.get_num_threads()}")
-    print(f"{'network':<18}{'perf4sight ms':>15}{'original ms':>13}{'ratio':>8}")
-    for spec_path, ours, theirs in zip(specs, cold, original):
-        print(f"{spec_path.stem:<18}{ours * 1e3:>15.1f}{theirs * 1e3:>13.1f}{theirs / ours:>8.1f}")
-    n, total_original = len(specs), sum(original)
+        sources = [source for source, *_ in networks]
+        whole_set = statistics.median(_time_set(predictor, sources) for _ in range(REPEATS))
+        warm = statistics.median(_time_set(predictor, sources, cleared=False) for _ in range(REPEATS))
+    what = "model files of resnet_like, mobilenet_like (examples) and the TX2's mobilenetv2" if args.model_files \
+        else ", ".join(args.networks)
+    print(f"{len(networks)} networks ({what} at levels {args.levels}), {len(BATCH_SIZES)} batch sizes each, "
+          f"method {args.method}, torch threads {torch.get_num_threads()}")
+    print(f"{'network':<24}{'perf4sight ms':>15}{'original ms':>13}{'ratio':>8}")
+    for (_, model_file, _), ours, theirs in zip(networks, cold, original):
+        print(f"{model_file.stem:<24}{ours * 1e3:>15.1f}{theirs * 1e3:>13.1f}{theirs / ours:>8.1f}")
+    n, total_original = len(networks), sum(original)
     print(f"original way: {n / total_original:.2f} networks/s")
     print(f"perf4sight, each network cold (its base traced anew): {n / sum(cold):.1f} networks/s, "
           f"{total_original / sum(cold):.1f}x the original")
     print(f"perf4sight, the whole set cold (each base traced once, in the timed run): {n / whole_set:.1f} "
           f"networks/s, {total_original / whole_set:.1f}x the original")
+    print(f"perf4sight, the whole set with its bases already described (each network's own cost): {n / warm:.1f} "
+          f"networks/s, {total_original / warm:.1f}x the original")
 
 
 if __name__ == "__main__":

@@ -17,6 +17,8 @@ from perf4sight.errors import NetworkError
 from perf4sight.networks.model_file import build_from_file
 from perf4sight.networks.spec import build_from_spec, read_spec
 
+EXAMPLES = Path(__file__).resolve().parents[2] / "examples" / "model_files"
+
 
 class Small(nn.Module):
     def __init__(self) -> None:
@@ -121,7 +123,7 @@ def test_shapes_that_do_not_fit_name_the_layer(tx2_dir: Path) -> None:
 
 class ViewsByBatch(Small):
     """The same network, flattened the old way: `view(x.size(0), -1)` is ambiguous for an
-    empty batch, so tracing falls back to the meta device."""
+    empty batch; the trace infers the size from a sample's elements, as samples would."""
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         y = self.relu(self.bn(self.conv(x)))
@@ -130,24 +132,70 @@ class ViewsByBatch(Small):
         return self.fc(y.view(y.size(0), -1))
 
 
-def test_meta_fallback_describes_the_same_network(monkeypatch: pytest.MonkeyPatch) -> None:
+class NormalisedByMax(Small):
+    """The same network, its input scaled by its largest value: a reduction over every
+    element, which has no value for an empty batch."""
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return super().forward(x / x.amax())
+
+
+@pytest.fixture
+def devices(monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    """The devices the trace runs on, in order."""
     from perf4sight.architecture import trace
 
-    devices: list[str] = []
+    seen: list[str] = []
     run = trace._run
 
     def spy(*args, device: str, **kwargs):  # noqa: ANN002, ANN003, ANN202
-        devices.append(device)
+        seen.append(device)
         return run(*args, device=device, **kwargs)
 
     monkeypatch.setattr(trace, "_run", spy)
-    torch.manual_seed(0)
+    return seen
+
+
+def test_a_view_that_keeps_the_batch_is_traced_on_an_empty_batch(devices: list[str]) -> None:
     reference = trace_architecture(Small(), (3, 16, 16), name="n")
     assert devices == ["cpu"]  # an empty batch on the CPU is enough
     devices.clear()
-    fallback = trace_architecture(ViewsByBatch(), (3, 16, 16), name="n")
+    assert trace_architecture(ViewsByBatch(), (3, 16, 16), name="n") == reference
+    assert devices == ["cpu"]
+    with pytest.raises(NetworkError, match=r"does not run on inputs of size \[3, 18, 18\]"):
+        trace_architecture(ViewsByBatch(), (3, 18, 18))  # 9x9 per channel after pooling: not fc's 64
+
+
+def test_meta_fallback_describes_the_same_network(devices: list[str]) -> None:
+    reference = trace_architecture(Small(), (3, 16, 16), name="n")
+    devices.clear()
+    fallback = trace_architecture(NormalisedByMax(), (3, 16, 16), name="n")
     assert devices == ["cpu", "meta"]  # the empty batch failed: traced again on the meta device
-    assert fallback == reference
+    # the same layers, and the two ops of the scaling before them
+    assert [layer.kind for layer in fallback.layers[:2]] == ["amax", "div"]
+    assert fallback.layers[2:] == tuple(
+        layer.replaced(sources=tuple(s + 2 if s >= 0 else 1 for s in layer.sources)) for layer in reference.layers
+    )
+
+
+@pytest.mark.parametrize("model_file", ["resnet_like", "mobilenet_like"])
+def test_hand_written_model_files_are_traced_on_an_empty_batch(model_file: str, devices: list[str]) -> None:
+    """The examples flatten with `x.view(x.size(0), -1)`: traced as fast as a torchvision
+    network, and as the meta device (which runs real sizes) describes them."""
+    from perf4sight.architecture import trace
+    from perf4sight.networks import load_network
+
+    network = load_network(EXAMPLES / f"{model_file}.py")
+    assert devices == ["cpu"]  # its class count, found by a forward pass
+    devices.clear()
+    arch = trace_architecture(network.module, network.input_size, name=model_file)
+    assert devices == ["cpu"]
+    named = list(network.module.named_modules())
+    on_meta, _ = trace._run(network.module, named, network.input_size, device="meta", batch=2)
+    assert [(p.name, p.kind, p.inputs, p.output) for p in on_meta.layers] == [
+        (layer.name, layer.kind, layer.inputs, layer.output) for layer in arch.layers
+    ]
+    assert arch.layers[-1].kind == "linear" and arch.layers[-1].in_shape == (network.module.linear.in_features,)
 
 
 def test_dropout_and_batch_norm_keep_what_they_save_in_training() -> None:

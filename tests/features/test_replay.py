@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import dataclasses
 import gc
 import weakref
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -12,12 +14,14 @@ from torch import nn
 
 from perf4sight.architecture import trace_architecture
 from perf4sight.errors import NetworkError
+from perf4sight.config import NetworkDatasetSettings, load_section
 from perf4sight.features import FEATURE_SETS, lifetimes
 from perf4sight.features.caching_allocator import AllocatorPeaks, replay, replay_peaks
 from perf4sight.features.lifetimes import Timeline, _record, record_timeline
 from perf4sight.features.network import network_features
-from perf4sight.features.replay import replay_features
-from perf4sight.networks import load_architecture
+from perf4sight.features.replay import replay_features, replay_timeline
+from perf4sight.networks import create_network_dataset, load_architecture, read_spec
+from perf4sight.networks.spec import _base_architecture
 
 MIB = 1 << 20
 INPUT = (3, 16, 16)
@@ -80,7 +84,7 @@ def tiny_timeline():
 
 
 def test_the_timeline_scales_exactly_with_the_batch_size(tiny_timeline):
-    recorded = _record(_tiny().to("meta"), INPUT, 10, "training", 7)
+    recorded = _record(_tiny().to("meta"), INPUT, 10, "training", 7).events
     assert [(n, a) for n, a, _ in recorded] == list(zip(tiny_timeline.tensor.tolist(), tiny_timeline.allocates.tolist()))
     assert [size for *_, size in recorded] == tiny_timeline.sizes(7).tolist()
 
@@ -122,9 +126,9 @@ def test_recording_leaves_the_callers_module_alone():
 def test_a_timeline_is_recorded_once_per_architecture_and_stage(monkeypatch):
     recorded = []
 
-    def counting(builder, stage):
+    def counting(builder, stage, template=None):
         recorded.append(stage)
-        return record_timeline(builder, stage)
+        return record_timeline(builder, stage, template)
 
     monkeypatch.setattr(lifetimes, "record_timeline", counting)
     arch = load_architecture(_tiny(), input_size=INPUT)
@@ -217,3 +221,97 @@ def test_a_layer_table_cannot_be_replayed():
     arch = trace_architecture(_tiny(), INPUT)  # a description with no way to rebuild the network
     with pytest.raises(NetworkError, match="came from no buildable network"):
         replay_features(arch, [4], "training")
+
+
+# pruned variants: the base's recording, scaled --------------------------------------------
+
+EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
+
+
+def _scaled_and_recorded(spec_path: Path, stage: str) -> tuple[Timeline, Timeline]:
+    """The timeline the replay uses for a spec (its base's, scaled) and a fresh recording of
+    the spec's own network, rebuilt."""
+    arch = load_architecture(spec_path)
+    scaled = replay_timeline(arch, stage)
+    return scaled, record_timeline(arch.builder, stage)
+
+
+def test_a_pruned_variant_is_its_bases_recording_scaled(tmp_path, monkeypatch):
+    create_network_dataset(NetworkDatasetSettings(
+        networks=["resnet18", str(EXAMPLES / "model_files" / "mobilenet_like.py")], pruning_perc=[0, 50, 90],
+        input_size=[3, 32, 32], num_classes=10, model_path=tmp_path,
+    ))
+    _base_architecture.cache_clear()  # bases traced (and recorded) by earlier tests are traced anew
+    recorded = []
+    original = lifetimes.record_timeline
+
+    def counting(builder, stage, template=None):
+        recorded.append(template.name if template is not None else None)
+        return original(builder, stage, template)
+
+    monkeypatch.setattr(lifetimes, "record_timeline", counting)
+    specs = sorted(tmp_path.glob("*.json"))
+    timelines = [replay_timeline(load_architecture(path), "training") for path in specs]
+    assert sorted(recorded) == sorted(["resnet18", str(EXAMPLES / "model_files" / "mobilenet_like.py")])  # bases only
+    monkeypatch.setattr(lifetimes, "record_timeline", original)
+    for path, scaled in zip(specs, timelines):
+        assert scaled.same_events(record_timeline(load_architecture(path).builder, "training")), path.name
+    # the levels differ, so the scaling did something
+    assert len({int(t.per_sample_bytes.sum()) for t in timelines}) == len(specs)
+
+
+def test_a_name_and_its_specs_share_one_recording(tmp_path, monkeypatch):
+    create_network_dataset(NetworkDatasetSettings(
+        networks=["squeezenet"], pruning_perc=[50], input_size=[3, 32, 32], num_classes=10, model_path=tmp_path,
+    ))
+    _base_architecture.cache_clear()
+    recorded = []
+    original = lifetimes.record_timeline
+    monkeypatch.setattr(lifetimes, "record_timeline", lambda *args: recorded.append(args) or original(*args))
+    replay_timeline(load_architecture("squeezenet", input_size=(3, 32, 32), num_classes=10), "training")
+    replay_timeline(load_architecture(tmp_path / "squeezenet_50.json"), "training")
+    assert len(recorded) == 1
+
+
+def test_a_timeline_that_cannot_be_scaled_is_not_scaled():
+    arch = load_architecture("resnet18", input_size=(3, 32, 32), num_classes=10)
+    timeline = replay_timeline(arch, "training")
+    other = load_architecture("squeezenet", input_size=(3, 32, 32), num_classes=10)
+    assert lifetimes.resized(timeline, arch, other) is None  # not a propagation of resnet18
+    unscaled = Timeline(timeline.tensor, timeline.allocates, timeline.fixed_bytes, timeline.per_sample_bytes)
+    assert lifetimes.resized(unscaled, arch, arch) is None
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("stage", ["training", "inference"])
+def test_every_tx2_spec_is_its_bases_recording_scaled(tx2_dir, stage):
+    specs = sorted((tx2_dir / "models").glob("*.json"))
+    assert len({read_spec(path)["net"] for path in specs}) >= 3
+    for path in specs:
+        scaled, recorded = _scaled_and_recorded(path, stage)
+        assert scaled.same_events(recorded), path.name
+
+
+@pytest.mark.slow
+def test_every_demo_spec_is_its_bases_recording_scaled(tmp_path):
+    settings = load_section(EXAMPLES / "cpu_demo.ini", "create_network_dataset")
+    create_network_dataset(dataclasses.replace(settings, model_path=tmp_path))
+    specs = sorted(tmp_path.glob("*.json"))
+    assert len(specs) == len(settings.networks) * len(settings.pruning_perc)
+    for path in specs:
+        scaled, recorded = _scaled_and_recorded(path, "training")
+        assert scaled.same_events(recorded), path.name
+
+
+def test_a_timelines_replays_serve_its_next_query(monkeypatch):
+    from perf4sight.features import caching_allocator
+
+    timeline = _timeline([(0, True, 0, 20), (0, False, 0, 0), (1, True, 30, 0)])
+    replayed = []
+    original = caching_allocator.replay
+    monkeypatch.setattr(caching_allocator, "replay", lambda t, bs: replayed.append(bs) or original(t, bs))
+    first = replay_peaks(timeline, [5])
+    assert replayed == [1, 2, 3, 4, 6]
+    assert [a.tolist() for a in replay_peaks(timeline, [5])] == [a.tolist() for a in first]
+    replay_peaks(timeline, [7, 3])
+    assert replayed == [1, 2, 3, 4, 6, 8]  # only the grid's new size

@@ -2,6 +2,6 @@
 
 from perf4sight.architecture.ir import Architecture, Layer
 from perf4sight.architecture.propagate import LayerShape, with_layer_shapes
-from perf4sight.architecture.trace import module_kind, output_shape, trace_architecture
+from perf4sight.architecture.trace import LayerWatch, module_kind, output_shape, trace_architecture
 
-__all__ = ["Architecture", "Layer", "LayerShape", "module_kind", "output_shape", "trace_architecture", "with_layer_shapes"]
+__all__ = ["Architecture", "Layer", "LayerWatch", "LayerShape", "module_kind", "output_shape", "trace_architecture", "with_layer_shapes"]

@@ -90,6 +90,9 @@ class Architecture:
     # shows, its tensor lifetimes; None for a description of no buildable network (a layer
     # table, or one propagated to other channel counts).
     builder: Callable[[], Any] | None = field(default=None, compare=False, repr=False)
+    # The traced network this one was propagated from (`with_layer_shapes`), whose recorded
+    # tensor lifetimes give this one's by scaling; None for a traced network.
+    template: Architecture | None = field(default=None, compare=False, repr=False)
 
     def of_kind(self, *kinds: str) -> list[Layer]:
         """The layers whose kind is one of `kinds`, in forward order."""

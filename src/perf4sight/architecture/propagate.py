@@ -108,6 +108,7 @@ def with_layer_shapes(
         trainable_params=params - (template.params - template.trainable_params),
         buffer_bytes=buffers,
         builder=None,
+        template=template.template or template,
     )
 
 

@@ -27,7 +27,7 @@ from perf4sight.architecture.ir import Architecture, Layer
 from perf4sight.console import warn
 from perf4sight.errors import NetworkError
 
-__all__ = ["module_kind", "output_shape", "trace_architecture"]
+__all__ = ["LayerWatch", "module_kind", "output_shape", "trace_architecture"]
 
 # Batch sizes of the two tracing routes: zero samples on the CPU, else two on meta.
 _EMPTY_BATCH = 0
@@ -117,12 +117,23 @@ class _Pending:
 
 
 class _Recorder(TorchDispatchMode):
-    def __init__(self, modules: list[tuple[str, nn.Module]], batch: int, params: set[int]) -> None:
+    """Records the layers of a forward pass: leaf modules by their hooks, functional ops
+    outside them by their dispatch. Without `sources`, it notes no dataflow and holds no
+    tensor (for a caller that watches tensors die)."""
+
+    def __init__(self, modules: list[tuple[str, nn.Module]], batch: int, params: set[int], *,
+                 sources: bool = True) -> None:
         super().__init__()
         self.batch = batch
+        self.keep_sources = sources
+        self.paused = False  # ops outside a watched forward pass are no layers
         self.names = {id(m): n for n, m in modules}
         self.leaves = {id(m) for _, m in modules if next(m.children(), None) is None}
         self.params = params
+        self.reset()
+
+    def reset(self) -> None:
+        """Forget the layers recorded: a new forward pass begins."""
         self.stack: list[nn.Module] = []
         self.layers: list[_Pending] = []
         self.seen_saved: dict[int, torch.Tensor] = {}
@@ -136,6 +147,8 @@ class _Recorder(TorchDispatchMode):
         return tuple(self.producer.get(id(t), -1) for t in tensors)
 
     def _produce(self, tensors: list[torch.Tensor], index: int) -> None:
+        if not self.keep_sources:
+            return
         for t in tensors:
             self.producer[id(t)] = index
             self.alive.append(t)
@@ -206,7 +219,7 @@ class _Recorder(TorchDispatchMode):
         out = func(*args, **(kwargs or {}))
         if self.batch == _EMPTY_BATCH:
             _check_reshape(func, args, out)
-        if self._in_leaf():
+        if self._in_leaf() or self.paused:
             return out
         op = func.overloadpacket.__name__
         base = op.rstrip("_")
@@ -266,23 +279,53 @@ _DROPOUTS = frozenset({
     nn.functional.alpha_dropout, nn.functional.feature_alpha_dropout, torch.dropout, torch.feature_dropout,
     torch.alpha_dropout, torch.feature_alpha_dropout,
 })
+# Reshapes as the network's Python code calls them, with the sizes after the tensor.
+_RESHAPE_CALLS = frozenset({torch.Tensor.view, torch.Tensor.reshape, torch.reshape})
 
 
-class _FunctionalDropout(TorchFunctionMode):
-    """Stops an empty-batch trace at a dropout called as a function (an `nn.Dropout` module
-    is completed by the recorder), so that the network is traced on the meta device, where
-    the mask is made and saved."""
+def _inferring_reshape(func: Any, args: tuple, kwargs: dict) -> tuple[torch.Tensor, tuple] | None:
+    """The tensor and the requested sizes of a reshape call on an empty batch that keeps the
+    batch dimension and infers another (`x.view(x.size(0), -1)`), else None."""
+    if func not in _RESHAPE_CALLS or not args or not isinstance(args[0], torch.Tensor):
+        return None
+    source = args[0]
+    sizes = args[1:] or (kwargs.get("shape", kwargs.get("size", ())),)
+    if len(sizes) == 1 and isinstance(sizes[0], (tuple, list, torch.Size)):
+        sizes = tuple(sizes[0])
+    if (source.dim() and source.shape[0] == 0 and len(sizes) > 1 and sizes[0] == 0
+            and all(isinstance(s, int) for s in sizes) and list(sizes).count(-1) == 1):
+        return source, sizes
+    return None
 
-    def __init__(self, recorder: _Recorder) -> None:
+
+class _EmptyBatch(TorchFunctionMode):
+    """What an empty batch cannot show as a real batch would.
+
+    A reshape that keeps the batch dimension and infers another (`x.view(x.size(0), -1)`,
+    common in hand-written models) is ambiguous for zero samples: the inferred size is
+    given from a sample's elements, as samples would give it. A dropout called as a
+    function (an `nn.Dropout` module is completed by the recorder) stops the trace, so
+    that the network is traced on the meta device, where the mask is made and saved.
+    """
+
+    def __init__(self, recorder: _Recorder | None) -> None:
         super().__init__()
         self.recorder = recorder
 
     def __torch_function__(self, func, types, args=(), kwargs=None):  # noqa: ANN001
-        if func in _DROPOUTS and not self.recorder._in_leaf():
+        kwargs = kwargs or {}
+        request = _inferring_reshape(func, args, kwargs)
+        if request is not None:
+            source, sizes = request
+            known = math.prod(s for s in sizes[1:] if s != -1)
+            elements = math.prod(source.shape[1:])
+            if known and elements % known == 0:
+                return func(source, tuple(elements // known if s == -1 else s for s in sizes))
+        if self.recorder is not None and func in _DROPOUTS and not self.recorder._in_leaf():
             tensors = _tensors(args)
             if tensors and tensors[0].numel() == 0:
                 raise _EmptyBatchUnfaithful(f"{func.__name__} called as a function")
-        return func(*args, **(kwargs or {}))
+        return func(*args, **kwargs)
 
 
 def _conv_fields(module: nn.Module) -> dict[str, Any]:
@@ -322,13 +365,10 @@ def trace_architecture(
     buffers = sum(b.numel() * b.element_size() for b in _unique(modules, "_buffers"))
     outs = _tensors(out)
     layers = []
-    # Identity layers are dropped; their consumers take their producer as source.
-    renumber: dict[int, int] = {-1: -1}
+    renumber = _layer_numbers(recorder.layers)
     for index, p in enumerate(recorder.layers):
         if p.kind == "identity":
-            renumber[index] = renumber.get(p.sources[0], -1) if p.sources else -1
             continue
-        renumber[index] = len(layers)
         module = p.module
         # A saved tensor the size of an input (or of the output) scales with it when the
         # architecture is propagated for other channel counts.
@@ -376,6 +416,79 @@ def trace_architecture(
     )
 
 
+class LayerWatch:
+    """Which layer of a module runs, numbered as `trace_architecture` numbers its layers, for
+    a caller that attributes what happens in a forward pass to them (the tensor lifetimes).
+
+    Enter it before the caller's own dispatch mode (so that an op outside the leaf modules
+    is a layer by the time the caller sees its outputs); `layer()` is the index of the
+    layer running, -1 outside the module's forward passes (every pass is numbered anew).
+    """
+
+    def __init__(self, model: nn.Module) -> None:
+        self.model = model
+        self.recorder = _Recorder(list(model.named_modules()), _META_BATCH, set(), sources=False)
+        self.recorder.paused = True
+        self.running = False
+        self._counted = 0
+        self._described = 0
+
+    def layer(self) -> int:
+        if not self.running:
+            return -1
+        layers = self.recorder.layers
+        for p in layers[self._counted:]:
+            self._described += p.kind != "identity"
+        self._counted = len(layers)
+        return self._described - 1 if layers and layers[-1].kind != "identity" else -1
+
+    def _begin(self, module: nn.Module, args: Any) -> None:
+        self.recorder.reset()
+        self.running, self._counted, self._described = True, 0, 0
+        self.recorder.paused = False
+
+    def _end(self, module: nn.Module, args: Any, output: Any) -> None:
+        self.running = False
+        self.recorder.paused = True
+
+    def _pre_hook(self, module: nn.Module, args: Any) -> None:
+        if self.running and module is not self.model:
+            self.recorder.pre_hook(module, args)
+
+    def _post_hook(self, module: nn.Module, args: Any, output: Any) -> None:
+        if self.running and module is not self.model:
+            self.recorder.post_hook(module, args, output)
+
+    def __enter__(self) -> LayerWatch:
+        self._handles = [
+            self.model.register_forward_pre_hook(self._begin),
+            self.model.register_forward_hook(self._end),
+            nn.modules.module.register_module_forward_pre_hook(self._pre_hook),
+            nn.modules.module.register_module_forward_hook(self._post_hook),
+        ]
+        self.recorder.__enter__()
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.recorder.__exit__(*exc)
+        for handle in self._handles:
+            handle.remove()
+
+
+def _layer_numbers(pending: list[_Pending]) -> dict[int, int]:
+    """Each recorded layer's index among the described ones. Identity layers are dropped:
+    they take their producer's number, so that their consumers take it as their source."""
+    numbers: dict[int, int] = {-1: -1}
+    described = 0
+    for index, p in enumerate(pending):
+        if p.kind == "identity":
+            numbers[index] = numbers.get(p.sources[0], -1) if p.sources else -1
+        else:
+            numbers[index] = described
+            described += 1
+    return numbers
+
+
 def _unique(modules: list[nn.Module], table: str) -> list[torch.Tensor]:
     """The tensors in each module's `_parameters` or `_buffers`, a shared one once (as
     `parameters()` and `buffers()`, without walking the module tree again)."""
@@ -401,7 +514,7 @@ def _forward(
     naming it (`name`, else its class) and the input size."""
     try:
         return (*_run(model, named, input_size, device="cpu", batch=_EMPTY_BATCH, record=record), _EMPTY_BATCH)
-    except Exception:  # noqa: BLE001 - e.g. x.view(x.size(0), -1) is ambiguous for 0 samples
+    except Exception:  # noqa: BLE001 - e.g. a reduction over every element of no samples
         pass
     try:
         return (*_run(model, named, input_size, device="meta", batch=_META_BATCH, record=record), _META_BATCH)
@@ -420,16 +533,18 @@ def _run(
     x = torch.empty((batch, *input_size), device=device)
     with _stand_ins(modules, device) as stand_ins, _training_without_running_stats(modules):
         if not record:
-            with _ReshapeCheck() if batch == _EMPTY_BATCH else contextlib.nullcontext():
+            if batch != _EMPTY_BATCH:
+                return None, model(x)
+            with _ReshapeCheck(), _EmptyBatch(None):
                 return None, model(x)
         recorder = _Recorder(named, batch, params=stand_ins)
         handles = [
             nn.modules.module.register_module_forward_pre_hook(recorder.pre_hook),
             nn.modules.module.register_module_forward_hook(recorder.post_hook),
         ]
-        dropouts = _FunctionalDropout(recorder) if batch == _EMPTY_BATCH else contextlib.nullcontext()
+        empty = _EmptyBatch(recorder) if batch == _EMPTY_BATCH else contextlib.nullcontext()
         try:
-            with torch.autograd.graph.saved_tensors_hooks(recorder.pack, lambda t: t), recorder, dropouts:
+            with torch.autograd.graph.saved_tensors_hooks(recorder.pack, lambda t: t), recorder, empty:
                 out = model(x)
         finally:
             for handle in handles:

@@ -13,24 +13,34 @@ second is what every later one repeats. Recorded at two batch sizes, each alloca
 size is an affine function of the batch size (fixed bytes plus bytes per sample), so one
 recording serves every batch size. Device-specific temporaries (cuDNN workspaces, cuBLAS
 handles) are not seen: they are left to the fitted coefficients.
+
+A recording also notes which layer of the network's trace each allocation belongs to and
+which quantity of that layer (an output's or input's elements, channels, weights) its size
+is a multiple of; a pruned variant, whose architecture is propagated from that trace, then
+gets the same events with its own sizes (`resized`), without being built or run.
 """
 
 from __future__ import annotations
 
+import contextlib
 import gc
+import math
 import weakref
-from collections.abc import Callable
-from dataclasses import dataclass
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 import torch
+from torch.optim.optimizer import register_optimizer_step_post_hook, register_optimizer_step_pre_hook
+from torch.overrides import TorchFunctionMode
 from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_flatten
 
+from perf4sight.architecture import Architecture, LayerWatch
 from perf4sight.errors import NetworkError
 
-__all__ = ["Timeline", "ITERATIONS", "record_timeline", "timeline_of"]
+__all__ = ["Scaling", "Timeline", "ITERATIONS", "record_timeline", "resized", "timeline_of"]
 
 # The first iteration creates the momentum buffers; the second is the steady state.
 ITERATIONS = {"training": 2, "inference": 1}
@@ -38,32 +48,124 @@ ITERATIONS = {"training": 2, "inference": 1}
 _RECORDED_BS = (2, 4)
 
 
+# What an allocation's size can follow in a layer of the traced architecture (columns of
+# `_quantities`): nothing, the output's elements per sample, its channels, the first
+# input's channels, the weight's elements, and each input's elements per sample.
+_ONE, _OUT, _OUT_CHANNELS, _IN_CHANNELS, _WEIGHT, _IN = range(6)
+_MAX_INPUTS = 8
+# Bytes per element an allocation may have (counts of a quantity that can be its size).
+_ELEMENT_BYTES = (1, 2, 4, 8)
+# Fixed allocations this small (scalars: a step count, a loss) follow nothing.
+_SCALAR_BYTES = 8
+# The order in which per-sample quantities are tried: a forward op makes its output, a
+# backward one the gradients of its inputs (a 64 -> 64 convolution's are alike in the base,
+# not in a variant).
+_FORWARD_ORDER = (_OUT, *range(_IN, _IN + _MAX_INPUTS))
+_BACKWARD_ORDER = (*range(_IN, _IN + _MAX_INPUTS), _OUT)
+_FIXED_ORDER = (_WEIGHT, _OUT_CHANNELS, _IN_CHANNELS)
+
+
+@dataclass(frozen=True)
+class Scaling:
+    """How each event's size follows the channels of a traced architecture: the layer it
+    belongs to (-1: none, the inputs and the loss) and the quantity of that layer its fixed
+    and its per-sample bytes are a multiple of (`_quantities`' columns)."""
+
+    layer: np.ndarray
+    fixed_quantity: np.ndarray
+    per_sample_quantity: np.ndarray
+
+
 @dataclass(frozen=True)
 class Timeline:
     """Allocations and frees in program order.
 
     Event i allocates (`allocates[i]`) or frees storage `tensor[i]`; an allocation's size
-    in bytes is `fixed_bytes[i] + per_sample_bytes[i] * batch_size`.
+    in bytes is `fixed_bytes[i] + per_sample_bytes[i] * batch_size`. `scaling` (when
+    recorded against the network's traced architecture) says how the sizes follow its
+    channels, for its pruned variants (`resized`).
     """
 
     tensor: np.ndarray
     allocates: np.ndarray
     fixed_bytes: np.ndarray
     per_sample_bytes: np.ndarray
+    scaling: Scaling | None = field(default=None, compare=False)
+    # The allocator's peaks (allocated, reserved) replayed at a batch size, kept for the
+    # next query of this timeline (`perf4sight.features.caching_allocator.replay_peaks`).
+    peaks: dict[int, tuple[int, int]] = field(default_factory=dict, compare=False, repr=False)
 
     def sizes(self, batch_size: int) -> np.ndarray:
         """Each event's size in bytes at `batch_size` (0 for a free)."""
         return self.fixed_bytes + self.per_sample_bytes * batch_size
 
+    def same_events(self, other: Timeline) -> bool:
+        """Whether `other` holds the same events with the same sizes."""
+        return all(np.array_equal(getattr(self, f), getattr(other, f))
+                   for f in ("tensor", "allocates", "fixed_bytes", "per_sample_bytes"))
+
+
+def _quantities(arch: Architecture) -> np.ndarray:
+    """Per layer (and a last row for no layer), what an allocation's size may follow."""
+    table = np.zeros((len(arch.layers) + 1, _IN + _MAX_INPUTS), dtype=np.int64)
+    table[:, _ONE] = 1
+    for row, layer in enumerate(arch.layers):
+        out, first = layer.output, layer.in_shape
+        table[row, _OUT] = math.prod(out)
+        table[row, _OUT_CHANNELS] = out[0] if out else 1
+        table[row, _IN_CHANNELS] = first[0] if first else 1
+        if layer.kind == "conv2d":
+            table[row, _WEIGHT] = out[0] * (first[0] // layer.groups) * math.prod(layer.kernel)
+        elif layer.kind == "linear":
+            table[row, _WEIGHT] = out[-1] * first[-1]
+        else:
+            table[row, _WEIGHT] = layer.params
+        for k, shape in enumerate(layer.inputs[:_MAX_INPUTS]):
+            table[row, _IN + k] = math.prod(shape)
+    return table
+
+
+def _quantity(nbytes: int, row: np.ndarray, order: tuple[int, ...]) -> int | None:
+    """The first quantity of `order` that `nbytes` is a whole number of elements of."""
+    for column in order:
+        amount = int(row[column])
+        if amount and nbytes % amount == 0 and nbytes // amount in _ELEMENT_BYTES:
+            return column
+    return None
+
+
+def resized(timeline: Timeline, template: Architecture, variant: Architecture) -> Timeline | None:
+    """The timeline of `variant`, a network propagated from `template` (whose recorded
+    timeline this is) to other channel counts: the same events, each size scaled with the
+    quantity of its layer it follows. None when the timeline has no scaling or `variant`
+    is not a propagation of `template` (other layers)."""
+    scaling = timeline.scaling
+    if scaling is None or [(l.name, l.kind) for l in template.layers] != [(l.name, l.kind) for l in variant.layers]:
+        return None
+    old, new = _quantities(template), _quantities(variant)
+    rows = scaling.layer
+    fixed = timeline.fixed_bytes // old[rows, scaling.fixed_quantity] * new[rows, scaling.fixed_quantity]
+    per_sample = (timeline.per_sample_bytes // old[rows, scaling.per_sample_quantity]
+                  * new[rows, scaling.per_sample_quantity])
+    return Timeline(timeline.tensor, timeline.allocates, fixed, per_sample, scaling)
+
 
 class _Recorder(TorchDispatchMode):
-    """Notes every new storage an op returns, and when the last tensor on it dies."""
+    """Notes every new storage an op returns, and when the last tensor on it dies; with a
+    `watch`, also the layer of the traced architecture each storage belongs to (-1: none)."""
 
-    def __init__(self) -> None:
+    def __init__(self, watch: LayerWatch | None = None, owners: dict[int, int] | None = None) -> None:
         super().__init__()
         self.events: list[tuple[int, bool, int]] = []  # (storage number, allocates, bytes)
-        self._live: dict[int, list[int]] = {}  # storage address -> [number, live tensors]
+        self.layers: list[int] = []  # per event: the layer (-1 for a free)
+        self.backward: list[bool] = []  # per event: allocated by a backward op
+        self._live: dict[int, list[int]] = {}  # storage address -> [number, live tensors, layer]
         self._count = 0
+        self.watch = watch
+        self.owners = owners or {}  # id(parameter or buffer) -> layer
+        self.phase = "state"  # state, forward, backward (layer: self.node_layer), optimizer
+        self.node_layer = -1
+        self._inherited = -1
 
     def note(self, tensor: Any) -> None:
         if not isinstance(tensor, torch.Tensor):
@@ -72,11 +174,26 @@ class _Recorder(TorchDispatchMode):
         key = storage._cdata
         entry = self._live.get(key)
         if entry is None:
-            entry = self._live[key] = [self._count, 0]
+            entry = self._live[key] = [self._count, 0, self._layer(tensor)]
             self.events.append((self._count, True, storage.nbytes()))
+            self.layers.append(entry[2])
+            self.backward.append(self.phase == "backward")
             self._count += 1
         entry[1] += 1
         weakref.finalize(tensor, self._dead, key)
+
+    def _layer(self, tensor: torch.Tensor) -> int:
+        if self.watch is None:
+            return -1
+        if self.phase == "state":
+            return self.owners.get(id(tensor), -1)
+        if self.watch.running:
+            return self.watch.layer()
+        if self.phase == "backward":
+            return self.node_layer
+        if self.phase == "optimizer":
+            return self._inherited
+        return -1
 
     def _dead(self, key: int) -> None:
         entry = self._live[key]
@@ -84,8 +201,13 @@ class _Recorder(TorchDispatchMode):
         if entry[1] == 0:
             del self._live[key]
             self.events.append((entry[0], False, 0))
+            self.layers.append(-1)
+            self.backward.append(False)
 
     def __torch_dispatch__(self, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
+        if self.phase == "optimizer":
+            # what the optimizer makes for a parameter belongs to that parameter's layer
+            self._inherited = next((self._live[key][2] for key in _storages(args) if key in self._live), -1)
         out = func(*args, **(kwargs or {}))
         seen: set[int] = set()
         for tensor in tree_flatten(out)[0]:
@@ -95,63 +217,180 @@ class _Recorder(TorchDispatchMode):
         return out
 
 
+def _storages(args: Any) -> list[int]:
+    return [t.untyped_storage()._cdata for t in tree_flatten(args)[0] if isinstance(t, torch.Tensor)]
+
+
+_MARK = "perf4sight_layer"
+
+
+class _BackwardNodes(TorchFunctionMode):
+    """Marks the autograd node of every op in a forward pass with the layer running it, so
+    that the backward pass's allocations are attributed to that layer (a parameter's
+    gradient accumulator to the parameter's layer)."""
+
+    def __init__(self, recorder: _Recorder) -> None:
+        super().__init__()
+        self.recorder = recorder
+
+    def __torch_function__(self, func, types, args=(), kwargs=None):  # noqa: ANN001
+        out = func(*args, **(kwargs or {}))
+        recorder = self.recorder
+        for tensor in tree_flatten(out)[0]:
+            node = tensor.grad_fn if isinstance(tensor, torch.Tensor) else None
+            if node is not None and _MARK not in node.metadata:
+                self._mark(node, recorder.watch.layer())
+                for child, _ in node.next_functions:
+                    variable = getattr(child, "variable", None)
+                    if variable is not None and _MARK not in child.metadata:
+                        self._mark(child, recorder.owners.get(id(variable), -1))
+        return out
+
+    def _mark(self, node: Any, layer: int) -> None:
+        # in the node's own metadata: a set of nodes here would keep their graphs (and
+        # the tensors they saved) alive
+        node.metadata[_MARK] = layer
+
+        def running(*_: Any) -> None:
+            self.recorder.phase, self.recorder.node_layer = "backward", layer
+
+        node.register_prehook(running)
+
+
 def _record(module: torch.nn.Module, input_size: tuple[int, ...], num_classes: int, stage: str,
-            batch_size: int) -> list[tuple[int, bool, int]]:
-    """The events of `ITERATIONS[stage]` iterations at `batch_size`, the model's own tensors first."""
-    recorder = _Recorder()
+            batch_size: int, template: Architecture | None = None) -> _Recording:
+    """The events of `ITERATIONS[stage]` iterations at `batch_size`, the model's own tensors
+    first; attributed to the layers of `template` (the module's traced architecture) when given."""
     # Tensors die when their last reference goes; a garbage collection in the middle would
     # free whatever cycles hold at a moment that depends on the process's history. (No
     # collection first: older garbage holds none of the tensors recorded here, and a full
     # collection costs more than the recording in a large process.)
     gc.disable()
     try:
-        return _run(recorder, module, input_size, num_classes, stage, batch_size)
+        return _run(module, input_size, num_classes, stage, batch_size, template)
     finally:
         gc.enable()
 
 
-def _run(recorder: _Recorder, module: torch.nn.Module, input_size: tuple[int, ...], num_classes: int,
-         stage: str, batch_size: int) -> list[tuple[int, bool, int]]:
+def _run(module: torch.nn.Module, input_size: tuple[int, ...], num_classes: int, stage: str,
+         batch_size: int, template: Architecture | None) -> _Recording:
     from perf4sight.device.workload import iteration
 
-    with torch.autograd.graph.saved_tensors_hooks(lambda t: t, lambda t: t), recorder:
+    if template is None:
+        recorder, attributing = _Recorder(), contextlib.ExitStack()
+    else:
+        by_name: dict[str, int] = {}
+        for index, layer in enumerate(template.layers):
+            by_name.setdefault(layer.name, index)
+        owners = {id(t): by_name.get(name, -1) for name, m in module.named_modules()
+                  for t in (*m._parameters.values(), *m._buffers.values()) if t is not None}
+        watch = LayerWatch(module)
+        recorder = _Recorder(watch, owners)
+        attributing = contextlib.ExitStack()
+        attributing.enter_context(watch)
+        attributing.enter_context(_BackwardNodes(recorder))
+        attributing.enter_context(_optimizer_phase(recorder))
+    with attributing, torch.autograd.graph.saved_tensors_hooks(lambda t: t, lambda t: t), recorder:
         # Moving the model to the device allocates its parameters and buffers in this order.
         module._apply(lambda t: (recorder.note(t), t)[1])
+        recorder.phase = "forward"
         inputs = torch.randn(batch_size, *input_size, device="meta")
         step = iteration(module, stage, inputs, num_classes)
         for _ in range(ITERATIONS[stage]):
             step()
         del step, inputs
-    # A copy: the model's tensors die later, and their finalizers would go on appending.
-    return list(recorder.events)
+    # Copies: the model's tensors die later, and their finalizers would go on appending.
+    return _Recording(list(recorder.events), list(recorder.layers), list(recorder.backward))
 
 
-def record_timeline(builder: Callable[[], Any], stage: str) -> Timeline:
+@dataclass(frozen=True)
+class _Recording:
+    """What a recorder noted: (storage number, allocates, bytes) per event, with the layer
+    each event belongs to and whether a backward op made it."""
+
+    events: list[tuple[int, bool, int]]
+    layers: list[int]
+    backward: list[bool]
+
+
+@contextlib.contextmanager
+def _optimizer_phase(recorder: _Recorder) -> Iterator[None]:
+    """The recorder's phase is `optimizer` while an optimizer steps."""
+
+    def begin(*_: Any) -> None:
+        recorder.phase = "optimizer"
+
+    def end(*_: Any) -> None:
+        recorder.phase = "forward"
+
+    handles = [register_optimizer_step_pre_hook(begin), register_optimizer_step_post_hook(end)]
+    try:
+        yield
+    finally:
+        for handle in handles:
+            handle.remove()
+
+
+def record_timeline(builder: Callable[[], Any], stage: str, template: Architecture | None = None) -> Timeline:
     """The timeline for `stage`, any batch size, of the network `builder` builds (a
-    `LoadedNetwork`), built afresh for each recording: a used model holds gradients."""
+    `LoadedNetwork`), built afresh for each recording: a used model holds gradients. With
+    `template`, the network's traced architecture, the timeline also says how its sizes
+    follow the channels (`Timeline.scaling`), when every allocation of a layer follows one
+    of the layer's quantities."""
 
-    def record(batch_size: int) -> list[tuple[int, bool, int]]:
+    def record(batch_size: int) -> _Recording:
         network = builder()
         module = network.module.to("meta")
-        return _record(module, tuple(network.input_size), network.num_classes, stage, batch_size)
+        return _record(module, tuple(network.input_size), network.num_classes, stage, batch_size, template)
 
     small, large = (record(bs) for bs in _RECORDED_BS)
-    pattern = [(number, allocates) for number, allocates, _ in small]
-    if pattern != [(number, allocates) for number, allocates, _ in large]:
+    pattern = [(number, allocates) for number, allocates, _ in small.events]
+    if pattern != [(number, allocates) for number, allocates, _ in large.events]:
         raise NetworkError("tensor lifetimes differ between batch sizes; the allocator replay cannot scale them")
-    low = np.array([size for *_, size in small], dtype=np.int64)
-    high = np.array([size for *_, size in large], dtype=np.int64)
+    low = np.array([size for *_, size in small.events], dtype=np.int64)
+    high = np.array([size for *_, size in large.events], dtype=np.int64)
     step = _RECORDED_BS[1] - _RECORDED_BS[0]
     per_sample, remainder = np.divmod(high - low, step)
     fixed = low - per_sample * _RECORDED_BS[0]
     if remainder.any() or (per_sample < 0).any() or (fixed < 0).any():
         raise NetworkError("tensor sizes are not affine in the batch size; the allocator replay cannot scale them")
-    return Timeline(
+    timeline = Timeline(
         tensor=np.array([number for number, _ in pattern], dtype=np.int64),
         allocates=np.array([allocates for _, allocates in pattern], dtype=bool),
         fixed_bytes=fixed,
         per_sample_bytes=per_sample,
     )
+    if template is None:
+        return timeline
+    scaling = _scaling(timeline, small.layers, small.backward, template)
+    return Timeline(timeline.tensor, timeline.allocates, fixed, per_sample, scaling)
+
+
+def _scaling(timeline: Timeline, layers: list[int], backward: list[bool], template: Architecture) -> Scaling | None:
+    """Which quantity of its layer each allocation's sizes follow; None when one of a
+    layer's allocations follows none (its variants cannot be derived)."""
+    table = _quantities(template)
+    count = len(layers)
+    fixed_quantity = np.full(count, _ONE, dtype=np.int64)
+    per_sample_quantity = np.full(count, _ONE, dtype=np.int64)
+    for event, (layer, in_backward) in enumerate(zip(layers, backward)):
+        fixed, per_sample = int(timeline.fixed_bytes[event]), int(timeline.per_sample_bytes[event])
+        if layer < 0 or not timeline.allocates[event]:
+            continue
+        row = table[layer]
+        if per_sample:
+            found = _quantity(per_sample, row, _BACKWARD_ORDER if in_backward else _FORWARD_ORDER)
+            if found is None:
+                return None
+            per_sample_quantity[event] = found
+        if fixed > _SCALAR_BYTES:
+            found = _quantity(fixed, row, _FIXED_ORDER)
+            if found is None:
+                return None
+            fixed_quantity[event] = found
+    rows = np.array(layers, dtype=np.int64)
+    rows[rows < 0] = len(template.layers)  # the last row of `_quantities`: nothing to follow
+    return Scaling(rows, fixed_quantity, per_sample_quantity)
 
 
 # Timelines per builder and stage, kept while the builder lives (as long as its architecture):
@@ -159,9 +398,16 @@ def record_timeline(builder: Callable[[], Any], stage: str) -> Timeline:
 _TIMELINES: weakref.WeakKeyDictionary[Callable[[], Any], dict[str, Timeline]] = weakref.WeakKeyDictionary()
 
 
-def timeline_of(builder: Callable[[], Any], stage: str) -> Timeline:
-    """`record_timeline`, once per builder and stage."""
-    recorded = _TIMELINES.setdefault(builder, {})
-    if stage not in recorded:
-        recorded[stage] = record_timeline(builder, stage)
-    return recorded[stage]
+def timeline_of(builder: Callable[[], Any], stage: str, arch: Architecture) -> Timeline:
+    """The timeline of the network `builder` builds, whose architecture is `arch`, once per
+    builder and stage: for a network propagated from a traced one (a pruned variant of a
+    spec's base), its template's recording scaled to its channels, without building or
+    running it; else (or when the template's cannot be scaled) recorded against `arch`."""
+    known = _TIMELINES.setdefault(builder, {})
+    if stage not in known:
+        template = arch.template
+        scaled = None
+        if template is not None and template.builder is not None:
+            scaled = resized(timeline_of(template.builder, stage, template), template, arch)
+        known[stage] = scaled if scaled is not None else record_timeline(builder, stage, arch)
+    return known[stage]

@@ -17,21 +17,27 @@ import pandas as pd
 from perf4sight.architecture import Architecture
 from perf4sight.errors import NetworkError
 from perf4sight.features.caching_allocator import replay_peaks
-from perf4sight.features.lifetimes import timeline_of
+from perf4sight.features.lifetimes import Timeline, timeline_of
 from perf4sight.features.network import network_features
 
-__all__ = ["replay_features"]
+__all__ = ["replay_features", "replay_timeline"]
 
 
 def replay_features(arch: Architecture, batch_sizes: Sequence[int], stage: str = "training") -> pd.DataFrame:
     """`network_features` with `replay_allocated_bytes` (the peak of live tensors) and
     `replay_cached_bytes` (what the allocator holds beyond them at its peak), both
     non-decreasing in the batch size (`replay_peaks`)."""
+    timeline = replay_timeline(arch, stage)
+    table = network_features(arch, batch_sizes, stage)
+    allocated, cached = replay_peaks(timeline, table["batch_size"].astype(int).tolist())
+    return table.assign(replay_allocated_bytes=allocated, replay_cached_bytes=cached)
+
+
+def replay_timeline(arch: Architecture, stage: str) -> Timeline:
+    """The tensor lifetimes of `arch` (`timeline_of`)."""
     if arch.builder is None:
         raise NetworkError(
             f"network '{arch.name}': the allocator replay runs the network, and this description "
             "came from no buildable network (load it from a spec, model file, torchvision name or module)"
         )
-    table = network_features(arch, batch_sizes, stage)
-    allocated, cached = replay_peaks(timeline_of(arch.builder, stage), table["batch_size"].astype(int).tolist())
-    return table.assign(replay_allocated_bytes=allocated, replay_cached_bytes=cached)
+    return timeline_of(arch.builder, stage, arch)

@@ -91,10 +91,9 @@ def load_architecture(
             arch = torchvision_architecture(network_builder, kwargs, num_classes=classes, input_size=size)
         except NetworkError as exc:  # named after the builder: say the name the user gave
             raise NetworkError(f"{name}:{str(exc).split(':', 1)[1]}") from exc
-        builder = functools.partial(
-            _load, name, input_size=size, num_classes=classes, model_desc_dir=None, device="meta"
-        )
-        return dataclasses.replace(arch, name=name, builder=builder)
+        # its builder is the one its specs' architectures are propagated from: one recording
+        # of its tensor lifetimes serves them all
+        return dataclasses.replace(arch, name=name)
     else:
         # The trace finds the classes itself: no separate forward pass for them.
         build = functools.partial(

@@ -14,6 +14,7 @@ refused before a prediction is made for it.
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import json
 import os
@@ -514,4 +515,14 @@ def _base_architecture(
         "num_classes": num_classes,
     }
     module = _base_module(spec, "cpu", initialise=False)
-    return trace_architecture(module, input_size, name=str(spec["name"]), num_classes=num_classes)
+    arch = trace_architecture(module, input_size, name=str(spec["name"]), num_classes=num_classes)
+    # the base built again, for the tensor lifetimes its pruned variants' are scaled from
+    return dataclasses.replace(arch, builder=functools.partial(_base_network, spec, input_size))
+
+
+def _base_network(spec: dict[str, Any], input_size: tuple[int, ...]) -> Any:
+    """The base network of `spec` on the meta device, as a `LoadedNetwork`."""
+    from perf4sight.networks.loader import LoadedNetwork
+
+    module = _base_module(spec, "meta", initialise=False)
+    return LoadedNetwork(module, input_size, int(spec["num_classes"]), str(spec["name"]))
