@@ -84,8 +84,9 @@ class Predictor:
         network's family (other pruning levels of it) was profiled and corrected the
         predictions (`perf4sight.fit.FamilyCalibration`); `extrapolated` marks rows outside
         the fitted range (a batch size outside the profiled range, a bigger network than any
-        profiled, or a layer group that fewer than two of the training networks held, which
-        `extrapolated_layers` names: its cost was fitted on one network or tied to another's)."""
+        profiled, or, for a network of a family not profiled, a layer group that fewer than two of
+        the training networks held, which `extrapolated_layers` names: its cost was fitted on one
+        network or tied to another's)."""
         sizes = check_batch_sizes(batch_sizes, "batch sizes", UsageError)
         if dataset_size is not None and not is_positive_int(dataset_size):
             raise UsageError(f"dataset size {dataset_size!r}: expected a positive number of images per epoch")
@@ -117,6 +118,8 @@ class Predictor:
                 columns["epoch_s"] = np.ceil(dataset_size / batch) * columns[LATENCY] / 1e3
             columns["images_per_s"] = batch / columns[LATENCY] * 1e3
         columns["calibrated"] = np.full(len(sizes), calibrated)
+        if calibrated:  # its family's own runs were fitted on, whatever its layers
+            unseen.clear()
         columns["extrapolated"] = extrapolated | bool(unseen)
         columns["extrapolated_layers"] = np.full(len(sizes), ", ".join(sorted(unseen)))
         return pd.DataFrame(columns)
