@@ -4,8 +4,12 @@ Two cases, each for memory (`mem_used`) and latency, MAPE in percent over passed
 stage (`--stage`, default training), predicted as the tool predicts (calibrated on a network's
 family when it was trained on; `--raw`: the models alone):
   (a) the paper's protocol: per network, train on levels 0, 30, 50, 70, 90, evaluate on the rest;
-  (b) unseen network: train on the other networks (all levels), evaluate on this one; with
-      `--train-nets`, train on those networks only and evaluate on each of the others.
+  (b) unseen network: leave one network out, over every network of the device: train on the
+      others (all levels), evaluate on this one; with `--train-nets`, train on those networks
+      only and evaluate on each of the others.
+Every method (`--method`, repeatable) and then `default`, which chooses per split and target
+as fingerprinting does (on the split's training rows alone); a last table gives every method's
+means side by side.
 
     .venv/bin/python benchmarks/tx2_accuracy.py [--method paper --method ...]
     .venv/bin/python benchmarks/tx2_accuracy.py --logs out/demo/logs --models out/demo/models \
@@ -56,7 +60,7 @@ from perf4sight.profile.logs import GT_SUFFIX
 TX2_DIR = Path(__file__).resolve().parents[1].parent / "shared" / "datasets" / "tx2"
 PROTOCOL_TRAIN_LEVELS = (0, 30, 50, 70, 90)
 # The TX2 README's order: the trees' random draws, hence the `paper` figures, follow the row order.
-TX2_NETS = ("resnet18", "googlenet", "squeezenet")
+TX2_NETS = ("resnet18", "googlenet", "squeezenet", "mobilenetv2")
 _LOG_NAME = re.compile(r"(?P<net>.+)_(?P<level>\d+)" + re.escape(GT_SUFFIX))
 
 
@@ -251,7 +255,8 @@ def main(argv: list[str] | None = None) -> int:
         start = time.perf_counter()
         results, fitted = evaluate_method(method, data, catalogs, args.stage, calibrate=not args.raw)
         seconds = time.perf_counter() - start
-        rows = [(case, net, r["memory"], r["latency"], *fitted[(case, net)].values()) for (case, net), r in results.items()]
+        rows = [(case, net, r["memory"], r["latency"], *fitted[(case, net)].values())
+                for (case, net), r in results.items()]
         for case in ("protocol", "unseen"):
             mem = [r["memory"] for (c, _), r in results.items() if c == case]
             lat = [r["latency"] for (c, _), r in results.items() if c == case]

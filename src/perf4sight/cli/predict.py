@@ -50,7 +50,8 @@ def _show(table: pd.DataFrame, *, title: str, as_json: bool) -> None:
         layers = row.get("extrapolated_layers") if column == "extrapolated" else ""
         return f"{column} ({layers})" if layers else column
 
-    rows = [[row[c] for c in columns] + [", ".join(note(row, c) for c in notes if row[c])] for _, row in table.iterrows()]
+    rows = [[row[c] for c in columns] + [", ".join(note(row, c) for c in notes if row[c])]
+            for _, row in table.iterrows()]
     console.print_table(title, [names.get(c, c) for c in columns] + ["note"], rows)
 
 

@@ -61,7 +61,8 @@ def choose_method(datasets: Mapping[str, Dataset], target: str | None = None) ->
     candidates = [method for method in CANDIDATE_METHODS if method in datasets]
     unknown = sorted(set(datasets) - set(CANDIDATE_METHODS))
     if unknown or not candidates:
-        raise ValueError(f"choose_method: candidates must be among {', '.join(CANDIDATE_METHODS)}; got {list(datasets)}")
+        raise ValueError(f"choose_method: candidates must be among {', '.join(CANDIDATE_METHODS)}; "
+                         f"got {list(datasets)}")
     keys = ["model", "batch_size"]
     errors, left_out = {}, "network"
     for method in candidates:

@@ -22,8 +22,8 @@ from perf4sight.fit.dataset import Dataset
 from perf4sight.fit.physical import PhysicalRegressor, ReplayRegressor
 
 __all__ = [
-    "PaperExtraTrees", "METHODS", "CANDIDATE_METHODS", "DEFAULT_METHOD", "fit_method", "network_weights", "predict_rows", "resolve_method",
-    "trusted_types",
+    "PaperExtraTrees", "METHODS", "CANDIDATE_METHODS", "DEFAULT_METHOD", "fit_method", "network_weights",
+    "predict_rows", "resolve_method", "trusted_types",
 ]
 
 
@@ -77,7 +77,8 @@ CANDIDATE_METHODS = ("physical", "replay")
 def resolve_method(name: str) -> str:
     """The METHODS key a config's `method` means, or DEFAULT_METHOD (chosen when fitting)."""
     if name != DEFAULT_METHOD and name not in METHODS:
-        raise ConfigError(f"[fingerprint] method: unknown method '{name}'; known: {DEFAULT_METHOD}, {', '.join(METHODS)}")
+        known = ", ".join((DEFAULT_METHOD, *METHODS))
+        raise ConfigError(f"[fingerprint] method: unknown method '{name}'; known: {known}")
     return name
 
 
