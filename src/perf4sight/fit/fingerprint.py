@@ -27,10 +27,17 @@ from perf4sight.config import TARGET_COLUMNS, FingerprintSettings, check_stage
 from perf4sight.errors import ConfigError, FittedModelError, LogFormatError
 from perf4sight.fit.bound import bound_factor, held_out_ratio
 from perf4sight.fit.calibration import FamilyCalibration
+from perf4sight.fit.choice import choose_method
 from perf4sight.fit.dataset import ArchitectureCatalogs, Dataset, build_dataset
 from perf4sight.fit.logs import read_logs
-from perf4sight.fit.choice import choose_method
-from perf4sight.fit.methods import CANDIDATE_METHODS, DEFAULT_METHOD, METHODS, fit_method, predict_rows, resolve_method
+from perf4sight.fit.methods import (
+    CANDIDATE_METHODS,
+    DEFAULT_METHOD,
+    METHODS,
+    fit_method,
+    predict_rows,
+    resolve_method,
+)
 from perf4sight.fit.report import print_report, summarise, write_report
 from perf4sight.fit.store import FittedModel, load_model, model_path, save_model
 
