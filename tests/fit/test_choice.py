@@ -64,6 +64,7 @@ def test_one_network_leaves_out_its_architectures(memory_datasets):
     single = {m: d.select((d.rows["model"] == "resnet18_90").to_numpy()) for m, d in memory_datasets.items()}
     nothing = choose_method(single, "mem_used")
     assert nothing.chosen == CANDIDATE_METHODS[0] and "nothing to leave out" in nothing.reason
+    assert set(nothing.as_dict()["errors"].values()) == {None}  # stored as JSON null, not NaN
 
 
 def test_datasets_of_other_runs_are_refused(memory_datasets):

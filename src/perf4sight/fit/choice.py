@@ -36,7 +36,9 @@ class MethodChoice:
     reason: str
 
     def as_dict(self) -> dict[str, Any]:
-        return asdict(self)
+        """For JSON: an error that could not be measured (nothing to leave out) is None."""
+        errors = {method: error if np.isfinite(error) else None for method, error in self.errors.items()}
+        return {**asdict(self), "errors": errors}
 
 
 def held_out_error(method: str, dataset: Dataset, target: str | None = None) -> tuple[float, str]:
