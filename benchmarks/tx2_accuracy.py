@@ -4,8 +4,12 @@ Two cases, each for memory (`mem_used`) and latency, MAPE in percent over passed
 stage (`--stage`, default training), predicted as the tool predicts (calibrated on a network's
 family when it was trained on; `--raw`: the models alone):
   (a) the paper's protocol: per network, train on levels 0, 30, 50, 70, 90, evaluate on the rest;
-  (b) unseen network: train on the other networks (all levels), evaluate on this one; with
-      `--train-nets`, train on those networks only and evaluate on each of the others.
+  (b) unseen network: leave one network out, over every network of the device: train on the
+      others (all levels), evaluate on this one; with `--train-nets`, train on those networks
+      only and evaluate on each of the others.
+Every method (`--method`, repeatable) and then `default`, which chooses per split and target
+as fingerprinting does (on the split's training rows alone); a last table gives every method's
+means side by side.
 
     .venv/bin/python benchmarks/tx2_accuracy.py [--method paper --method ...]
     .venv/bin/python benchmarks/tx2_accuracy.py --logs out/demo/logs --models out/demo/models \
@@ -26,6 +30,7 @@ import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pandas as pd
@@ -34,13 +39,17 @@ from perf4sight import console
 from perf4sight.device.logs import GT_SUFFIX
 from perf4sight.features import FEATURE_SETS
 from perf4sight.fit import (
+    CANDIDATE_METHODS,
+    DEFAULT_METHOD,
     METHODS,
     TARGETS,
     ArchitectureCatalog,
     ArchitectureCatalogs,
+    Dataset,
     architecture_name,
     bound_factor,
     build_dataset,
+    choose_method,
     fit_method,
     held_out_ratio,
     mape_pct,
@@ -51,7 +60,7 @@ from perf4sight.fit import (
 TX2_DIR = Path(__file__).resolve().parents[1].parent / "shared" / "datasets" / "tx2"
 PROTOCOL_TRAIN_LEVELS = (0, 30, 50, 70, 90)
 # The TX2 README's order: the trees' random draws, hence the `paper` figures, follow the row order.
-TX2_NETS = ("resnet18", "googlenet", "squeezenet")
+TX2_NETS = ("resnet18", "googlenet", "squeezenet", "mobilenetv2")
 _LOG_NAME = re.compile(r"(?P<net>.+)_(?P<level>\d+)" + re.escape(GT_SUFFIX))
 
 
@@ -111,51 +120,77 @@ def _mask(rows: pd.DataFrame, selection: dict[str, tuple[int, ...]]) -> np.ndarr
     return np.logical_or.reduce([(rows["net"] == net) & levels.isin(lv) for net, lv in selection.items()])
 
 
+def candidates(method: str) -> tuple[str, ...]:
+    """The methods `method` fits: itself, or for `default` the ones it chooses among."""
+    return CANDIDATE_METHODS if method == DEFAULT_METHOD else (method,)
+
+
+def _datasets(method: str, logs: pd.DataFrame, column: str, catalogs: ArchitectureCatalogs, stage: str,
+              passed_only: bool = True) -> dict[str, Dataset]:
+    """The runs of `logs` in the feature set of each method `method` fits."""
+    return {m: build_dataset(logs, target=column, feature_set=METHODS[m].feature_set, stage=stage,
+                             catalog=catalogs.for_feature_set(METHODS[m].feature_set), passed_only=passed_only)
+            for m in candidates(method)}
+
+
+def _fit(method: str, trained_on: dict[str, Dataset], column: str) -> tuple[str, Any]:
+    """The method fitted (for `default`, the one chosen on `trained_on`, as fingerprinting
+    chooses) and its estimator."""
+    chosen = choose_method(trained_on, column).chosen if method == DEFAULT_METHOD else method
+    return chosen, fit_method(chosen, trained_on[chosen], column)
+
+
 def evaluate_method(
-    method: str, data: Data, catalog: ArchitectureCatalog, stage: str = "training", calibrate: bool = True
-) -> dict[tuple[str, str], dict[str, float]]:
-    """MAPE per (case, net) and target kind for one method; with `calibrate`, as the tool
-    predicts: corrected on the evaluated network's family where it was trained on (the
-    protocol's case; an unseen network's family never is)."""
-    feature_set = METHODS[method].feature_set
+    method: str, data: Data, catalogs: ArchitectureCatalogs, stage: str = "training", calibrate: bool = True
+) -> tuple[dict[tuple[str, str], dict[str, float]], dict[tuple[str, str], dict[str, str]]]:
+    """MAPE per (case, net) and target kind for one method, and the method fitted for each
+    (the one `default` chose); with `calibrate`, as the tool predicts: corrected on the
+    evaluated network's family where it was trained on (the protocol's case; an unseen
+    network's family never is)."""
     results: dict[tuple[str, str], dict[str, float]] = {}
+    fitted: dict[tuple[str, str], dict[str, str]] = {}
     for target in TARGETS:
         logs = read_logs(data.nets, data.levels, [data.logs / target.kind], [target.column])
-        full = build_dataset(logs, target=target.column, feature_set=feature_set, stage=stage, catalog=catalog)
+        full = _datasets(method, logs, target.column, catalogs, stage)
+        rows = next(iter(full.values())).rows
         for case, net, train, evaluation in data.cases():
-            trained_on, evaluated = full.select(_mask(full.rows, train)), full.select(_mask(full.rows, evaluation))
-            estimator = fit_method(method, trained_on, target.column)
+            train_mask, eval_mask = _mask(rows, train), _mask(rows, evaluation)
+            chosen, estimator = _fit(method, {m: d.select(train_mask) for m, d in full.items()}, target.column)
+            trained_on, evaluated = full[chosen].select(train_mask), full[chosen].select(eval_mask)
             if calibrate:
                 predicted = predict_calibrated(estimator, trained_on, evaluated)[0]
             else:
                 predicted = estimator.predict(evaluated.features)
             results.setdefault((case, net), {})[target.kind] = mape_pct(evaluated.target, predicted)
-    return results
+            fitted.setdefault((case, net), {})[target.kind] = chosen
+    return results, fitted
 
 
 def memory_boundary(
-    method: str, data: Data, catalog: ArchitectureCatalog, stage: str = "training", calibrate: bool = True
+    method: str, data: Data, catalogs: ArchitectureCatalogs, fitted: dict[tuple[str, str], dict[str, str]],
+    stage: str = "training", calibrate: bool = True
 ) -> dict[tuple[str, str], tuple[float, ...]]:
     """Per case and evaluated network: % of its tests (passed or not) whose fit/no-fit is
     predicted right, % of its passed tests whose memory is under-estimated (what crashes a
     user's run), the same for the memory bound (fingerprinting's `held_out_ratio` of the
     training runs, the calibrated ratio for a calibrated prediction), and how far above the
     measurement the bound lies on average (%, what it costs). Predictions as the tool makes
-    them (calibrated on a trained family) unless `calibrate` is False.
+    them (calibrated on a trained family) unless `calibrate` is False; `fitted` names the
+    memory method of each case (`evaluate_method`'s, the one `default` chose).
 
     A method with `predict_fits` decides itself; any other fits when its prediction is at
     most the largest `mem_used` measured in training.
     """
     logs = read_logs(data.nets, data.levels, [data.logs / "memory"], ["mem_used"])
-    feature_set = METHODS[method].feature_set
     passed = set(zip(logs.loc[logs["passed"], "model"].map(architecture_name), logs.loc[logs["passed"], "bs"]))
-    every = build_dataset(logs, target="mem_used", feature_set=feature_set, stage=stage, catalog=catalog,
-                          passed_only=False)
-    ok = np.array([(m, b) in passed for m, b in zip(every.rows["model"], every.rows["batch_size"])])
+    full = _datasets(method, logs, "mem_used", catalogs, stage, passed_only=False)
     out = {}
     for case, net, train_levels, evaluation in data.cases():
+        chosen = fitted[(case, net)]["memory"]
+        every = full[chosen]
+        ok = np.array([(m, b) in passed for m, b in zip(every.rows["model"], every.rows["batch_size"])])
         train = every.select(_mask(every.rows, train_levels) & ok)
-        estimator = fit_method(method, train, "mem_used")
+        estimator = fit_method(chosen, train, "mem_used")
         evaluated = _mask(every.rows, evaluation)
         test = every.select(evaluated)
         if hasattr(estimator, "predict_fits"):
@@ -168,7 +203,7 @@ def memory_boundary(
             predicted, calibrated = predict_calibrated(estimator, train, passed_rows)
         else:
             predicted, calibrated = estimator.predict(passed_rows.features), np.zeros(len(passed_rows), dtype=bool)
-        bound = held_out_ratio(method, train, "mem_used")
+        bound = held_out_ratio(chosen, train, "mem_used")
         bounded = predicted * (bound_factor(bound, calibrated) if bound else np.nan)
         measured = passed_rows.target
         out[(case, net)] = tuple(100 * float(np.mean(x)) for x in (
@@ -191,8 +226,9 @@ def feature_ms(feature_set: str, data: Data, catalog: ArchitectureCatalog, batch
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--method", action="append", choices=sorted(METHODS),
-                        help="method to evaluate (repeatable); default: every method")
+    parser.add_argument("--method", action="append", choices=sorted([*METHODS, DEFAULT_METHOD]),
+                        help="method to evaluate (repeatable; 'default' chooses per split as fingerprinting "
+                             "does); default: every method, then 'default'")
     parser.add_argument("--logs", type=Path, default=TX2_DIR,
                         help="folder with memory/ and latency/ logs (default: the TX2 dataset)")
     parser.add_argument("--models", type=Path, help="folder of the specs (default: <logs>/models)")
@@ -214,20 +250,22 @@ def main(argv: list[str] | None = None) -> int:
     data = find_data(args.logs, models, args.train_levels, TX2_NETS, args.train_nets)
     device = "TX2" if args.logs == TX2_DIR else str(args.logs)
     catalogs = ArchitectureCatalogs(data.models)
-    for method in args.method or list(METHODS):
-        feature_set = METHODS[method].feature_set
-        catalog = catalogs.for_feature_set(feature_set)
+    summary = []
+    for method in args.method or [*METHODS, DEFAULT_METHOD]:
         start = time.perf_counter()
-        results = evaluate_method(method, data, catalog, args.stage, calibrate=not args.raw)
+        results, fitted = evaluate_method(method, data, catalogs, args.stage, calibrate=not args.raw)
         seconds = time.perf_counter() - start
-        rows = [(case, net, r["memory"], r["latency"]) for (case, net), r in results.items()]
+        rows = [(case, net, r["memory"], r["latency"], *fitted[(case, net)].values())
+                for (case, net), r in results.items()]
         for case in ("protocol", "unseen"):
             mem = [r["memory"] for (c, _), r in results.items() if c == case]
             lat = [r["latency"] for (c, _), r in results.items() if c == case]
-            rows.append((case, "mean", float(np.mean(mem)), float(np.mean(lat))))
+            rows.append((case, "mean", float(np.mean(mem)), float(np.mean(lat)), "", ""))
+            summary.append((method, case, float(np.mean(mem)), float(np.mean(lat))))
         console.print_table(f"{device} {args.stage} MAPE %, method = {method} ({seconds:.1f} s)",
-                            ("case", "evaluated net", "memory (mem_used)", "latency"), rows)
-        boundary = memory_boundary(method, data, catalog, args.stage, calibrate=not args.raw)
+                            ("case", "evaluated net", "memory (mem_used)", "latency", "memory method",
+                             "latency method"), rows)
+        boundary = memory_boundary(method, data, catalogs, fitted, args.stage, calibrate=not args.raw)
         rows = [(case, net, *values) for (case, net), values in boundary.items()]
         for case in ("protocol", "unseen"):
             values = [v for (c, _), v in boundary.items() if c == case]
@@ -236,8 +274,13 @@ def main(argv: list[str] | None = None) -> int:
                             ("case", "evaluated net", "fit / no fit right %", "memory under-estimated %",
                              "bound under-estimated %", "bound above measured %"), rows)
         sizes = list(range(8, 208, 8))
-        ms = feature_ms(feature_set, data, catalog, sizes, args.stage)
-        print(f"'{feature_set}' features of one network for {len(sizes)} batch sizes: {ms:.2f} ms (median)")
+        for feature_set in dict.fromkeys(METHODS[m].feature_set for m in candidates(method)):
+            ms = feature_ms(feature_set, data, catalogs.for_feature_set(feature_set), sizes, args.stage)
+            print(f"'{feature_set}' features of one network for {len(sizes)} batch sizes: {ms:.2f} ms (median)")
+    unseen = "unseen network (" + ("trained on " + ", ".join(data.train_nets) if data.train_nets
+                                   else "each left out, trained on the others") + ")"
+    console.print_table(f"{device} {args.stage} MAPE %, every method: protocol and {unseen}",
+                        ("method", "case", "memory (mem_used)", "latency"), summary)
     return 0
 
 

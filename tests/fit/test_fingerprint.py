@@ -14,6 +14,7 @@ from perf4sight.cli import main
 from perf4sight.config import FingerprintSettings
 from perf4sight.errors import DataNotFoundError, LogFormatError
 from perf4sight.fit import ArchitectureCatalog, build_dataset, fingerprint_device, read_logs
+from perf4sight.fit.methods import CANDIDATE_METHODS
 
 
 def _settings(tx2_dir: Path, tmp_path: Path, **changes) -> FingerprintSettings:
@@ -43,7 +44,12 @@ def test_report_structure_and_accuracy(trained):
     for kind, target in (("memory", "mem_used"), ("latency", "latency")):
         entry = report[kind]
         bound = {"bound_under_pct"} if kind == "memory" else set()  # the memory model stores a bound
-        assert set(entry) == {"target", "mape_pct", "n", "under_pct", "per_net", *bound}
+        assert set(entry) == {"target", "mape_pct", "n", "under_pct", "per_net", "method", "method_choice", *bound}
+        # `method = default`: chosen among the candidates by each level of resnet18 left out
+        choice = entry["method_choice"]
+        assert entry["method"] == choice["chosen"] in CANDIDATE_METHODS and choice["left_out"] == "architecture"
+        assert set(choice["errors"]) == set(CANDIDATE_METHODS)
+        assert choice["errors"][choice["chosen"]] == min(choice["errors"].values()) and choice["reason"]
         assert set(entry["per_net"]["resnet18"]) == {"mape_pct", "n", "under_pct", *bound}
         assert entry["target"] == target
         assert set(entry["per_net"]) == {"resnet18"}

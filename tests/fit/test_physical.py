@@ -49,7 +49,7 @@ def _levels(dataset):
 def test_registered_and_default():
     assert METHODS["physical"] is PhysicalRegressor
     assert METHODS["replay"] is ReplayRegressor
-    assert DEFAULT_METHOD == "physical"
+    assert DEFAULT_METHOD == "default" and DEFAULT_METHOD not in METHODS  # chosen when fitting
     assert PhysicalRegressor.feature_set in FEATURE_SETS and ReplayRegressor.feature_set in FEATURE_SETS
 
 

@@ -49,8 +49,9 @@ def test_predictions_per_batch_size(predictor: Predictor, tx2_dir: Path) -> None
     expected_epoch = [math.ceil(1000 / b) * lat / 1e3 for b, lat in zip(sizes, table[LATENCY])]
     assert table["epoch_s"].tolist() == pytest.approx(expected_epoch)
     assert table["images_per_s"].tolist() == pytest.approx([b / lat * 1e3 for b, lat in zip(sizes, table[LATENCY])])
-    # googlenet has more layers than either network the models were fitted on
-    assert table["extrapolated"].all()
+    # googlenet has more layers than either network the models were fitted on, and
+    # BatchNorm and Linear layers, which only resnet18 of the two has
+    assert table["extrapolated"].all() and set(table["extrapolated_layers"]) == {"linear, norm"}
     assert not predictor.predict(tx2_dir / "models" / "resnet18_30.json", sizes)["extrapolated"].any()
 
 

@@ -43,8 +43,14 @@ def _show(table: pd.DataFrame, *, title: str, as_json: bool) -> None:
              "images_per_s": "images/s", "batch_size": "batch size", "level_reached": "level reached",
              "fits_device": "fits device"}
     notes = [c for c in ("calibrated", "extrapolated") if c in table.columns]
-    columns = [c for c in table.columns if c not in notes]
-    rows = [[row[c] for c in columns] + [", ".join(c for c in notes if row[c])] for _, row in table.iterrows()]
+    columns = [c for c in table.columns if c not in (*notes, "extrapolated_layers")]
+
+    def note(row: pd.Series, column: str) -> str:  # the layer groups an extrapolation is for
+        layers = row.get("extrapolated_layers") if column == "extrapolated" else ""
+        return f"{column} ({layers})" if layers else column
+
+    rows = [[row[c] for c in columns] + [", ".join(note(row, c) for c in notes if row[c])]
+            for _, row in table.iterrows()]
     console.print_table(title, [names.get(c, c) for c in columns] + ["note"], rows)
 
 

@@ -27,7 +27,7 @@ from perf4sight.console import warn
 from perf4sight.errors import NetworkError
 from perf4sight.features.inputs import checked_batch_sizes
 
-__all__ = ["KIND_GROUPS", "network_features", "layer_group"]
+__all__ = ["KIND_GROUPS", "LAYER_GROUPS", "network_features", "layer_group", "networks_per_group"]
 
 # Non-GEMM layers grouped by the kind of memory-bound kernel they run.
 KIND_GROUPS: dict[str, str] = {
@@ -50,6 +50,8 @@ KIND_GROUPS: dict[str, str] = {
 }
 _GROUPS = tuple(dict.fromkeys(KIND_GROUPS.values()))  # norm, act, pool, elementwise
 _GEMM_GROUPS = ("conv_kxk", "conv_1x1", "conv_depthwise", "conv_grouped", "linear")
+# Every group a layer falls in (`layer_group`), each with a `<group>_count` column.
+LAYER_GROUPS = (*_GEMM_GROUPS, *_GROUPS, "other")
 
 # The CUDA caching allocator serves tensors over 1 MiB from segments rounded to 2 MiB.
 _LARGE_ALLOC_BYTES = 1 << 20
@@ -62,6 +64,14 @@ _OPTIMIZER_PASSES = 11
 # cuBLAS kernels); a pruned width just above a multiple costs the whole next tile. The input
 # channels are the GEMM's reduction, split finer, and are not padded.
 _CHANNEL_TILE = 64
+
+
+def networks_per_group(features: pd.DataFrame, nets: pd.Series) -> dict[str, int]:
+    """For each layer group with a `<group>_count` column in `features` (one row per run,
+    `nets` naming each row's network): how many of the networks have layers of it."""
+    present = {group: features[f"{group}_count"].to_numpy() > 0 for group in LAYER_GROUPS
+               if f"{group}_count" in features.columns}
+    return {group: int(nets[mask].nunique()) for group, mask in present.items()}
 
 
 def layer_group(layer: Layer) -> str:

@@ -2,10 +2,12 @@
 
 from perf4sight.fit.bound import BOUND_QUANTILE, bound_factor, held_out_ratio
 from perf4sight.fit.calibration import FamilyCalibration, family_key, predict_calibrated
+from perf4sight.fit.choice import MethodChoice, choose_method
 from perf4sight.fit.dataset import ArchitectureCatalog, ArchitectureCatalogs, Dataset, architecture_name, build_dataset
 from perf4sight.fit.fingerprint import TARGETS, Target, fingerprint_device
 from perf4sight.fit.logs import find_logs, read_gt_log, read_logs
 from perf4sight.fit.methods import (
+    CANDIDATE_METHODS,
     DEFAULT_METHOD,
     METHODS,
     PaperExtraTrees,
@@ -21,10 +23,12 @@ from perf4sight.fit.store import FittedModel, load_model, model_path, save_model
 __all__ = [
     "ArchitectureCatalog",
     "ArchitectureCatalogs",
+    "CANDIDATE_METHODS",
     "Dataset",
     "DEFAULT_METHOD",
     "FamilyCalibration",
     "FittedModel",
+    "MethodChoice",
     "METHODS",
     "PaperExtraTrees",
     "PhysicalRegressor",
@@ -35,6 +39,7 @@ __all__ = [
     "architecture_name",
     "bound_factor",
     "build_dataset",
+    "choose_method",
     "family_key",
     "find_logs",
     "fingerprint_device",

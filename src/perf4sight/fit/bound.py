@@ -10,16 +10,26 @@ from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
+import pandas as pd
 
 from perf4sight import console
 from perf4sight.fit.calibration import predict_calibrated
 from perf4sight.fit.dataset import Dataset
 from perf4sight.fit.methods import fit_method
 
-__all__ = ["BOUND_QUANTILE", "bound_factor", "held_out_ratio"]
+__all__ = ["BOUND_QUANTILE", "bound_factor", "held_out_groups", "held_out_ratio"]
 
 # The share of runs of networks left out of the fit that the stored memory bound covers.
 BOUND_QUANTILE = 0.95
+
+
+def held_out_groups(dataset: Dataset) -> tuple[str, pd.Series]:
+    """What a refit leaves out to see a new network ("network"; "architecture", i.e. a
+    pruning level, when a single network was profiled) and each row's group."""
+    nets = dataset.rows["net"]
+    if nets.nunique() > 1:
+        return "network", nets
+    return "architecture", dataset.rows["model"]
 
 
 def held_out_ratio(method: str, dataset: Dataset, target: str | None = None,
@@ -30,9 +40,7 @@ def held_out_ratio(method: str, dataset: Dataset, target: str | None = None,
     `calibrated_ratio`, the same for a prediction calibrated on its family: each profiled
     level left out of both the fit and its family's calibration (None when no family has
     two levels). None when the dataset holds a single architecture (nothing to leave out)."""
-    nets = dataset.rows["net"]
-    left_out = "network" if nets.nunique() > 1 else "architecture"
-    groups = nets if left_out == "network" else dataset.rows["model"]
+    left_out, groups = held_out_groups(dataset)
     if groups.nunique() < 2:
         return None
     rows = dataset.rows

@@ -6,7 +6,9 @@ then the models are evaluated on `eval_nets` x `eval_logs`. With `evaluate = Tru
 stored models are only evaluated. Evaluation logs default to the training log folders and
 evaluation networks to the training networks. A memory model is stored with its bound
 (`held_out_ratio`): how far above the prediction the runs of a network left out of the fit
-measured. Every model is stored with its errors on each training family
+measured. With `method = default` each target's method is chosen from the device's own data
+(`perf4sight.fit.choice`); the choice, every candidate's error and the reason are stored
+in the model's metadata and reported. Every model is stored with its errors on each training family
 (`FamilyCalibration`), which correct the predictions of that family's other pruning levels,
 in the evaluation as for a user's query.
 """
@@ -25,9 +27,17 @@ from perf4sight.config import TARGET_COLUMNS, FingerprintSettings, check_stage
 from perf4sight.errors import ConfigError, FittedModelError, LogFormatError
 from perf4sight.fit.bound import bound_factor, held_out_ratio
 from perf4sight.fit.calibration import FamilyCalibration
+from perf4sight.fit.choice import choose_method
 from perf4sight.fit.dataset import ArchitectureCatalogs, Dataset, build_dataset
 from perf4sight.fit.logs import find_logs, read_logs
-from perf4sight.fit.methods import METHODS, fit_method, predict_rows, resolve_method
+from perf4sight.fit.methods import (
+    CANDIDATE_METHODS,
+    DEFAULT_METHOD,
+    METHODS,
+    fit_method,
+    predict_rows,
+    resolve_method,
+)
 from perf4sight.fit.report import print_report, summarise, write_report
 from perf4sight.fit.store import FittedModel, load_model, model_path, save_model
 
@@ -71,16 +81,16 @@ def _train(settings: FingerprintSettings, target: Target, method: str, catalogs:
         else:
             console.info(f"{target.kind} model already stored at {path}; kept (overwrite = False)")
             return
-    dataset = _dataset(settings, target, METHODS[method].feature_set, catalogs,
-                       settings.train_nets, settings.train_logs, evaluation=False)
-    bad = dataset.rows[dataset.target <= 0]
-    if len(bad):
-        first = bad.iloc[0]
-        raise LogFormatError(
-            f"[fingerprint] {target.kind}_logs: {len(bad)} passed runs measured {target.column} <= 0 (first: "
-            f"{first['model']} at batch size {first['batch_size']}: {first['measured']:g}); the models need "
-            "positive measurements: profile those runs again"
-        )
+    candidates = CANDIDATE_METHODS if method == DEFAULT_METHOD else (method,)
+    datasets = {}
+    for candidate in candidates:
+        datasets[candidate] = _dataset(settings, target, METHODS[candidate].feature_set, catalogs,
+                                       settings.train_nets, settings.train_logs, evaluation=False)
+        _check_positive(datasets[candidate], target)
+    choice = choose_method(datasets, target.column) if method == DEFAULT_METHOD else None
+    if choice is not None:
+        method = choice.chosen
+    dataset = datasets[method]
     console.info(f"fitting the {target.kind} model ({method}) on {len(dataset)} rows")
     estimator = fit_method(method, dataset, target.column)
     bound = held_out_ratio(method, dataset, target.column) if target.kind == "memory" else None
@@ -91,8 +101,20 @@ def _train(settings: FingerprintSettings, target: Target, method: str, catalogs:
                      + (f" ({in_family:.3f}x for another level of a profiled network)" if in_family else ""))
     save_model(estimator, method=method, storedir=settings.model_storedir, stage=settings.stage,
                target=target.column, dataset=dataset, bound_ratio=bound,
-               calibration=FamilyCalibration.of(dataset.rows, estimator.predict(dataset.features)))
+               calibration=FamilyCalibration.of(dataset.rows, estimator.predict(dataset.features)),
+               method_choice=choice.as_dict() if choice is not None else None)
     console.info(f"stored the {target.kind} model at {path}")
+
+
+def _check_positive(dataset: Dataset, target: Target) -> None:
+    bad = dataset.rows[dataset.target <= 0]
+    if len(bad):
+        first = bad.iloc[0]
+        raise LogFormatError(
+            f"[fingerprint] {target.kind}_logs: {len(bad)} passed runs measured {target.column} <= 0 (first: "
+            f"{first['model']} at batch size {first['batch_size']}: {first['measured']:g}); the models need "
+            "positive measurements: profile those runs again"
+        )
 
 
 def _evaluate(settings: FingerprintSettings, target: Target, model: FittedModel,
@@ -157,11 +179,14 @@ def fingerprint_device(settings: FingerprintSettings) -> dict[str, Any]:
     predictions: dict[str, pd.DataFrame] = {}
     for target in enabled:
         model = load_model(settings.model_storedir, stage=settings.stage, target=target.column)
-        if model.metadata["method"] != method:
-            console.warn(f"the stored {target.kind} model is method '{model.metadata['method']}', the config asks "
+        choice = model.metadata.get("method_choice")
+        stored = DEFAULT_METHOD if choice else model.metadata["method"]
+        if stored != method:
+            console.warn(f"the stored {target.kind} model is method '{stored}', the config asks "
                          f"for '{method}'; set overwrite = True to refit")
         predictions[target.kind] = _evaluate(settings, target, model, catalogs)
-        report[target.kind] = summarise(target.column, predictions[target.kind])
+        report[target.kind] = {**summarise(target.column, predictions[target.kind]),
+                               "method": model.metadata["method"], "method_choice": choice}
     if report:
         print_report(report, predictions)
     if report and settings.report is not None:

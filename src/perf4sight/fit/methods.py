@@ -3,7 +3,8 @@
 A method is any estimator class in `METHODS` with a `feature_set` class attribute (a key
 of `perf4sight.features.FEATURE_SETS`: the columns it is fitted on) and a `trusted_types`
 tuple naming the scikit-learn types it holds, which skops may load. `DEFAULT_METHOD` is
-what `method = default` in a config means.
+what a config's `method = default` names: a choice among `CANDIDATE_METHODS`, made per device
+and target from its own data (`perf4sight.fit.choice`).
 """
 
 from __future__ import annotations
@@ -21,8 +22,8 @@ from perf4sight.fit.dataset import Dataset
 from perf4sight.fit.physical import PhysicalRegressor, ReplayRegressor
 
 __all__ = [
-    "PaperExtraTrees", "METHODS", "DEFAULT_METHOD", "fit_method", "network_weights", "predict_rows", "resolve_method",
-    "trusted_types",
+    "PaperExtraTrees", "METHODS", "CANDIDATE_METHODS", "DEFAULT_METHOD", "fit_method", "network_weights",
+    "predict_rows", "resolve_method", "trusted_types",
 ]
 
 
@@ -66,15 +67,19 @@ METHODS: dict[str, type] = {
     "replay": ReplayRegressor,
 }
 
-DEFAULT_METHOD = "physical"
+# `method = default`: the candidate with the lowest error on networks left out of the fit,
+# chosen per device and target at fingerprint time (`perf4sight.fit.choice`); ties go to
+# the earlier one, the faster to predict with.
+DEFAULT_METHOD = "default"
+CANDIDATE_METHODS = ("physical", "replay")
 
 
 def resolve_method(name: str) -> str:
-    """The METHODS key a config's `method` means ('default' is DEFAULT_METHOD)."""
-    key = DEFAULT_METHOD if name == "default" else name
-    if key not in METHODS:
-        raise ConfigError(f"[fingerprint] method: unknown method '{name}'; known: default, {', '.join(METHODS)}")
-    return key
+    """The METHODS key a config's `method` means, or DEFAULT_METHOD (chosen when fitting)."""
+    if name != DEFAULT_METHOD and name not in METHODS:
+        known = ", ".join((DEFAULT_METHOD, *METHODS))
+        raise ConfigError(f"[fingerprint] method: unknown method '{name}'; known: {known}")
+    return name
 
 
 def trusted_types() -> list[str]:

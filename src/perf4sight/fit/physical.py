@@ -24,8 +24,10 @@ Latency (ms per iteration): a fixed cost, plus GEMM operations at the device's
 arithmetic rate (output channels padded to whole tiles), plus bytes moved at its memory
 rate (every layer, and the passes over the parameters, which do not depend on the batch
 size: the kernels' and the optimizer step's, and the reorders of convolution weights),
-plus a cost per layer (kernel launches); fitted with non-negative least squares on
-relative error.
+plus a cost per layer (kernel launches), plus depthwise and grouped convolutions at rates
+of their own where the training networks hold them (their kernels' cost differs most
+between devices; tied to the traffic and GEMM rates where no network shows it); fitted with
+non-negative least squares on relative error.
 """
 
 from __future__ import annotations
@@ -44,7 +46,7 @@ from perf4sight.errors import ConfigError
 
 __all__ = [
     "PhysicalRegressor", "ReplayRegressor", "MEMORY_TERMS", "MEMORY_EXACT", "MEMORY_OPTIMIZER", "MEMORY_LIBRARY",
-    "LATENCY_TERMS", "PARAMETER_STREAM_FACTOR", "REPLAY_MEMORY_TERMS", "REPLAY_MEMORY_EXACT",
+    "LATENCY_TERMS", "LATENCY_TIES", "PARAMETER_STREAM_FACTOR", "REPLAY_MEMORY_TERMS", "REPLAY_MEMORY_EXACT",
 ]
 
 _MIB = float(1 << 20)
@@ -78,18 +80,25 @@ MEMORY_LIBRARY = "linear_count"
 PARAMETER_STREAM_FACTOR = 3.0 / 14.0
 LATENCY_TERMS: dict[str, dict[str, float]] = {
     # GEMM work with the output channels padded to whole tiles: the steps pruned widths cause
-    "gemm": dict.fromkeys(
-        ("conv_kxk_padded_flops", "conv_1x1_padded_flops", "conv_grouped_padded_flops", "linear_padded_flops"), 1.0
-    ),
+    "gemm": dict.fromkeys(("conv_kxk_padded_flops", "conv_1x1_padded_flops", "linear_padded_flops"), 1.0),
     "traffic": {
-        **dict.fromkeys(("conv_kxk_bytes", "conv_1x1_bytes", "conv_grouped_bytes", "conv_depthwise_bytes",
-                         "linear_bytes", "norm_bytes", "act_bytes", "pool_bytes", "elementwise_bytes",
-                         "other_bytes"), 1.0),
+        **dict.fromkeys(("conv_kxk_bytes", "conv_1x1_bytes", "conv_grouped_bytes", "linear_bytes", "norm_bytes",
+                         "act_bytes", "pool_bytes", "elementwise_bytes", "other_bytes"), 1.0),
         "param_traffic_bytes": PARAMETER_STREAM_FACTOR,
         "conv_weight_traffic_bytes": 1.0,
     },
     "launches": {"layers": 1.0},
+    # Depthwise and grouped convolutions run kernels of their own, whose cost per byte or
+    # operation differs from one device and library to the next (the TX2's depthwise layers
+    # cost nothing beyond their neighbours' traffic, the H200's 9 times the traffic rate):
+    # each has a rate of its own, fitted where the training networks hold such layers.
+    "depthwise": {"conv_depthwise_bytes": 1.0},
+    "grouped": {"conv_grouped_padded_flops": 1.0},
 }
+# A layer kind's term that the training rows cannot identify (no such layer in them) takes
+# the rate of the term it belongs to without a rate of its own: depthwise convolutions
+# move bytes, grouped ones are GEMMs.
+LATENCY_TIES: dict[str, str] = {"depthwise": "traffic", "grouped": "gemm"}
 # The allocator replay (`replay` features): the peak of live tensors, which includes the
 # weights, gradients, momentum buffers and the optimizer's temporaries, is an exact amount
 # (added as it is); what the caching allocator holds beyond it gets a fitted multiple.
@@ -104,6 +113,8 @@ _CORNER_FACTOR = 2 ** (1 / _CORNER_EXPONENT)
 _SUPPORT_ROWS = 3
 # Fitted attributes of the memory model only.
 _MEMORY_ONLY_ATTRIBUTES = ("floor_mib_", "library_mib_", "capacity_mib_")
+# Fitted attributes of the latency model only.
+_LATENCY_ONLY_ATTRIBUTES = ("tied_terms_",)
 
 
 def _smooth_max(a: np.ndarray, b: np.ndarray | float) -> np.ndarray:
@@ -218,8 +229,8 @@ class PhysicalRegressor(RegressorMixin, BaseEstimator):
         # squared residuals, hence the square roots.
         kept = weight > 0
         amounts, y = amounts.rows(kept), y[kept]
-        # A refit for latency must not keep a memory fit's corners (read where present).
-        for name in _MEMORY_ONLY_ATTRIBUTES:
+        # A refit must not keep another target's fitted attributes (read where present).
+        for name in (*_MEMORY_ONLY_ATTRIBUTES, *_LATENCY_ONLY_ATTRIBUTES):
             self.__dict__.pop(name, None)
         root = np.sqrt(weight[kept] / weight[kept].mean())
         self.terms_ = np.array(list(self._terms()))
@@ -232,14 +243,24 @@ class PhysicalRegressor(RegressorMixin, BaseEstimator):
         return self
 
     def _fit_additive(self, design: np.ndarray, y: np.ndarray, root: np.ndarray) -> None:
-        """Non-negative least squares on relative error, columns scaled for conditioning."""
-        full = np.column_stack([np.ones(len(y)), design])
+        """Non-negative least squares on relative error, columns scaled for conditioning;
+        a tied term (`LATENCY_TIES`) that no training row holds takes its tie's rate
+        (`tied_terms_` names those)."""
+        terms = list(self.terms_)
+        absent = ~design.any(axis=0)
+        tied = [i for i, name in enumerate(terms) if name in LATENCY_TIES and absent[i]]
+        fitted = np.r_[True, ~np.isin(np.arange(len(terms)), tied)]
+        full = np.column_stack([np.ones(len(y)), design])[:, fitted]
         scale = np.abs(full).max(axis=0)
         scale[scale == 0] = 1.0
         solution, _ = nnls(full / scale * (root / y)[:, None], root)
-        solution = solution / scale
-        self.intercept_ = float(solution[0])
-        self.coef_ = solution[1:]
+        coefficients = np.zeros(1 + len(terms))
+        coefficients[fitted] = solution / scale
+        for i in tied:
+            coefficients[1 + i] = coefficients[1 + terms.index(LATENCY_TIES[terms[i]])]
+        self.intercept_ = float(coefficients[0])
+        self.coef_ = coefficients[1:]
+        self.tied_terms_ = [str(terms[i]) for i in tied]
 
     def _fit_memory(self, amounts: _Amounts, y: np.ndarray, root: np.ndarray) -> None:
         """Robust least squares on relative error: intercept, coefficients, floor, library, capacity.

@@ -47,7 +47,8 @@ _MAX_ROWS_SHOWN = 60
 
 
 def print_report(report: Mapping[str, Any], predictions: Mapping[str, pd.DataFrame]) -> None:
-    """Measured against predicted, then the MAPE per network and overall, per target."""
+    """Measured against predicted, then the MAPE per network and overall, per target, and
+    each target's method (with why `method = default` chose it)."""
     _print_predictions(report, predictions)
     rows = []
     for kind, entry in report.items():
@@ -56,6 +57,11 @@ def print_report(report: Mapping[str, Any], predictions: Mapping[str, pd.DataFra
                          stats.get("bound_under_pct", "")))
     console.print_table("Fingerprint evaluation", ("model", "target", "net", "rows", "MAPE %",
                                                    "under-estimated %", "bound under-estimated %"), rows)
+    for kind, entry in report.items():
+        choice = entry.get("method_choice")
+        if "method" in entry:
+            console.info(f"{kind} model: {entry['method']}" + (f", chosen by method = default: {choice['reason']}"
+                                                               if choice else ""))
 
 
 def _print_predictions(report: Mapping[str, Any], predictions: Mapping[str, pd.DataFrame]) -> None:

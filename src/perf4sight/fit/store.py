@@ -37,6 +37,7 @@ from torch import nn
 from perf4sight.architecture import Architecture
 from perf4sight.errors import DataNotFoundError, FittedModelError, clip
 from perf4sight.features import FEATURE_SETS
+from perf4sight.features.network import networks_per_group
 from perf4sight.fit.calibration import FamilyCalibration, family_key
 from perf4sight.fit.dataset import Dataset
 from perf4sight.fit.methods import METHODS, trusted_types
@@ -223,10 +224,11 @@ def _sha256(data: bytes) -> str:
 
 def save_model(estimator: Any, *, method: str, storedir: str | Path, stage: str, target: str,
                dataset: Dataset, bound_ratio: dict[str, Any] | None = None,
-               calibration: FamilyCalibration | None = None) -> Path:
+               calibration: FamilyCalibration | None = None, method_choice: dict[str, Any] | None = None) -> Path:
     """Store a fitted estimator and its metadata; returns the .skops path. `bound_ratio`
     (`held_out_ratio`'s) turns the model's predictions into bounds; `calibration` corrects
-    queries of the profiled families."""
+    queries of the profiled families; `method_choice` (`MethodChoice.as_dict`) says why
+    `method = default` chose this method."""
     path = model_path(storedir, stage, target)
     path.parent.mkdir(parents=True, exist_ok=True)
     feature_set = type(estimator).feature_set
@@ -237,6 +239,10 @@ def save_model(estimator: Any, *, method: str, storedir: str | Path, stage: str,
     metadata = {
         "format": _FORMAT,
         "method": method,
+        "method_choice": method_choice,
+        # how many training networks hold each layer group: a query with a group that fewer
+        # than two (or than all, if fewer) held is extrapolated for it
+        "layer_groups": networks_per_group(dataset.features, dataset.rows["net"]),
         "estimator": f"{type(estimator).__module__}.{type(estimator).__qualname__}",
         "feature_set": feature_set,
         "stage": stage,

@@ -84,7 +84,10 @@ class Predictor:
         capacity) whether training fits on the profiled device; `calibrated` whether the
         network's family (other pruning levels of it) was profiled and corrected the
         predictions (`perf4sight.fit.FamilyCalibration`); `extrapolated` marks rows outside
-        the fitted range (a batch size outside the profiled range, a bigger network than any profiled)."""
+        the fitted range (a batch size outside the profiled range, a bigger network than any
+        profiled, or, for a network of a family not profiled, a layer group that fewer than two of
+        the training networks held, which `extrapolated_layers` names: its cost was fitted on one
+        network or tied to another's)."""
         sizes = check_batch_sizes(batch_sizes, "batch sizes", UsageError)
         if dataset_size is not None and not is_positive_int(dataset_size):
             raise UsageError(f"dataset size {dataset_size!r}: expected a positive number of images per epoch")
@@ -93,6 +96,7 @@ class Predictor:
         columns: dict[str, np.ndarray] = {"batch_size": batch}
         extrapolated = np.zeros(len(sizes), dtype=bool)
         calibrated = False
+        unseen: set[str] = set()  # layer groups the models saw in too few networks
         family = family_key(arch)
         tables: dict[str, pd.DataFrame] = {}  # one feature table per feature set
         for column, model in self.models.items():
@@ -106,6 +110,7 @@ class Predictor:
             if column == MEMORY and bound:
                 columns[MEMORY_BOUND] = columns[column] * bound_factor(bound, corrected)
             extrapolated |= _outside_range(model, arch, batch, features)
+            unseen.update(_rare_groups(model, features))
             if column == MEMORY and np.isfinite(getattr(model.estimator, "capacity_mib_", np.inf)):
                 # the device's own out-of-memory boundary, learned from its failed runs
                 columns["fits_device"] = model.estimator.predict_fits(features)
@@ -114,7 +119,10 @@ class Predictor:
                 columns["epoch_s"] = np.ceil(dataset_size / batch) * columns[LATENCY] / 1e3
             columns["images_per_s"] = batch / columns[LATENCY] * 1e3
         columns["calibrated"] = np.full(len(sizes), calibrated)
-        columns["extrapolated"] = extrapolated
+        if calibrated:  # its family's own runs were fitted on, whatever its layers
+            unseen.clear()
+        columns["extrapolated"] = extrapolated | bool(unseen)
+        columns["extrapolated_layers"] = np.full(len(sizes), ", ".join(sorted(unseen)))
         return pd.DataFrame(columns)
 
     def max_batch_size(
@@ -178,3 +186,17 @@ def _outside_range(model: FittedModel, arch: Architecture, batch: np.ndarray, fe
     highest = np.array([ranges.get(name, (0.0, np.inf))[1] for name in features.columns.tolist()], dtype=float)
     outside |= (features.to_numpy(dtype=float) > highest * (1 + 1e-9)).any(axis=1)
     return outside
+
+
+# A layer group held by fewer training networks than this (or than all of them, if fewer)
+# is rare: its cost rests on one network's data, or on none (tied to another group's).
+_NETWORKS_PER_GROUP = 2
+
+
+def _rare_groups(model: FittedModel, features: pd.DataFrame) -> set[str]:
+    """The layer groups of the query (`<group>_count` > 0) that the model's training
+    networks held too rarely to fit their cost (metadata `layer_groups`)."""
+    held = model.metadata.get("layer_groups") or {}
+    enough = min(_NETWORKS_PER_GROUP, len(model.metadata.get("train_nets", ())))
+    return {group for group, nets in held.items()
+            if nets < enough and f"{group}_count" in features and features[f"{group}_count"].iloc[0] > 0}

@@ -1,0 +1,88 @@
+"""`method = default`: the method chosen per device and target from the device's own data.
+
+Which model predicts a new network best differs between devices (on the H200 the allocator
+replay's memory is far better than `physical`'s, on the TX2 worse), so no method is the
+best default everywhere. Fingerprinting measures it instead: each candidate is fitted with
+each training network left out in turn and predicts that network's runs (with a single
+training network, each profiled architecture, i.e. pruning level, is left out); the
+candidate with the lowest mean error over the left-out groups is fitted on everything.
+Ties go to the earlier candidate, the faster one to predict with.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import asdict, dataclass
+from typing import Any
+
+import numpy as np
+
+from perf4sight import console
+from perf4sight.fit.bound import held_out_groups
+from perf4sight.fit.dataset import Dataset
+from perf4sight.fit.methods import CANDIDATE_METHODS, METHODS, fit_method
+from perf4sight.fit.report import mape_pct
+
+__all__ = ["MethodChoice", "held_out_error", "choose_method"]
+
+
+@dataclass(frozen=True)
+class MethodChoice:
+    """The method chosen for one target, every candidate's held-out error and why."""
+
+    chosen: str
+    errors: dict[str, float]  # candidate -> mean MAPE % over the left-out groups
+    left_out: str  # "network" or "architecture": what each refit left out
+    reason: str
+
+    def as_dict(self) -> dict[str, Any]:
+        """For JSON: an error that could not be measured (nothing to leave out) is None."""
+        errors = {method: error if np.isfinite(error) else None for method, error in self.errors.items()}
+        return {**asdict(self), "errors": errors}
+
+
+def held_out_error(method: str, dataset: Dataset, target: str | None = None) -> tuple[float, str]:
+    """Mean MAPE (%) over the training networks of `method` fitted without each in turn
+    (each architecture when one network was profiled), and what was left out; NaN when
+    there is nothing to leave out (a single architecture)."""
+    left_out, groups = held_out_groups(dataset)
+    if groups.nunique() < 2:
+        return float("nan"), left_out
+    errors = []
+    for group in groups.unique():
+        out = (groups == group).to_numpy()
+        held = dataset.select(out)
+        estimator = fit_method(method, dataset.select(~out), target)
+        errors.append(mape_pct(held.target, estimator.predict(held.features)))
+    return float(np.mean(errors)), left_out
+
+
+def choose_method(datasets: Mapping[str, Dataset], target: str | None = None) -> MethodChoice:
+    """The candidate (a key of `datasets`, in `CANDIDATE_METHODS` order, each with the
+    training rows in its own method's feature set) with the lowest held-out error."""
+    candidates = [method for method in CANDIDATE_METHODS if method in datasets]
+    unknown = sorted(set(datasets) - set(CANDIDATE_METHODS))
+    if unknown or not candidates:
+        raise ValueError(f"choose_method: candidates must be among {', '.join(CANDIDATE_METHODS)}; "
+                         f"got {list(datasets)}")
+    keys = ["model", "batch_size"]
+    errors, left_out = {}, "network"
+    for method in candidates:
+        if not datasets[method].rows[keys].reset_index(drop=True).equals(
+                datasets[candidates[0]].rows[keys].reset_index(drop=True)):
+            raise ValueError(f"choose_method: the datasets of {candidates[0]} and {method} hold different runs")
+        errors[method], left_out = held_out_error(method, datasets[method], target)
+    scored = {method: error for method, error in errors.items() if np.isfinite(error)}
+    if not scored:
+        chosen = candidates[0]
+        reason = f"one architecture profiled, nothing to leave out: the first candidate, {chosen}"
+    else:
+        chosen = min(scored, key=lambda method: (scored[method], candidates.index(method)))
+        nets = ", ".join(sorted(datasets[chosen].rows["net"].unique()))
+        listed = ", ".join(f"{method} {error:.2f} %" for method, error in scored.items())
+        tie = [m for m in scored if m != chosen and np.isclose(scored[m], scored[chosen], rtol=1e-9, atol=0.0)]
+        reason = (f"lowest mean MAPE with each {left_out} left out of the fit ({nets}): {listed}"
+                  + (f"; tied with {', '.join(tie)}, the faster one" if tie else ""))
+    console.info(f"method for {target or 'the target'}: {chosen} ({reason})")
+    return MethodChoice(chosen=chosen, errors=errors, left_out=left_out, reason=reason)
+

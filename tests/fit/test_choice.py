@@ -1,0 +1,122 @@
+"""`method = default` on the H200's logs (in the repository): the method chosen per target by
+networks left out of the fit, stored with its reasons, used by the predictor; a forced method
+still forces. Also the latency model's per-kind rates, tied where no training network has the kind."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from perf4sight.config import FingerprintSettings
+from perf4sight.fit import (
+    CANDIDATE_METHODS,
+    ArchitectureCatalogs,
+    build_dataset,
+    choose_method,
+    fingerprint_device,
+    fit_method,
+    load_model,
+    read_logs,
+)
+from perf4sight.fit.choice import held_out_error
+from perf4sight.fit.physical import LATENCY_TIES
+from perf4sight.predict import Predictor
+
+H200 = Path(__file__).resolve().parents[2] / "benchmarks" / "data" / "h200"
+TRAIN = ["resnet18", "mobilenetv2", "squeezenet"]  # mobilenetv2 alone has depthwise layers
+LEVELS = [0, 30, 60, 90]
+
+
+@pytest.fixture(scope="module")
+def memory_datasets():
+    logs = read_logs(TRAIN, [0, 90], [H200 / "memory"], ["mem_used"])  # few networks to replay
+    catalogs = ArchitectureCatalogs(H200 / "models")
+    return {method: build_dataset(logs, target="mem_used", feature_set=method_set, stage="training",
+                                  catalog=catalogs.for_feature_set(method_set))
+            for method, method_set in (("physical", "network"), ("replay", "replay"))}
+
+
+@pytest.fixture(scope="module")
+def latency_dataset():
+    logs = read_logs([*TRAIN, "mnasnet"], LEVELS, [H200 / "latency"], ["latency"])
+    catalog = ArchitectureCatalogs(H200 / "models").for_feature_set("network")
+    return build_dataset(logs, target="latency", feature_set="network", stage="training", catalog=catalog)
+
+
+def test_the_method_with_the_lowest_held_out_error_is_chosen(memory_datasets):
+    choice = choose_method(memory_datasets, "mem_used")
+    # the caching allocator's replay is far better on this GPU's networks never fitted on
+    assert choice.chosen == "replay" and choice.left_out == "network"
+    assert set(choice.errors) == set(CANDIDATE_METHODS)
+    assert choice.errors["replay"] < choice.errors["physical"]
+    for method, dataset in memory_datasets.items():
+        assert choice.errors[method] == pytest.approx(held_out_error(method, dataset, "mem_used")[0])
+    assert "mobilenetv2, resnet18, squeezenet" in choice.reason and "replay" in choice.reason
+
+
+def test_one_network_leaves_out_its_architectures(memory_datasets):
+    one = {m: d.select((d.rows["net"] == "resnet18").to_numpy()) for m, d in memory_datasets.items()}
+    choice = choose_method(one, "mem_used")
+    assert choice.left_out == "architecture" and np.isfinite(list(choice.errors.values())).all()
+    single = {m: d.select((d.rows["model"] == "resnet18_90").to_numpy()) for m, d in memory_datasets.items()}
+    nothing = choose_method(single, "mem_used")
+    assert nothing.chosen == CANDIDATE_METHODS[0] and "nothing to leave out" in nothing.reason
+    assert set(nothing.as_dict()["errors"].values()) == {None}  # stored as JSON null, not NaN
+
+
+def test_datasets_of_other_runs_are_refused(memory_datasets):
+    fewer = memory_datasets["replay"].select((memory_datasets["replay"].rows["net"] != "squeezenet").to_numpy())
+    with pytest.raises(ValueError, match="different runs"):
+        choose_method({"physical": memory_datasets["physical"], "replay": fewer}, "mem_used")
+    with pytest.raises(ValueError, match="candidates"):
+        choose_method({"paper": memory_datasets["physical"]}, "mem_used")
+
+
+def test_a_kind_no_training_network_has_takes_its_ties_rate(latency_dataset):
+    nets = latency_dataset.rows["net"]
+    without = fit_method("physical", latency_dataset.select(~nets.isin(["mobilenetv2", "mnasnet"]).to_numpy()),
+                         "latency")
+    terms = list(without.terms_)
+    assert set(without.tied_terms_) == set(LATENCY_TIES) == {"depthwise", "grouped"}
+    for kind, tie in LATENCY_TIES.items():
+        assert without.coef_[terms.index(kind)] == without.coef_[terms.index(tie)]
+    with_depthwise = fit_method("physical", latency_dataset, "latency")
+    assert with_depthwise.tied_terms_ == ["grouped"]
+    # the H200's depthwise kernels cost several times the traffic rate per byte
+    assert with_depthwise.coef_[terms.index("depthwise")] > 3 * with_depthwise.coef_[terms.index("traffic")]
+
+
+@pytest.mark.slow
+def test_fingerprint_stores_the_choice_and_the_predictor_uses_it(tmp_path):
+    settings = FingerprintSettings(
+        train_nets=TRAIN, train_logs=LEVELS, eval_nets=["mnasnet", "resnet50"], eval_logs=LEVELS,
+        memory_logs=[H200 / "memory"], latency_logs=[H200 / "latency"], pruned_models_storedir=H200 / "models",
+        model_storedir=tmp_path / "default", report=None,
+    )
+    report = fingerprint_device(settings)
+    memory = load_model(settings.model_storedir, stage="training", target="mem_used")
+    latency = load_model(settings.model_storedir, stage="training", target="latency")
+    assert memory.metadata["method"] == report["memory"]["method"] == "replay"
+    # the same latency model in both candidates: a tie, which goes to the faster one
+    assert latency.metadata["method"] == "physical"
+    assert "tied with replay" in latency.metadata["method_choice"]["reason"]
+    assert report["memory"]["method_choice"] == memory.metadata["method_choice"]
+    assert memory.metadata["layer_groups"]["conv_depthwise"] == 1 and memory.metadata["layer_groups"]["conv_1x1"] == 3
+
+    predictor = Predictor.load(settings.model_storedir)
+    spec = H200 / "models" / "mnasnet_30.json"
+    table = predictor.predict(spec, [8, 64])
+    arch = predictor.describe(spec)
+    expected = memory.estimator.predict(memory.select(memory.features(arch, [8, 64])))
+    np.testing.assert_allclose(table["mem_used_mib"], expected)
+    # depthwise layers were in one training network only: their cost rests on it
+    assert table["extrapolated"].all() and set(table["extrapolated_layers"]) == {"conv_depthwise"}
+    assert set(predictor.predict(H200 / "models" / "resnet50_30.json", [8])["extrapolated_layers"]) == {""}
+
+    forced = fingerprint_device(replace(settings, method="physical", model_storedir=tmp_path / "forced"))
+    stored = load_model(tmp_path / "forced", stage="training", target="mem_used")
+    assert forced["memory"]["method"] == stored.metadata["method"] == "physical"
+    assert stored.metadata["method_choice"] is None
