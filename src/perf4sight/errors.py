@@ -5,28 +5,5 @@ Each subclasses a built-in exception so that callers can catch it without import
 perf4sight; the CLI turns any of them into one line on stderr and exit code 2.
 """
 
-from perf4sight.device.errors import (
-    ConfigError,
-    DataNotFoundError,
-    FittedModelError,
-    LogFolderBusyError,
-    LogFormatError,
-    ModelFileError,
-    NetworkError,
-    Perf4sightError,
-    UsageError,
-    clip,
-)
-
-__all__ = [
-    "Perf4sightError",
-    "ConfigError",
-    "NetworkError",
-    "ModelFileError",
-    "LogFormatError",
-    "DataNotFoundError",
-    "FittedModelError",
-    "UsageError",
-    "LogFolderBusyError",
-    "clip",
-]
+from perf4sight.device.errors import *  # noqa: F403
+from perf4sight.device.errors import __all__  # noqa: F401

@@ -4,7 +4,7 @@ code a bundle runs) with the host's model loader, model check and console."""
 from __future__ import annotations
 
 from collections.abc import Sequence
-from pathlib import Path
+from typing import Any
 
 from perf4sight import console
 from perf4sight.config import ProfileSettings
@@ -18,24 +18,10 @@ from perf4sight.profile.test_config import check_test_settings, create_test_conf
 __all__ = ["check_settings", "profile_campaign", "run_test_config", "profile_from_settings"]
 
 
-def profile_campaign(
-    tests: Sequence[ProfileTest],
-    *,
-    log_dir: Path,
-    device: str = "cpu",
-    gpu_id: int = 0,
-    iterations: int = 3,
-    warmup: int = 1,
-    till_first_fail: bool = False,
-    save: bool = True,
-    memory_limit_mib: int | None = None,
-) -> CampaignSummary:
-    """Run `tests` on `device`, appending each result to the logs under `log_dir`."""
-    return device_campaign(
-        tests, log_dir=log_dir, device=device, gpu_id=gpu_id, iterations=iterations, warmup=warmup,
-        till_first_fail=till_first_fail, save=save, memory_limit_mib=memory_limit_mib,
-        loader=LOADER, check_models=check_models, console=console,
-    )
+def profile_campaign(tests: Sequence[ProfileTest], **options: Any) -> CampaignSummary:
+    """Run `tests` as the device's `profile_campaign` does with `options` (log_dir, device,
+    iterations, ...), loading and checking models with the host's perf4sight.networks."""
+    return device_campaign(tests, loader=LOADER, check_models=check_models, console=console, **options)
 
 
 def check_settings(settings: ProfileSettings) -> None:
