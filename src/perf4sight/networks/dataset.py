@@ -40,6 +40,8 @@ def check_settings(settings: NetworkDatasetSettings) -> list[int]:
         raise ConfigError(f"{_WHERE} networks: no network given")
     if not settings.pruning_perc:
         raise ConfigError(f"{_WHERE} pruning_perc: no level given")
+    if settings.dataset is not None and Path(settings.dataset).name != settings.dataset:
+        raise ConfigError(f"{_WHERE} dataset: '{settings.dataset}' is not a folder name")
     if settings.model_desc_dir is not None and not settings.model_desc_dir.is_dir():
         raise ConfigError(f"{_WHERE} model_desc_dir: directory not found: {settings.model_desc_dir}")
     checks: list[tuple[str, Callable[[Any], Any], Any]] = [
@@ -98,7 +100,7 @@ def create_network_dataset(settings: NetworkDatasetSettings) -> pd.DataFrame:
     reached, its parameters and its multiply-accumulates for one input of `input_size`.
     """
     levels = check_settings(settings)
-    out_dir = Path(settings.model_path)
+    out_dir = settings.spec_dir
     out_dir.mkdir(parents=True, exist_ok=True)
     input_size = tuple(settings.input_size)
     rows = []
