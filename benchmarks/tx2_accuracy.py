@@ -46,7 +46,7 @@ from perf4sight.fit import (
     predict_calibrated,
     read_logs,
 )
-from perf4sight.profile.logs import GT_SUFFIX
+from perf4sight.device.logs import GT_SUFFIX
 
 TX2_DIR = Path(__file__).resolve().parents[1].parent / "shared" / "datasets" / "tx2"
 PROTOCOL_TRAIN_LEVELS = (0, 30, 50, 70, 90)

@@ -11,16 +11,15 @@ working directory, as in the original tool. Anything unknown or malformed raises
 from __future__ import annotations
 
 import ast
-import configparser
 import dataclasses
-import numbers
 import types
 import typing
-from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Union
 
+from perf4sight.device.checks import check_batch_sizes, is_positive_int, read_ini
+from perf4sight.device.test_config import STAGES, TARGET_COLUMNS
 from perf4sight.errors import ConfigError
 
 __all__ = [
@@ -39,12 +38,6 @@ __all__ = [
     "parse_section",
     "read_ini",
 ]
-
-
-# The stages a network is profiled and modelled in.
-STAGES = ("training", "inference")
-# What is profiled (a test config's `test_var`, a log folder) and the log column its model predicts.
-TARGET_COLUMNS = {"memory": "mem_used", "latency": "latency"}
 
 
 @dataclass(frozen=True)
@@ -142,23 +135,6 @@ class Config:
         return [name for name in SECTIONS if getattr(self, name) is not None]
 
 
-def is_positive_int(value: object) -> bool:
-    """Whether `value` is an integer of 1 or more, numpy's included (a bool, though an int, is not)."""
-    return isinstance(value, numbers.Integral) and not isinstance(value, bool) and value > 0
-
-
-def check_batch_sizes(values: Iterable[object], where: str, error: type[Exception] = ConfigError) -> list[int]:
-    """`values` as ints, if there is at least one and each is a positive integer; else `error`
-    naming `where` they came from. A float is refused, not truncated: 1.5 is no batch size."""
-    sizes = list(values)
-    if not sizes:
-        raise error(f"{where}: empty list; expected positive integers")
-    for value in sizes:
-        if not is_positive_int(value):
-            raise error(f"{where}: expected positive integers, got {value!r}")
-    return [int(value) for value in sizes]
-
-
 def check_stage(stage: object, where: str, error: type[Exception] = ConfigError) -> None:
     """Raise `error` naming `where` the stage came from (a config key, an option, an
     argument) unless it is one of STAGES: each entry point refuses it in the same words."""
@@ -215,20 +191,6 @@ def load_section(path: str | Path, name: str) -> Any:
     if settings is None:
         raise ConfigError(f"{path}: no [{name}] section")
     return settings
-
-
-def read_ini(path: Path, *, kind: str = "config file") -> configparser.ConfigParser:
-    """Parse an .ini file (no interpolation); ConfigError when missing or malformed."""
-    if not path.is_file():
-        raise ConfigError(f"{kind} not found: {path}")
-    parser = configparser.ConfigParser(interpolation=None)
-    try:
-        parser.read(path, encoding="utf-8")
-    except configparser.Error as exc:
-        raise ConfigError(f"{path}: cannot parse: {exc}".replace("\n", " ")) from None
-    except UnicodeDecodeError as exc:
-        raise ConfigError(f"{path}: not UTF-8 text (byte {exc.start}); is it a {kind}?") from None
-    return parser
 
 
 def parse_section(cls: type, raw: dict[str, str], *, where: str) -> Any:

@@ -1,10 +1,21 @@
-"""Project exceptions.
+"""Project exceptions, one definition each: they are defined in `perf4sight.device.errors`
+(the device side raises them without perf4sight installed) and re-exported here.
 
 Each subclasses a built-in exception so that callers can catch it without importing
 perf4sight; the CLI turns any of them into one line on stderr and exit code 2.
 """
 
-from __future__ import annotations
+from perf4sight.device.errors import (
+    ConfigError,
+    DataNotFoundError,
+    FittedModelError,
+    LogFolderBusyError,
+    LogFormatError,
+    ModelFileError,
+    NetworkError,
+    Perf4sightError,
+    UsageError,
+)
 
 __all__ = [
     "Perf4sightError",
@@ -15,36 +26,5 @@ __all__ = [
     "DataNotFoundError",
     "FittedModelError",
     "UsageError",
+    "LogFolderBusyError",
 ]
-
-
-class Perf4sightError(Exception):
-    """Base class: an error caused by the user's input, reported without a traceback."""
-
-
-class ConfigError(Perf4sightError, ValueError):
-    """A config file, section, key or value is wrong."""
-
-
-class NetworkError(Perf4sightError, ValueError):
-    """A network cannot be built, pruned or rebuilt from its description."""
-
-
-class ModelFileError(Perf4sightError, ImportError):
-    """A model description file cannot be imported or lacks its factory function."""
-
-
-class LogFormatError(Perf4sightError, ValueError):
-    """A profiling CSV lacks a column or has a malformed row."""
-
-
-class DataNotFoundError(Perf4sightError, FileNotFoundError):
-    """Files that a stage needs (logs, specs, fitted models) are not where they were looked for."""
-
-
-class FittedModelError(Perf4sightError, ValueError):
-    """A stored fitted model is for another stage, target or library version."""
-
-
-class UsageError(Perf4sightError, ValueError):
-    """An argument is out of range: a batch size of 0, a budget that nothing fits, a bad unit."""

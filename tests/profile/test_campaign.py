@@ -28,7 +28,7 @@ from perf4sight.profile import (
     read_test_config,
     run_test_config,
 )
-from perf4sight.profile.logs import GT_COLUMNS
+from perf4sight.device.logs import GT_COLUMNS
 
 TX2_COLUMNS = {
     "memory": ["passed", "mem_alloc", "mem_reserved", "mem_used", "mem_avail", "free", "capacity",
@@ -256,7 +256,7 @@ def test_worker_over_the_memory_limit_while_starting_stops_the_campaign(
 def test_worker_that_does_not_start_in_time_stops_the_campaign(
     tmp_path: Path, model_dir: Path, write_test_config, monkeypatch: pytest.MonkeyPatch, save: bool
 ) -> None:
-    monkeypatch.setattr("perf4sight.profile.worker._START_TIMEOUT_S", 0.01)  # torch alone takes longer
+    monkeypatch.setattr("perf4sight.device.worker._START_TIMEOUT_S", 0.01)  # torch alone takes longer
     test_config = write_test_config(tmp_path / "t.ini", [model_dir / "tinynet_0.py"], [2], test_var=("memory",))
     log_dir = tmp_path / "logs"
     with pytest.raises(ConfigError, match=r"^\[profile\] device = cpu: the worker could not start: "

@@ -1,4 +1,4 @@
-"""CLI for the profile stage: `perf4sight profile create-config` and `perf4sight profile run`."""
+"""CLI for the profile stage: `perf4sight profile create-config`, `run` and `bundle`."""
 
 from __future__ import annotations
 
@@ -39,5 +39,16 @@ def register(app: typer.Typer) -> None:
         from perf4sight.profile import run_test_config
 
         run_test_config(_settings(config))
+
+    @profile_app.command("bundle")
+    def bundle(
+        config: Path = _CONFIG,
+        out: Path = typer.Option(..., "--out", "-o", help="Folder to write the bundle to."),
+    ) -> None:
+        """On the host: write a folder that profiles [profile]'s tests on a device without
+        perf4sight (Python >= 3.6 and PyTorch >= 1.8): `python3 OUT/run_profile.py` there."""
+        from perf4sight.profile import write_bundle
+
+        write_bundle(config, out)
 
     app.add_typer(profile_app, name="profile")

@@ -3,7 +3,7 @@
 How much memory a device's caching allocator holds depends on more than the largest
 amount alive at once: on the order in which tensors of which sizes come and go, since a
 freed block serves only requests that fit in it. That order is recorded by running the
-profiler's own iterations (`perf4sight.profile.workload.iteration`) on the meta device,
+profiler's own iterations (`perf4sight.device.workload.iteration`) on the meta device,
 where nothing is allocated or computed, under a dispatch mode that notes each new storage
 and the moment its last tensor dies. A saved-tensors hook keeps what autograd saves as
 Python tensors, so that their lifetimes are seen too.
@@ -112,7 +112,7 @@ def _record(module: torch.nn.Module, input_size: tuple[int, ...], num_classes: i
 
 def _run(recorder: _Recorder, module: torch.nn.Module, input_size: tuple[int, ...], num_classes: int,
          stage: str, batch_size: int) -> list[tuple[int, bool, int]]:
-    from perf4sight.profile.workload import iteration
+    from perf4sight.device.workload import iteration
 
     with torch.autograd.graph.saved_tensors_hooks(lambda t: t, lambda t: t), recorder:
         # Moving the model to the device allocates its parameters and buffers in this order.

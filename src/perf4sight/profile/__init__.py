@@ -1,20 +1,19 @@
-"""Profiling: run training and inference iterations on a device and log memory and latency.
+"""Profiling on the host: make the test config, run it, or bundle it for a device.
 
-`create_test_config` lists the tests (on the host), `profile_campaign` runs them in a
-reusable worker process through a device backend (cpu, cuda, jetson) and appends one
-row per test to the logs; `profile_from_settings` does both for a [profile] section.
+The code that runs on the device (tests, worker, backends, logs, campaign) is
+`perf4sight.device`, the same files a bundle carries. Here: `create_test_config` lists
+the tests of a [profile] section, `profile_campaign` runs them with the host's model
+loader (specs, torchvision names), `profile_from_settings` does both, and
+`write_bundle` writes what a device without perf4sight needs to run them.
 """
 
-from perf4sight.profile.backends import DEVICE_ALIASES, BACKENDS, MemoryFigures, make_backend
-from perf4sight.profile.campaign import (
-    CampaignSummary,
-    TestResult,
-    profile_campaign,
-    profile_from_settings,
-    run_test_config,
-)
-from perf4sight.profile.logs import read_journal
-from perf4sight.profile.test_config import DATASETS, ProfileTest, create_test_config, read_test_config
+from perf4sight.device.backends import BACKENDS, DEVICE_ALIASES, MemoryFigures, make_backend
+from perf4sight.device.campaign import CampaignSummary, TestResult
+from perf4sight.device.logs import read_journal
+from perf4sight.device.test_config import DATASETS, ProfileTest, read_test_config
+from perf4sight.profile.bundle import write_bundle
+from perf4sight.profile.campaign import profile_campaign, profile_from_settings, run_test_config
+from perf4sight.profile.test_config import create_test_config
 
 __all__ = [
     "DEVICE_ALIASES",
@@ -31,4 +30,5 @@ __all__ = [
     "read_journal",
     "read_test_config",
     "run_test_config",
+    "write_bundle",
 ]

@@ -7,37 +7,32 @@ own mapping (a fixed `M_MMAP_THRESHOLD`), so a small test after a big one is not
 from pages the big one left resident. Figures are MiB.
 """
 
-from __future__ import annotations
-
 import ctypes
 import ctypes.util
 import functools
 import gc
 import threading
-from collections.abc import Callable
 from pathlib import Path
+from typing import Callable, Dict, Optional, Union
 
-import psutil
+from .system import read_meminfo, rss_mib
 
 __all__ = [
-    "BYTES_PER_MIB",
     "ResidentPeak",
     "PeakSampler",
     "UnifiedMemoryMeter",
-    "read_meminfo",
     "fix_malloc_mmap_threshold",
     "release_free_memory",
 ]
 
-BYTES_PER_MIB = 2**20
 _STATUS = Path("/proc/self/status")
 _CLEAR_REFS = Path("/proc/self/clear_refs")
 _M_MMAP_THRESHOLD = -3
 _MMAP_THRESHOLD_BYTES = 128 * 1024
 
 
-@functools.cache
-def _libc() -> ctypes.CDLL | None:
+@functools.lru_cache(maxsize=None)
+def _libc() -> Optional[ctypes.CDLL]:
     """glibc, looked up once: `find_library` runs `ldconfig`, and memory is released after every test."""
     name = ctypes.util.find_library("c")
     try:
@@ -69,7 +64,7 @@ def _status_mib(field: str) -> float:
     for line in _STATUS.read_text().splitlines():
         if line.startswith(field + ":"):
             return int(line.split()[1]) / 1024
-    raise OSError(f"{_STATUS} has no {field}")
+    raise OSError("{} has no {}".format(_STATUS, field))
 
 
 # How often a peak sampler reads: every millisecond catches a layer's allocation.
@@ -82,8 +77,8 @@ class PeakSampler:
     def __init__(self, read: Callable[[], float]) -> None:
         self._read = read
         self._stop = threading.Event()
-        self._thread: threading.Thread | None = None
-        self._error: Exception | None = None
+        self._thread: Optional[threading.Thread] = None
+        self._error: Optional[Exception] = None
         self.peak = float("-inf")
 
     def start(self) -> None:
@@ -120,11 +115,11 @@ class ResidentPeak:
     """
 
     def __init__(self) -> None:
-        self._sampler: PeakSampler | None = None
+        self._sampler: Optional[PeakSampler] = None
         self.exact = _can_reset_hwm()
 
     def rss_mib(self) -> float:
-        return psutil.Process().memory_info().rss / BYTES_PER_MIB
+        return rss_mib() or 0.0
 
     def reset(self) -> None:
         if self.exact:
@@ -152,18 +147,7 @@ def _can_reset_hwm() -> bool:
     return True
 
 
-def read_meminfo(path: str | Path = "/proc/meminfo") -> dict[str, float]:
-    """/proc/meminfo as {field: MiB}."""
-    values: dict[str, float] = {}
-    for line in Path(path).read_text().splitlines():
-        name, _, rest = line.partition(":")
-        parts = rest.split()
-        if parts and parts[0].isdigit():
-            values[name.strip()] = int(parts[0]) / 1024 if parts[-1] == "kB" else int(parts[0])
-    return values
-
-
-def _used_mib(meminfo: dict[str, float]) -> float:
+def _used_mib(meminfo: Dict[str, float]) -> float:
     return meminfo["MemTotal"] - meminfo["MemAvailable"]
 
 
@@ -174,11 +158,11 @@ class UnifiedMemoryMeter:
     used during the test minus that idle value, as the original profiler on the TX2 did.
     """
 
-    def __init__(self, meminfo_path: str | Path = "/proc/meminfo") -> None:
+    def __init__(self, meminfo_path: Union[str, Path] = "/proc/meminfo") -> None:
         self.meminfo_path = Path(meminfo_path)
         self._sampler = PeakSampler(self.used_mib)
         self.idle_used_mib = 0.0
-        self.idle: dict[str, float] = {}
+        self.idle: Dict[str, float] = {}
 
     def used_mib(self) -> float:
         return _used_mib(read_meminfo(self.meminfo_path))

@@ -10,23 +10,21 @@ campaign resumes.
 Columns beyond the original's: `mem_context` (MiB of runtime context in mem_used),
 `latency_iters_ms` (each timed iteration, a list literal), `cpu_elsewhere` (the share of
 the host's CPU other processes took while a latency test was timed; empty when too short
-to tell, `perf4sight.profile.contention`), `status` (`ok`; `error` for
+to tell, `contention`), `status` (`ok`; `error` for
 an exception such as out of memory; `crashed` when the worker died; `skipped` for a
 batch size not run after a smaller one failed under till_first_fail) and `error`. Rows
 are appended in the columns of the file's own header, so a journal begun by a version
 with fewer columns stays readable when resumed.
 """
 
-from __future__ import annotations
-
 import ast
 import os
 from pathlib import Path
-from typing import Any
+from typing import Any, Dict, List, Optional
 
-from perf4sight.errors import LogFormatError
-from perf4sight.files import write_text
-from perf4sight.profile.test_config import ProfileTest
+from .errors import LogFormatError
+from .files import write_text
+from .test_config import ProfileTest
 
 __all__ = [
     "COLUMNS",
@@ -43,19 +41,19 @@ __all__ = [
 
 _MEMORY_FIGURES = ["mem_alloc", "mem_reserved", "mem_used", "mem_avail", "free", "capacity"]
 _PARAM_COLUMNS = ["test_var", "bs", "dataset", "net_name", "model", "stage"]
-COLUMNS: dict[str, list[str]] = {
-    "memory": ["passed", *_MEMORY_FIGURES, "mem_context", "status", "error", "params"],
+COLUMNS: Dict[str, List[str]] = {
+    "memory": ["passed"] + _MEMORY_FIGURES + ["mem_context", "status", "error", "params"],
     "latency": ["passed", "latency", "latency_iters_ms", "cpu_elsewhere", "status", "error", "params"],
 }
-GT_COLUMNS: dict[str, list[str]] = {
-    "memory": ["passed", *_MEMORY_FIGURES, *_PARAM_COLUMNS, "mem_context", "status", "error"],
-    "latency": ["passed", "latency", *_PARAM_COLUMNS, "latency_iters_ms", "cpu_elsewhere", "status", "error"],
+GT_COLUMNS: Dict[str, List[str]] = {
+    "memory": ["passed"] + _MEMORY_FIGURES + _PARAM_COLUMNS + ["mem_context", "status", "error"],
+    "latency": ["passed", "latency"] + _PARAM_COLUMNS + ["latency_iters_ms", "cpu_elsewhere", "status", "error"],
 }
 SEPARATOR = "|"
 # `<model>-gt.csv`: the expanded log that fingerprinting reads.
 GT_SUFFIX = "-gt.csv"
 
-LogRow = dict[str, Any]
+LogRow = Dict[str, Any]
 """A row: column -> value (None for an empty field); `params` is the original's dict."""
 
 
@@ -69,7 +67,7 @@ def gt_path(path: Path) -> Path:
     return path.with_name(f"{path.stem}{GT_SUFFIX}")
 
 
-def read_journal(path: Path, *, repair: bool = False) -> list[LogRow]:
+def read_journal(path: Path, *, repair: bool = False) -> List[LogRow]:
     """The rows of a journal; a torn last line (a write cut short) is ignored, or cut off
     the file when `repair`, so that the next append starts on a fresh line."""
     if not path.exists():
@@ -103,7 +101,7 @@ def _decode(data: bytes, path: Path) -> str:
         raise LogFormatError(f"{path}: line {line}: not UTF-8 text ({exc.reason})") from None
 
 
-def _parse(line: str, header: list[str], *, where: str) -> LogRow:
+def _parse(line: str, header: List[str], *, where: str) -> LogRow:
     fields = line.split(SEPARATOR)
     if len(fields) < len(header):
         raise LogFormatError(f"{where}: {len(fields)} fields, the header has {len(header)}")
@@ -149,7 +147,7 @@ def append_row(path: Path, test_var: str, row: LogRow) -> None:
         os.fsync(handle.fileno())
 
 
-def _header(path: Path) -> list[str] | None:
+def _header(path: Path) -> Optional[List[str]]:
     """The columns named by the file's first line; None for a missing or empty file."""
     if not path.exists():
         return None
@@ -189,9 +187,10 @@ def append_gt_row(path: Path, test_var: str, row: LogRow) -> None:
         handle.write(text + _gt_line(row, columns) + "\n")
 
 
-def _gt_line(row: LogRow, columns: list[str]) -> str:
+def _gt_line(row: LogRow, columns: List[str]) -> str:
     """A journal row with `params` expanded into `columns` and `exec_stage` named `stage`."""
     params = row["params"]
-    expanded = {**row, **{k: v for k, v in params.items() if k != "exec_stage"}}
+    expanded = dict(row)
+    expanded.update((k, v) for k, v in params.items() if k != "exec_stage")
     expanded["stage"] = params["exec_stage"]
     return SEPARATOR.join(_field(expanded.get(c)) for c in columns)

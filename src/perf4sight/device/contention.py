@@ -8,12 +8,10 @@ hypervisor steal included, minus this process's own), so the campaign can say wh
 latencies to distrust.
 """
 
-from __future__ import annotations
-
 import time
-from types import TracebackType
+from typing import Any, Optional
 
-import psutil
+from .system import cpu_busy_s, cpu_count, own_cpu_s
 
 __all__ = ["BUSY_ELSEWHERE_WARNING", "CpuElsewhere"]
 
@@ -24,33 +22,22 @@ BUSY_ELSEWHERE_WARNING = 0.2
 _SHORTEST_S = 0.25
 
 
-def _busy_s(times: object) -> float:
-    """CPU seconds spent on anything but idling, summed over the CPUs (guest time is
-    already in user time; steal is time a hypervisor gave to another machine)."""
-    return sum(getattr(times, name, 0.0) for name in ("user", "nice", "system", "irq", "softirq", "steal"))
-
-
 class CpuElsewhere:
     """A context manager; `share` is then the fraction of all CPUs' time (0 to 1) that
     processes other than this one were busy during the block, or None for a block too
-    short to tell."""
+    short to tell (or a system that does not say)."""
 
     def __init__(self) -> None:
-        self._process = psutil.Process()
-        self.share: float | None = None
+        self.share: Optional[float] = None
 
-    def _own_s(self) -> float:
-        own = self._process.cpu_times()
-        return own.user + own.system
-
-    def __enter__(self) -> CpuElsewhere:
-        self._start = (time.perf_counter(), _busy_s(psutil.cpu_times()), self._own_s())
+    def __enter__(self) -> "CpuElsewhere":
+        self._start = (time.perf_counter(), cpu_busy_s(), own_cpu_s())
         return self
 
-    def __exit__(self, kind: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None) -> None:
-        wall, busy, own = time.perf_counter(), _busy_s(psutil.cpu_times()), self._own_s()
-        if wall - self._start[0] < _SHORTEST_S:
+    def __exit__(self, *exc: Any) -> None:
+        wall, busy, own = time.perf_counter(), cpu_busy_s(), own_cpu_s()
+        if wall - self._start[0] < _SHORTEST_S or busy is None or self._start[1] is None:
             return
-        capacity = (wall - self._start[0]) * (psutil.cpu_count() or 1)
+        capacity = (wall - self._start[0]) * cpu_count()
         others = (busy - self._start[1]) - (own - self._start[2])
         self.share = min(1.0, max(0.0, others / capacity))

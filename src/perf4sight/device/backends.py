@@ -7,32 +7,21 @@ handles) so that the first test pays no more start-up cost than the later ones.
 iterations; `release()` after every test.
 """
 
-from __future__ import annotations
-
 import os
 import platform
+import re
 import shutil
 import subprocess
 import time
-from abc import ABC, abstractmethod
-from collections.abc import Callable
-from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, ClassVar
+from typing import Any, Callable, Dict, List, NamedTuple, Optional, Tuple, Type, Union
 
-import psutil
 import torch
 from torch import nn
 
-from perf4sight.errors import ConfigError
-from perf4sight.profile.memory import (
-    BYTES_PER_MIB,
-    PeakSampler,
-    ResidentPeak,
-    UnifiedMemoryMeter,
-    fix_malloc_mmap_threshold,
-    release_free_memory,
-)
+from .errors import ConfigError
+from .memory import PeakSampler, ResidentPeak, UnifiedMemoryMeter, fix_malloc_mmap_threshold, release_free_memory
+from .system import BYTES_PER_MIB, read_meminfo, system_memory_mib
 
 __all__ = [
     "MemoryFigures",
@@ -43,12 +32,12 @@ __all__ = [
     "BACKENDS",
     "DEVICE_ALIASES",
     "backend_name",
+    "clock_state",
     "make_backend",
 ]
 
 
-@dataclass(frozen=True)
-class MemoryFigures:
+class MemoryFigures(NamedTuple):
     """One memory test's figures in MiB, named as the original's CSV columns.
 
     mem_used is the target on every device; mem_alloc/mem_reserved are torch's CUDA
@@ -56,13 +45,13 @@ class MemoryFigures:
     mem_context is the runtime's start-up share included in mem_used (CUDA context).
     """
 
-    mem_alloc: float | None
-    mem_reserved: float | None
+    mem_alloc: Optional[float]
+    mem_reserved: Optional[float]
     mem_used: float
-    mem_avail: float | None
-    free: float | None
-    capacity: float | None
-    mem_context: float | None = None
+    mem_avail: Optional[float]
+    free: Optional[float]
+    capacity: Optional[float]
+    mem_context: Optional[float] = None
 
 
 def prime(device: torch.device) -> None:
@@ -81,21 +70,21 @@ def prime(device: torch.device) -> None:
         model(inputs)
 
 
-class Backend(ABC):
+class Backend:
     """One kind of device; chosen by name from BACKENDS."""
 
-    name: ClassVar[str]
+    name = ""
 
     def __init__(self, *, gpu_id: int = 0) -> None:
         self.gpu_id = gpu_id
 
     @property
-    @abstractmethod
-    def device(self) -> torch.device: ...
+    def device(self) -> torch.device:
+        raise NotImplementedError
 
-    @abstractmethod
-    def setup(self) -> dict[str, Any]:
+    def setup(self) -> Dict[str, Any]:
         """Initialise and prime the device; returns facts for the environment record."""
+        raise NotImplementedError
 
     def synchronize(self) -> None:
         """Wait for queued device work (nothing to wait for on the CPU)."""
@@ -107,13 +96,13 @@ class Backend(ABC):
         self.synchronize()
         return (time.perf_counter() - start) * 1000
 
-    @abstractmethod
     def memory_begin(self) -> None:
         """Read idle figures and reset peaks; called before the model is built."""
+        raise NotImplementedError
 
-    @abstractmethod
     def memory_end(self) -> MemoryFigures:
         """The test's figures since `memory_begin()`."""
+        raise NotImplementedError
 
     def release(self) -> None:
         """Free what the finished test left behind."""
@@ -129,13 +118,13 @@ class CpuBackend(Backend):
         super().__init__(**kwargs)
         self._resident = ResidentPeak()
         self._idle_rss_mib = 0.0
-        self._idle = psutil.virtual_memory()
+        self._idle = system_memory_mib()
 
     @property
     def device(self) -> torch.device:
         return torch.device("cpu")
 
-    def setup(self) -> dict[str, Any]:
+    def setup(self) -> Dict[str, Any]:
         fix_malloc_mmap_threshold()
         prime(self.device)
         self.release()
@@ -148,7 +137,7 @@ class CpuBackend(Backend):
 
     def memory_begin(self) -> None:
         self.release()
-        self._idle = psutil.virtual_memory()
+        self._idle = system_memory_mib()
         self._resident.reset()
         self._idle_rss_mib = self._resident.rss_mib()
 
@@ -157,9 +146,9 @@ class CpuBackend(Backend):
             mem_alloc=None,
             mem_reserved=None,
             mem_used=self._resident.peak_mib() - self._idle_rss_mib,
-            mem_avail=self._idle.available / BYTES_PER_MIB,
-            free=self._idle.free / BYTES_PER_MIB,
-            capacity=self._idle.total / BYTES_PER_MIB,
+            mem_avail=self._idle["available"],
+            free=self._idle["free"],
+            capacity=self._idle["total"],
         )
 
 
@@ -176,14 +165,14 @@ class _TorchCudaBackend(Backend):
 
     def _check_cuda(self) -> None:
         if not torch.cuda.is_available():
-            raise ConfigError(f"[profile] device = {self.name}: CUDA is not available on this machine")
+            raise ConfigError("[profile] device = {}: CUDA is not available on this machine".format(self.name))
         if not 0 <= self.gpu_id < torch.cuda.device_count():
             raise ConfigError(
-                f"[profile] gpu_id = {self.gpu_id}: only {torch.cuda.device_count()} CUDA device(s) "
-                f"visible (CUDA_VISIBLE_DEVICES={os.environ.get('CUDA_VISIBLE_DEVICES', 'unset')})"
+                "[profile] gpu_id = {}: only {} CUDA device(s) visible (CUDA_VISIBLE_DEVICES={})".format(
+                    self.gpu_id, torch.cuda.device_count(), os.environ.get("CUDA_VISIBLE_DEVICES", "unset"))
             )
 
-    def _init_cuda(self, used_mib: Callable[[], float]) -> dict[str, Any]:
+    def _init_cuda(self, used_mib: Callable[[], float]) -> Dict[str, Any]:
         """Create and prime the context; its size is `used_mib` after minus before."""
         before = used_mib()
         torch.cuda.set_device(self.device)
@@ -194,7 +183,7 @@ class _TorchCudaBackend(Backend):
         return {
             "device_name": props.name,
             "device_memory_mib": props.total_memory / BYTES_PER_MIB,
-            "compute_capability": f"{props.major}.{props.minor}",
+            "compute_capability": "{}.{}".format(props.major, props.minor),
             "cuda_context_mib": self.context_mib,
             "cuda_module_loading": os.environ.get("CUDA_MODULE_LOADING"),
         }
@@ -216,7 +205,7 @@ class _TorchCudaBackend(Backend):
         self.release()
         torch.cuda.reset_peak_memory_stats(self.device)
 
-    def _torch_peaks(self) -> tuple[float, float]:
+    def _torch_peaks(self) -> Tuple[float, float]:
         self.synchronize()
         return (
             torch.cuda.max_memory_allocated(self.device) / BYTES_PER_MIB,
@@ -228,60 +217,82 @@ class _TorchCudaBackend(Backend):
         torch.cuda.empty_cache()
 
 
+class _DeviceMemory:
+    """A discrete GPU's memory (used, free, total; bytes): NVML where pynvml is installed,
+    else the CUDA runtime through torch (`mem_get_info`, PyTorch >= 1.11)."""
+
+    def __init__(self, gpu_id: int) -> None:
+        try:
+            import pynvml
+        except ImportError:
+            pynvml = None
+        self.nvml = pynvml
+        if pynvml is not None:
+            pynvml.nvmlInit()
+            self.handle = pynvml.nvmlDeviceGetHandleByIndex(_nvml_index(gpu_id))
+        elif not hasattr(torch.cuda, "mem_get_info"):
+            raise ConfigError("[profile] device = cuda: reading the GPU's memory needs pynvml "
+                              "(pip install nvidia-ml-py) or PyTorch >= 1.11")
+        self.gpu_id = gpu_id
+
+    def read(self) -> Tuple[float, float, float]:
+        if self.nvml is not None:
+            info = self.nvml.nvmlDeviceGetMemoryInfo(self.handle)
+            return float(info.used), float(info.free), float(info.total)
+        free, total = torch.cuda.mem_get_info(self.gpu_id)
+        return float(total - free), float(free), float(total)
+
+    def used_mib(self) -> float:
+        return self.read()[0] / BYTES_PER_MIB
+
+    def facts(self) -> Dict[str, Any]:
+        if self.nvml is None:
+            return {"memory_reader": "torch.cuda.mem_get_info"}
+        facts: Dict[str, Any] = {"memory_reader": "NVML"}
+        facts["driver"] = _text(self.nvml.nvmlSystemGetDriverVersion())
+        facts["nvml_device_name"] = _text(self.nvml.nvmlDeviceGetName(self.handle))
+        try:
+            facts["power_limit_w"] = self.nvml.nvmlDeviceGetPowerManagementLimit(self.handle) / 1000
+        except self.nvml.NVMLError:
+            facts["power_limit_w"] = None
+        return facts
+
+
 class CudaBackend(_TorchCudaBackend):
-    """A discrete NVIDIA GPU: device memory used according to NVML, minus idle, plus context."""
+    """A discrete NVIDIA GPU: device memory used, minus idle, plus context."""
 
     name = "cuda"
 
     def __init__(self, **kwargs: Any) -> None:
         super().__init__(**kwargs)
-        self._handle: Any = None
-        self._sampler: PeakSampler | None = None
-        self._idle_used_mib = 0.0
-        self._idle_free_mib = 0.0
-        self._total_mib = 0.0
+        self._memory: Optional[_DeviceMemory] = None
+        self._sampler: Optional[PeakSampler] = None
+        self._idle = (0.0, 0.0, 0.0)
 
-    def _nvml_used_mib(self) -> float:
-        import pynvml
-
-        return pynvml.nvmlDeviceGetMemoryInfo(self._handle).used / BYTES_PER_MIB
-
-    def setup(self) -> dict[str, Any]:
-        import pynvml
-
+    def setup(self) -> Dict[str, Any]:
         self._check_cuda()
-        pynvml.nvmlInit()
-        self._handle = pynvml.nvmlDeviceGetHandleByIndex(_nvml_index(self.gpu_id))
-        facts = self._init_cuda(self._nvml_used_mib)
-        facts["driver"] = _text(pynvml.nvmlSystemGetDriverVersion())
-        facts["nvml_device_name"] = _text(pynvml.nvmlDeviceGetName(self._handle))
-        try:
-            facts["power_limit_w"] = pynvml.nvmlDeviceGetPowerManagementLimit(self._handle) / 1000
-        except pynvml.NVMLError:
-            facts["power_limit_w"] = None
+        self._memory = _DeviceMemory(self.gpu_id)
+        facts = self._init_cuda(self._memory.used_mib)
+        facts.update(self._memory.facts())
         return facts
 
     def memory_begin(self) -> None:
-        import pynvml
-
         self._reset_torch_peaks()
-        info = pynvml.nvmlDeviceGetMemoryInfo(self._handle)
-        self._idle_used_mib = info.used / BYTES_PER_MIB
-        self._idle_free_mib = info.free / BYTES_PER_MIB
-        self._total_mib = info.total / BYTES_PER_MIB
-        self._sampler = PeakSampler(self._nvml_used_mib)
+        self._idle = tuple(b / BYTES_PER_MIB for b in self._memory.read())
+        self._sampler = PeakSampler(self._memory.used_mib)
         self._sampler.start()
 
     def memory_end(self) -> MemoryFigures:
         alloc, reserved = self._torch_peaks()
-        peak = self._sampler.stop() if self._sampler is not None else self._nvml_used_mib()
+        peak = self._sampler.stop() if self._sampler is not None else self._memory.used_mib()
+        idle_used, idle_free, total = self._idle
         return MemoryFigures(
             mem_alloc=alloc,
             mem_reserved=reserved,
-            mem_used=peak - self._idle_used_mib + self.context_mib,
-            mem_avail=self._idle_free_mib,
-            free=self._idle_free_mib,
-            capacity=self._total_mib,
+            mem_used=peak - idle_used + self.context_mib,
+            mem_avail=idle_free,
+            free=idle_free,
+            capacity=total,
             mem_context=self.context_mib,
         )
 
@@ -295,12 +306,14 @@ class JetsonBackend(_TorchCudaBackend):
         super().__init__(**kwargs)
         self._meter = UnifiedMemoryMeter()
 
-    def setup(self) -> dict[str, Any]:
+    def setup(self) -> Dict[str, Any]:
         self._check_cuda()
         fix_malloc_mmap_threshold()
         facts = self._init_cuda(self._meter.used_mib)
         facts["power_mode"] = _nvpmodel_mode()
         facts["l4t_release"] = _read_first(Path("/etc/nv_tegra_release"))
+        facts["meminfo_mib"] = read_meminfo()
+        facts.update(clock_state())
         return facts
 
     def memory_begin(self) -> None:
@@ -322,7 +335,7 @@ class JetsonBackend(_TorchCudaBackend):
         )
 
 
-BACKENDS: dict[str, type[Backend]] = {b.name: b for b in (CpuBackend, CudaBackend, JetsonBackend)}
+BACKENDS: Dict[str, Type[Backend]] = {b.name: b for b in (CpuBackend, CudaBackend, JetsonBackend)}
 # the original tool's device names
 DEVICE_ALIASES = {"tx2": "jetson", "2080ti": "cuda", "gpu": "cuda"}
 
@@ -331,14 +344,50 @@ def backend_name(device: str) -> str:
     """The backend for a device name or alias; ConfigError for an unknown one."""
     name = DEVICE_ALIASES.get(device.lower(), device.lower())
     if name not in BACKENDS:
-        known = ", ".join([*BACKENDS, *DEVICE_ALIASES])
-        raise ConfigError(f"[profile] device: unknown device {device!r}; expected one of {known}")
+        known = ", ".join(list(BACKENDS) + list(DEVICE_ALIASES))
+        raise ConfigError("[profile] device: unknown device {!r}; expected one of {}".format(device, known))
     return name
 
 
 def make_backend(device: str, **options: Any) -> Backend:
     """Instantiate the backend for a device name or alias."""
     return BACKENDS[backend_name(device)](**options)
+
+
+def clock_state(sysfs: Union[str, Path] = "/sys") -> Dict[str, Any]:
+    """Whether the clocks are locked at one frequency, as `jetson_clocks` leaves them.
+
+    A CPU or GPU whose governor may scale its clock between tests times the same work
+    differently; `jetson_clocks` sets every CPU's and the GPU's minimum frequency to the
+    maximum. `clocks_locked` is None where no frequency is readable.
+    """
+    root = Path(sysfs)
+    cpus = sorted(root.glob("devices/system/cpu/cpu[0-9]*/cpufreq"))
+    gpus = [d for d in sorted(root.glob("class/devfreq/*")) if _is_gpu(d.name)]
+    cpu_locked = _all_locked(cpus, "scaling_min_freq", "scaling_max_freq")
+    gpu_locked = _all_locked(gpus, "min_freq", "max_freq")
+    known = [v for v in (cpu_locked, gpu_locked) if v is not None]
+    return {
+        "cpu_clocks_locked": cpu_locked,
+        "gpu_clocks_locked": gpu_locked,
+        "clocks_locked": all(known) if known else None,
+    }
+
+
+def _is_gpu(devfreq_name: str) -> bool:
+    """A Jetson GPU's devfreq node: `17000000.gp10b` (TX2), `57000000.gpu` (Nano),
+    `17000000.gv11b` (Xavier), `17000000.ga10b` (Orin)."""
+    return re.search(r"gpu|\.g[a-z]\d+b$", devfreq_name) is not None
+
+
+def _all_locked(folders: List[Path], low: str, high: str) -> Optional[bool]:
+    """Whether every folder's `low` frequency file equals its `high` one (None: none readable)."""
+    states = []
+    for folder in folders:
+        low_text, high_text = _read_first(folder / low), _read_first(folder / high)
+        if low_text is not None and high_text is not None:
+            states.append(low_text == high_text)
+    return all(states) if states else None
 
 
 def _nvml_index(gpu_id: int) -> int:
@@ -349,11 +398,11 @@ def _nvml_index(gpu_id: int) -> int:
         return gpu_id
 
 
-def _text(value: bytes | str) -> str:
+def _text(value: Union[bytes, str]) -> str:
     return value.decode() if isinstance(value, bytes) else value
 
 
-def _read_first(path: Path) -> str | None:
+def _read_first(path: Path) -> Optional[str]:
     try:
         return path.read_text().strip().splitlines()[0]
     except (OSError, IndexError):
@@ -370,12 +419,14 @@ def _cpu_model() -> str:
     return platform.processor() or platform.machine()
 
 
-def _nvpmodel_mode() -> str | None:
+def _nvpmodel_mode() -> Optional[str]:
+    """`nvpmodel -q`: the power mode (its name and number), or None without the tool."""
     tool = shutil.which("nvpmodel")
     if tool is None:
         return None
     try:
-        done = subprocess.run([tool, "-q"], capture_output=True, text=True, timeout=10)
+        done = subprocess.run([tool, "-q"], stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
+                              universal_newlines=True, timeout=10)
     except (OSError, subprocess.TimeoutExpired):
         return None
     return " ".join(done.stdout.split()) or None

@@ -7,8 +7,6 @@ results come back as JSON lines on a pipe of their own, so that whatever a model
 (stdout and stderr go to a log file) cannot garble them.
 """
 
-from __future__ import annotations
-
 import argparse
 import json
 import os
@@ -18,22 +16,24 @@ import subprocess
 import sys
 import threading
 import time
-from dataclasses import asdict
 from pathlib import Path
-from typing import IO, Any
+from typing import IO, Any, Dict, List, Optional
 
-import psutil
-
-from perf4sight.errors import ConfigError, Perf4sightError
-from perf4sight.profile.memory import BYTES_PER_MIB
-from perf4sight.profile.test_config import ProfileTest
-from perf4sight.profile.workload import TestOutcome
+from .errors import ConfigError, Perf4sightError
+from .system import rss_mib
+from .test_config import ProfileTest
+from .workload import TestOutcome
 
 __all__ = ["WorkerProcess", "WorkerCrashed", "MemoryLimitExceeded", "main"]
 
 _POLL_S = 0.02
 _START_TIMEOUT_S = 600.0
-_ENTRY = "import sys; from perf4sight.profile.worker import main; sys.exit(main(sys.argv[1:]))"
+# This package imported by its own name from the folder that holds it: `perf4sight.device`
+# on the host, the bundle's top-level copy on a device.
+_PACKAGE = __name__.rpartition(".")[0]
+_ROOT = str(Path(__file__).resolve().parents[len(_PACKAGE.split("."))])
+_ENTRY = "import sys; sys.path.insert(0, {!r}); from {}.worker import main; sys.exit(main(sys.argv[1:]))".format(
+    _ROOT, _PACKAGE)
 
 
 class WorkerCrashed(RuntimeError):
@@ -45,36 +45,38 @@ class MemoryLimitExceeded(WorkerCrashed):
 
 
 class WorkerProcess:
-    """A running worker for one backend; `run(test)` returns the test's outcome."""
+    """A running worker for one backend; `run(test)` returns the test's outcome. Its models
+    are built by `loader` (`module:function`, see `models.import_loader`)."""
 
     def __init__(
         self,
         device: str,
         *,
         gpu_id: int = 0,
-        memory_limit_mib: int | None = None,
-        log_path: Path | None = None,
+        memory_limit_mib: Optional[int] = None,
+        log_path: Optional[Path] = None,
+        loader: Optional[str] = None,
     ) -> None:
-        self.options = {"device": device, "gpu_id": gpu_id}
+        self.options = {"device": device, "gpu_id": gpu_id, "loader": loader}
         self.memory_limit_mib = memory_limit_mib
         self.log_path = log_path
-        self.facts: dict[str, Any] = {}
-        self._proc: subprocess.Popen[bytes] | None = None
-        self._results: IO[bytes] | None = None
+        self.facts: Dict[str, Any] = {}
+        self._proc: Optional[subprocess.Popen] = None
+        self._results: Optional[IO[bytes]] = None
         self._buffer = b""
 
     @property
     def alive(self) -> bool:
         return self._proc is not None and self._proc.poll() is None
 
-    def start(self) -> dict[str, Any]:
+    def start(self) -> Dict[str, Any]:
         """Start the worker and wait until its device is ready; returns its facts.
 
         A worker that dies or hangs before its first test is no test's failure and would
         fail the same way for every test, so it is a ConfigError naming the likely key.
         """
         read_fd, write_fd = os.pipe()
-        log = open(self.log_path, "ab") if self.log_path is not None else subprocess.DEVNULL
+        log = open(str(self.log_path), "ab") if self.log_path is not None else subprocess.DEVNULL
         try:
             self._proc = subprocess.Popen(
                 [sys.executable, "-c", _ENTRY,
@@ -102,7 +104,7 @@ class WorkerProcess:
         when a fresh one cannot start, see `start`)."""
         if not self.alive:
             self.start()
-        request = {"test": asdict(test), "iterations": iterations, "warmup": warmup}
+        request = {"test": dict(test._asdict()), "iterations": iterations, "warmup": warmup}
         assert self._proc is not None and self._proc.stdin is not None
         try:
             self._proc.stdin.write((json.dumps(request) + "\n").encode())
@@ -111,7 +113,7 @@ class WorkerProcess:
             raise WorkerCrashed(self._death_reason()) from None
         return TestOutcome.from_json(self._receive(timeout_s=None))
 
-    def _receive(self, *, timeout_s: float | None) -> dict[str, Any]:
+    def _receive(self, *, timeout_s: Optional[float]) -> Dict[str, Any]:
         """The next result line, watching the worker's life and memory meanwhile."""
         assert self._proc is not None and self._results is not None
         deadline = None if timeout_s is None else time.monotonic() + timeout_s
@@ -129,33 +131,30 @@ class WorkerProcess:
             self._watch_memory()
             if deadline is not None and time.monotonic() > deadline:
                 self.stop()
-                raise WorkerCrashed(f"no answer within {timeout_s:g} s")
+                raise WorkerCrashed("no answer within {:g} s".format(timeout_s))
         line, _, self._buffer = self._buffer.partition(b"\n")
-        return json.loads(line)
+        return json.loads(line.decode("utf-8"))
 
     def _start_failure(self, exc: WorkerCrashed) -> str:
         if isinstance(exc, MemoryLimitExceeded):
             return (
-                f"[profile] memory_limit_mib = {self.memory_limit_mib}: the worker went over it while "
-                f"starting, before any test ({exc}); the limit must leave room for Python and torch"
+                "[profile] memory_limit_mib = {}: the worker went over it while starting, before any "
+                "test ({}); the limit must leave room for Python and torch".format(self.memory_limit_mib, exc)
             )
-        output = f"; its output is in {self.log_path}" if self.log_path is not None else ""
-        return f"[profile] device = {self.options['device']}: the worker could not start: {exc}{output}"
+        output = "; its output is in {}".format(self.log_path) if self.log_path is not None else ""
+        return "[profile] device = {}: the worker could not start: {}{}".format(self.options["device"], exc, output)
 
     def _watch_memory(self) -> None:
         if self.memory_limit_mib is None or self._proc is None:
             return
-        try:
-            rss_mib = psutil.Process(self._proc.pid).memory_info().rss / BYTES_PER_MIB
-        except psutil.Error:
-            return
-        if rss_mib > self.memory_limit_mib:
+        resident = rss_mib(self._proc.pid)
+        if resident is not None and resident > self.memory_limit_mib:
             self._proc.kill()
             self._proc.wait()
             self.stop()
             raise MemoryLimitExceeded(
-                f"worker killed: resident memory {rss_mib:.0f} MiB over memory_limit_mib "
-                f"{self.memory_limit_mib}"
+                "worker killed: resident memory {:.0f} MiB over memory_limit_mib {}".format(
+                    resident, self.memory_limit_mib)
             )
 
     def _death_reason(self) -> str:
@@ -163,10 +162,10 @@ class WorkerProcess:
         self.stop()
         if code is not None and code < 0:
             try:
-                return f"worker died: {signal.Signals(-code).name}"
+                return "worker died: {}".format(signal.Signals(-code).name)
             except ValueError:
-                return f"worker died: signal {-code}"
-        return f"worker died: exit code {code}"
+                return "worker died: signal {}".format(-code)
+        return "worker died: exit code {}".format(code)
 
     def stop(self) -> None:
         """End the worker (politely: closing stdin ends its loop) and close the pipes."""
@@ -188,10 +187,10 @@ class WorkerProcess:
             self._results.close()
             self._results = None
 
-    def __enter__(self) -> WorkerProcess:
+    def __enter__(self) -> "WorkerProcess":
         return self
 
-    def __exit__(self, *exc: object) -> None:
+    def __exit__(self, *exc: Any) -> None:
         self.stop()
 
 
@@ -209,7 +208,7 @@ def _exit_with_parent() -> None:
     threading.Thread(target=watch, daemon=True).start()
 
 
-def main(argv: list[str] | None = None) -> int:
+def main(argv: Optional[List[str]] = None) -> int:
     """The worker's loop: set up the backend, then one request in, one result out."""
     parser = argparse.ArgumentParser(prog="perf4sight-worker")
     parser.add_argument("--options", required=True)
@@ -218,24 +217,26 @@ def main(argv: list[str] | None = None) -> int:
     _exit_with_parent()
     options = json.loads(args.options)
     with os.fdopen(args.result_fd, "w", buffering=1) as results:
-        from perf4sight.profile.backends import make_backend
-        from perf4sight.profile.workload import run_test
+        from .backends import make_backend
+        from .models import import_loader
+        from .workload import run_test
 
         try:
+            load = import_loader(options.get("loader"))
             backend = make_backend(options["device"], gpu_id=options["gpu_id"])
             facts = backend.setup()
         except Perf4sightError as exc:
             results.write(json.dumps({"fatal": str(exc)}) + "\n")
             return 2
         except Exception as exc:  # a driver or library that fails to start: the device's setup
-            message = f"[profile] device = {options['device']}: cannot set up: {type(exc).__name__}: {exc}"
+            message = "[profile] device = {}: cannot set up: {}: {}".format(options["device"], type(exc).__name__, exc)
             results.write(json.dumps({"fatal": message}) + "\n")
             return 2
         results.write(json.dumps({"facts": facts}) + "\n")
         for line in sys.stdin:
             request = json.loads(line)
             outcome = run_test(
-                ProfileTest(**request["test"]), backend,
+                ProfileTest(**request["test"]), backend, load,
                 iterations=request["iterations"], warmup=request["warmup"],
             )
             results.write(json.dumps(outcome.to_json()) + "\n")

@@ -1,0 +1,255 @@
+"""A profiling campaign: every test of a test config, crash-isolated and resumable.
+
+Tests already in the logs are skipped, so a campaign killed at any point (SIGKILL
+included) picks up where it stopped when started again. With `till_first_fail`, a
+failed batch size ends its model's run for that stage and variable: the larger batch
+sizes are recorded as `skipped` (passed=False), which also makes a resumed campaign
+skip them again. One campaign at a time writes into a log folder (`lock.py`).
+
+The host's `perf4sight profile run` and a bundle's runner both call `profile_campaign`;
+the host hands it its model loader, model check and console.
+"""
+
+from pathlib import Path
+from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
+
+from . import console as plain_console
+from .backends import backend_name
+from .checks import is_positive_int
+from .contention import BUSY_ELSEWHERE_WARNING
+from .environment import environment_record, write_environment
+from .errors import ConfigError
+from .lock import LogFolderLock
+from .logs import LogRow, append_gt_row, append_row, journal_path, read_journal, write_gt
+from .models import check_model_files
+from .test_config import ProfileTest
+from .worker import WorkerCrashed, WorkerProcess
+from .workload import TestOutcome
+
+__all__ = ["TestResult", "CampaignSummary", "check_run", "profile_campaign"]
+
+
+class TestResult:
+    """A test of this campaign and what became of it (status: ok, error, crashed, skipped)."""
+
+    def __init__(self, test: ProfileTest, status: str, outcome: Optional[TestOutcome]) -> None:
+        self.test = test
+        self.status = status
+        self.outcome = outcome
+
+    def __repr__(self) -> str:
+        return "TestResult({!r}, {!r}, {!r})".format(self.test, self.status, self.outcome)
+
+    @property
+    def passed(self) -> bool:
+        return self.status == "ok"
+
+    @property
+    def latency_ms(self) -> Optional[float]:
+        times = self.outcome.latency_iters_ms if self.outcome is not None else []
+        return sum(times) / len(times) if times and self.passed else None
+
+
+class CampaignSummary:
+    """What a campaign did; `already_recorded` counts tests found in the logs and not rerun."""
+
+    def __init__(self) -> None:
+        self.results: List[TestResult] = []
+        self.already_recorded = 0
+        self.environment_file: Optional[Path] = None
+
+    def count(self, status: str) -> int:
+        return sum(r.status == status for r in self.results)
+
+    @property
+    def passed(self) -> int:
+        return self.count("ok")
+
+    @property
+    def failed(self) -> int:
+        return self.count("error") + self.count("crashed")
+
+    @property
+    def skipped(self) -> int:
+        return self.count("skipped")
+
+    @property
+    def disturbed(self) -> List[TestResult]:
+        """Passed latency tests timed while other processes took a large share of the CPU."""
+        return [r for r in self.results if r.test.test_var == "latency" and _elsewhere(r) >= BUSY_ELSEWHERE_WARNING]
+
+
+def profile_campaign(
+    tests: Sequence[ProfileTest],
+    *,
+    log_dir: Path,
+    device: str = "cpu",
+    gpu_id: int = 0,
+    iterations: int = 3,
+    warmup: int = 1,
+    till_first_fail: bool = False,
+    save: bool = True,
+    memory_limit_mib: Optional[int] = None,
+    loader: Optional[str] = None,
+    check_models: Callable[[Sequence[ProfileTest]], None] = check_model_files,
+    console: Any = plain_console,
+) -> CampaignSummary:
+    """Run `tests` on `device`, appending each result to the logs under `log_dir`.
+
+    `loader` names the function that builds a test's model in the worker
+    (`module:function`; None: standalone model files, `models.load_model_file`);
+    `check_models` refuses, before any test, models that loader cannot build; `console`
+    has `info`, `warn`, `print_table` and `progress` (`console.py`).
+    """
+    check_run(iterations, warmup, memory_limit_mib)
+    backend = backend_name(device)
+    log_dir = Path(log_dir)
+    # checked before the log folder is made or locked: a bad model is one line, nothing written
+    check_models(_todo(tests, _recorded(tests, log_dir, repair=False) if save else {}))
+    if not save:
+        return _run(tests, {}, log_dir, backend, gpu_id, iterations, warmup, till_first_fail, False,
+                    memory_limit_mib, loader, console)
+    with LogFolderLock(log_dir):
+        recorded = _recorded(tests, log_dir, repair=True)
+        return _run(tests, recorded, log_dir, backend, gpu_id, iterations, warmup, till_first_fail, True,
+                    memory_limit_mib, loader, console)
+
+
+def _todo(tests: Sequence[ProfileTest], recorded: Dict[tuple, LogRow]) -> List[ProfileTest]:
+    return [t for t in tests if t.key not in recorded]
+
+
+def _run(tests: Sequence[ProfileTest], recorded: Dict[tuple, LogRow], log_dir: Path, backend: str, gpu_id: int,
+         iterations: int, warmup: int, till_first_fail: bool, save: bool, memory_limit_mib: Optional[int],
+         loader: Optional[str], console: Any) -> CampaignSummary:
+    summary = CampaignSummary()
+    failed_at: Dict[tuple, int] = {}  # test group -> smallest failed batch size
+    for row in recorded.values():
+        if not row["passed"] and row.get("status") != "skipped":
+            _note_failure(failed_at, ProfileTest.from_params(row["params"]))
+    todo = _todo(tests, recorded)
+    summary.already_recorded = len(tests) - len(todo)
+    if summary.already_recorded:
+        console.info("{} of {} tests already in {}; resuming".format(summary.already_recorded, len(tests), log_dir))
+    worker = WorkerProcess(
+        backend, gpu_id=gpu_id, memory_limit_mib=memory_limit_mib,
+        log_path=log_dir / "worker.log" if save else None, loader=loader,
+    )
+    settings = {"device": backend, "gpu_id": gpu_id, "iterations": iterations, "warmup": warmup,
+                "till_first_fail": till_first_fail, "memory_limit_mib": memory_limit_mib}
+    with worker, console.progress("profiling", total=len(todo)) as bar:
+        for test in todo:
+            label = "{} bs={} {} {}".format(test.log_name, test.bs, test.stage, test.test_var)
+            bar.label(label)
+            if till_first_fail and failed_at.get(test.group, test.bs + 1) < test.bs:
+                result = TestResult(test, "skipped", None)
+            else:
+                if not worker.alive and save and summary.environment_file is None:
+                    _record_environment(worker, settings, log_dir, summary, console)
+                result = _run_one(worker, test, iterations=iterations, warmup=warmup)
+                if not result.passed:
+                    _note_failure(failed_at, test)
+                    worker.stop()  # a fresh interpreter after any failure
+            summary.results.append(result)
+            if save:
+                path = journal_path(log_dir, test)
+                row = _row(result)
+                append_row(path, test.test_var, row)
+                append_gt_row(path, test.test_var, row)
+            bar.advance(label)
+    _report(summary, log_dir if save else None, console)
+    return summary
+
+
+def _record_environment(worker: WorkerProcess, settings: Dict[str, Any], log_dir: Path,
+                        summary: CampaignSummary, console: Any) -> None:
+    """Start the worker and write the environment record; warn when a Jetson's clocks may
+    change under the measurements."""
+    worker.start()
+    summary.environment_file = write_environment(log_dir, environment_record(worker.facts, settings))
+    if worker.facts.get("clocks_locked") is False:
+        console.warn(
+            "the device's clocks are not locked (power mode: {}): latencies may vary with the governor; "
+            "run `sudo jetson_clocks` (and choose the power mode with `sudo nvpmodel -m N`) before "
+            "profiling".format(worker.facts.get("power_mode") or "unknown")
+        )
+
+
+def check_run(iterations: int, warmup: int, memory_limit_mib: Optional[int]) -> None:
+    """Refuse run settings no campaign can use."""
+    if iterations < 1 or warmup < 0:
+        raise ConfigError("[profile] iterations >= 1 and warmup >= 0 needed, got {}, {}".format(iterations, warmup))
+    if memory_limit_mib is not None and not is_positive_int(memory_limit_mib):
+        raise ConfigError("[profile] memory_limit_mib: expected a positive integer (MiB), got {!r}".format(
+            memory_limit_mib))
+
+
+def _elsewhere(result: TestResult) -> float:
+    """The share of the CPU other processes took during a passed test (0 when unknown)."""
+    if not result.passed or result.outcome is None:
+        return 0.0
+    return result.outcome.cpu_elsewhere or 0.0
+
+
+def _note_failure(failed_at: Dict[tuple, int], test: ProfileTest) -> None:
+    failed_at[test.group] = min(failed_at.get(test.group, test.bs), test.bs)
+
+
+def _run_one(worker: WorkerProcess, test: ProfileTest, *, iterations: int, warmup: int) -> TestResult:
+    try:
+        outcome = worker.run(test, iterations=iterations, warmup=warmup)
+    except WorkerCrashed as exc:
+        return TestResult(test, "crashed", TestOutcome(False, [], None, str(exc)))
+    return TestResult(test, "ok" if outcome.passed else "error", outcome)
+
+
+def _recorded(tests: Sequence[ProfileTest], log_dir: Path, *, repair: bool) -> Dict[tuple, LogRow]:
+    """Rows already in the logs of these tests' models, by test key; with `repair`, torn
+    lines are cut off and the `-gt.csv` files rewritten from their journals."""
+    recorded: Dict[tuple, LogRow] = {}
+    for path in dict.fromkeys(journal_path(log_dir, t) for t in tests):
+        rows = read_journal(path, repair=repair)
+        for row in rows:
+            recorded.setdefault(ProfileTest.from_params(row["params"]).key, row)
+        if rows and repair:
+            write_gt(path, path.parent.name)
+    return recorded
+
+
+def _row(result: TestResult) -> LogRow:
+    outcome = result.outcome
+    memory = outcome.memory if outcome is not None else None
+    row: LogRow = {
+        "passed": result.passed,
+        "status": result.status,
+        "error": outcome.error if outcome is not None else None,
+        "params": result.test.params(),
+        "latency": result.latency_ms,
+        "latency_iters_ms": outcome.latency_iters_ms if outcome is not None and outcome.latency_iters_ms else None,
+    }
+    if result.test.test_var == "latency" and outcome is not None:
+        share = outcome.cpu_elsewhere
+        row["cpu_elsewhere"] = None if share is None else round(share, 3)
+    if memory is not None:
+        row.update(memory._asdict())
+    return row
+
+
+def _report(summary: CampaignSummary, log_dir: Optional[Path], console: Any) -> None:
+    console.print_table(
+        "profiling summary",
+        ["passed", "failed", "skipped", "already recorded"],
+        [[summary.passed, summary.failed, summary.skipped, summary.already_recorded]],
+    )
+    disturbed = summary.disturbed
+    if disturbed:
+        worst = max(disturbed, key=_elsewhere)
+        timed = sum(r.passed and r.test.test_var == "latency" for r in summary.results)
+        console.warn(
+            "{} of {} latency tests ran while other processes took {:.0%} or more of the CPU (most: {:.0%}, "
+            "{} bs={} {}); their latencies may be too long: profile on an otherwise idle machine".format(
+                len(disturbed), timed, BUSY_ELSEWHERE_WARNING, _elsewhere(worst),
+                worst.test.log_name, worst.test.bs, worst.test.stage)
+        )
+    if log_dir is not None:
+        console.info("logs in {}".format(log_dir))

@@ -1,0 +1,132 @@
+"""The device's model loader: a standalone model file (`.py`, needing only torch) whose
+factory is named after the network, as the original tool loaded its models.
+
+The host injects its own loader instead (`perf4sight.profile.models`: specs,
+torchvision names), by name, so that nothing here imports the host. A loader is a
+function `test -> LoadedModel` named as `module:function`.
+"""
+
+import importlib
+import importlib.util
+import json
+import re
+import sys
+from pathlib import Path
+from typing import Any, Callable, List, NamedTuple, Optional, Sequence, Tuple
+
+from torch import nn
+
+from .checks import is_positive_int
+from .errors import ConfigError, ModelFileError
+from .test_config import DATASETS, ProfileTest
+
+__all__ = ["LoadedModel", "check_model_files", "import_loader", "load_model_file", "split_model", "test_shape"]
+
+
+class LoadedModel(NamedTuple):
+    """A model ready to run and the input it takes."""
+
+    module: nn.Module
+    input_size: Tuple[int, int, int]
+    num_classes: int
+
+
+def split_model(model: str) -> Tuple[Path, Optional[str]]:
+    """A test's model entry `file.py:factory` -> (file.py, factory); `file.py` -> (file.py, None)."""
+    match = re.match(r"^(.+\.py):(\w+)$", model)
+    if match:
+        return Path(match.group(1)), match.group(2)
+    return Path(model), None
+
+
+def test_shape(test: ProfileTest) -> Optional[Tuple[Tuple[int, int, int], int]]:
+    """The input size and classes `test` runs at: its dataset's, or for `spec` those of the
+    spec `<stem>.json` beside its model (None when there is none: the model's own)."""
+    shape = DATASETS[test.dataset]
+    if shape is not None:
+        return shape
+    spec_path = split_model(test.model)[0].with_suffix(".json")
+    if not spec_path.is_file():
+        return None
+    try:
+        spec = json.loads(spec_path.read_text(encoding="utf-8"))
+        size, classes = tuple(spec["input_size"]), spec["num_classes"]
+    except (OSError, ValueError, KeyError, TypeError) as exc:
+        raise ConfigError("{}: no input_size and num_classes to read ({})".format(spec_path, exc)) from None
+    if len(size) != 3 or not all(is_positive_int(s) for s in size) or not is_positive_int(classes):
+        raise ConfigError("{}: input_size {!r} and num_classes {!r} are not positive integers".format(
+            spec_path, list(size), classes))
+    return (int(size[0]), int(size[1]), int(size[2])), int(classes)
+
+
+def load_model_file(test: ProfileTest) -> LoadedModel:
+    """Build `test`'s model by calling its file's factory (named after the network) with
+    the classes the test runs at."""
+    path, factory = split_model(test.model)
+    shape = test_shape(test)
+    if shape is None:
+        raise ConfigError(_no_shape(test))
+    factory_function = _import_factory(path, factory or test.net_name)
+    try:
+        module = factory_function(num_classes=shape[1])
+    except Exception as exc:
+        raise ModelFileError("{}: factory {}() failed: {}: {}".format(
+            path, factory_function.__name__, type(exc).__name__, exc)) from exc
+    if not isinstance(module, nn.Module):
+        raise ModelFileError("{}: factory {}() returned {}, not an nn.Module".format(
+            path, factory_function.__name__, type(module).__name__))
+    return LoadedModel(module, shape[0], shape[1])
+
+
+def _no_shape(test: ProfileTest) -> str:
+    path = split_model(test.model)[0]
+    return ("test config: model {}: dataset 'spec' takes the input size from {} beside it, which is "
+            "missing; list the spec there or name a dataset ({})".format(
+                path, path.with_suffix(".json").name, ", ".join(d for d in DATASETS if d != "spec")))
+
+
+def _import_factory(path: Path, factory: str) -> Callable[..., Any]:
+    """Import `path` (by path: it needs no package around it) and return `factory` from it."""
+    if not path.is_file():
+        raise ModelFileError("model description file not found: {}".format(path))
+    module_name = "_perf4sight_model_{}".format(abs(hash(str(path.resolve()))))
+    spec = importlib.util.spec_from_file_location(module_name, str(path))
+    if spec is None or spec.loader is None:
+        raise ModelFileError("{}: cannot be imported as a Python file".format(path))
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[module_name] = module
+    try:
+        spec.loader.exec_module(module)
+    except Exception as exc:  # any error in the file becomes one line naming it
+        sys.modules.pop(module_name, None)
+        raise ModelFileError("{}: import failed: {}: {}".format(path, type(exc).__name__, exc)) from exc
+    function = getattr(module, factory, None)
+    if not callable(function):
+        raise ModelFileError("{}: no factory function '{}'".format(path, factory))
+    return function
+
+
+def check_model_files(tests: Sequence[ProfileTest]) -> None:
+    """Refuse, before any test, models this loader cannot build: a test that would fail
+    without measuring anything, journalled, would never be retried once the file is fixed."""
+    for test in {(t.model, t.dataset): t for t in tests}.values():
+        path = split_model(test.model)[0]
+        if path.suffix != ".py":
+            raise ConfigError("test config: model {}: only model files (.py) run without perf4sight; "
+                              "make the bundle with `perf4sight profile bundle`".format(test.model))
+        if not path.is_file():
+            raise ConfigError("test config: model file not found: {}".format(path))
+        if test_shape(test) is None:
+            raise ConfigError(_no_shape(test))
+
+
+def import_loader(name: Optional[str]) -> Callable[[ProfileTest], Any]:
+    """The loader named `module:function` (None: `load_model_file`)."""
+    if name is None:
+        return load_model_file
+    module_name, _, function = name.partition(":")
+    try:
+        loader = getattr(importlib.import_module(module_name), function)
+    except (ImportError, AttributeError) as exc:
+        raise ConfigError("model loader {!r} cannot be imported: {}".format(name, exc)) from None
+    return loader

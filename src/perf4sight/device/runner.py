@@ -1,0 +1,84 @@
+"""The bundle's runner: `python3 run_profile.py` on the device profiles every test of
+the bundle's test config into `<bundle>/logs`, as `perf4sight profile run` would.
+
+The defaults of every option are the [profile] settings the bundle was made with
+(`bundle.json`). Model paths in the test config are relative to the bundle, so the
+bundle works wherever it is copied.
+"""
+
+import argparse
+import json
+import os
+import signal
+import sys
+from pathlib import Path
+from typing import Any, Dict, List, Optional
+
+from . import console
+from .backends import BACKENDS, DEVICE_ALIASES
+from .errors import Perf4sightError
+
+__all__ = ["BUNDLE_FILE", "main"]
+
+BUNDLE_FILE = "bundle.json"
+
+
+def _parser(defaults: Dict[str, Any]) -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="run_profile.py",
+        description="Profile every test of this bundle's test config ({}) on this device; defaults are the "
+                    "[profile] settings the bundle was made with.".format(defaults["test_config"]),
+    )
+    devices = ", ".join(list(BACKENDS) + list(DEVICE_ALIASES))
+    parser.add_argument("--device", default=defaults["device"],
+                        help="backend: {} (default: %(default)s)".format(devices))
+    parser.add_argument("--gpu-id", type=int, default=defaults["gpu_id"], help="CUDA device (default: %(default)s)")
+    parser.add_argument("--log-dir", default=None,
+                        help="where the logs go (default: {}/ in the bundle)".format(defaults["log_dir"]))
+    parser.add_argument("--iterations", type=int, default=defaults["iterations"],
+                        help="timed iterations per test (default: %(default)s)")
+    parser.add_argument("--warmup", type=int, default=defaults["warmup"],
+                        help="iterations before timing (default: %(default)s)")
+    parser.add_argument("--memory-limit-mib", type=int, default=defaults["memory_limit_mib"],
+                        help="kill a test's worker above this resident memory (default: %(default)s)")
+    parser.add_argument("--till-first-fail", action="store_true", default=defaults["till_first_fail"],
+                        help="after a batch size fails, skip the larger ones of that model, stage and "
+                             "variable (default: %(default)s)")
+    parser.add_argument("--quiet", action="store_true", help="no progress or info lines")
+    return parser
+
+
+def _interrupt(signum: int, frame: Any) -> None:
+    raise KeyboardInterrupt
+
+
+def main(bundle_dir: str, argv: Optional[List[str]] = None) -> int:
+    """Run the bundle at `bundle_dir`; returns the exit code (2 for bad input, 130 when
+    interrupted or terminated: what was recorded is kept, and a rerun resumes)."""
+    bundle = Path(bundle_dir).resolve()
+    try:
+        defaults = json.loads((bundle / BUNDLE_FILE).read_text(encoding="utf-8"))["defaults"]
+    except (OSError, ValueError, KeyError) as exc:
+        print("error: {}: not a bundle's record ({})".format(bundle / BUNDLE_FILE, exc), file=sys.stderr)
+        return 2
+    args = _parser(defaults).parse_args(argv)
+    console.set_quiet(args.quiet)
+    log_dir = Path(args.log_dir).resolve() if args.log_dir is not None else bundle / defaults["log_dir"]
+    signal.signal(signal.SIGTERM, _interrupt)
+    os.chdir(str(bundle))  # the test config's model paths are relative to the bundle
+    try:
+        from .campaign import profile_campaign
+        from .test_config import read_test_config
+
+        profile_campaign(
+            read_test_config(defaults["test_config"]), log_dir=log_dir, device=args.device,
+            gpu_id=args.gpu_id, iterations=args.iterations, warmup=args.warmup,
+            till_first_fail=args.till_first_fail, memory_limit_mib=args.memory_limit_mib,
+        )
+    except (Perf4sightError, OSError) as exc:  # OSError: a log folder blocked by a file, no permission, a full disk
+        print("error: {}".format(" ".join(str(exc).split())), file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print("aborted", file=sys.stderr)
+        return 130
+    return 0

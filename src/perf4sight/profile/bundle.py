@@ -1,0 +1,154 @@
+"""`perf4sight profile bundle`: what a device without perf4sight needs to profile.
+
+The bundle is a folder: the test config, a standalone model file per model (needing only
+torch) with its spec beside it (for the input size), the device package copied as plain
+files (`perf4sight.device`, the code `perf4sight profile run` runs), its record
+`bundle.json` (the [profile] run settings, the runner's defaults) and `run_profile.py`.
+On the device, `python3 run_profile.py` writes `logs/` in the layout of `profile run`.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from datetime import datetime, timezone
+from pathlib import Path
+
+from perf4sight import __version__, console
+from perf4sight.config import Config, ProfileSettings, load_config
+from perf4sight.device import runner
+from perf4sight.device.backends import backend_name
+from perf4sight.device.campaign import check_run
+from perf4sight.errors import ConfigError
+from perf4sight.files import write_text
+from perf4sight.profile.test_config import check_test_settings, find_model_files, network_models, test_config_text
+
+__all__ = ["PACKAGE", "RUNNER", "TEST_CONFIG", "MODELS", "write_bundle"]
+
+PACKAGE = "perf4sight_device"  # the device package's name in a bundle: no clash with an installed perf4sight
+RUNNER = "run_profile.py"
+TEST_CONFIG = "test_config.ini"
+MODELS = "models"
+LOGS = "logs"
+
+_RUNNER_SOURCE = '''#!/usr/bin/env python3
+"""Profile this bundle's tests on this device into logs/ (`python3 run_profile.py --help`).
+
+Written by perf4sight {version}; needs Python >= 3.6 and PyTorch >= 1.8, nothing of perf4sight.
+"""
+
+import os
+import sys
+
+if sys.version_info < (3, 6):
+    sys.exit("run_profile.py needs Python 3.6 or later")
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, HERE)
+
+from {package}.runner import main  # noqa: E402
+
+if __name__ == "__main__":
+    sys.exit(main(HERE, sys.argv[1:]))
+'''
+
+
+def write_bundle(config_path: str | Path, out: str | Path) -> Path:
+    """Write the bundle of the [profile] section of the config at `config_path` to `out`."""
+    config = load_config(config_path)
+    if config.profile is None:
+        raise ConfigError(f"{config_path}: no [profile] section")
+    settings = _with_models(config)
+    check_test_settings(settings)
+    backend_name(settings.device)
+    check_run(settings.iterations, settings.warmup, settings.memory_limit_mib)
+    assert settings.local_model_loc is not None  # _with_models sets it
+    _make_specs(config, settings)
+    out = Path(out)
+    (out / MODELS).mkdir(parents=True, exist_ok=True)
+    models: dict[str, list[str]] = {}
+    for network, files in network_models(settings, settings.local_model_loc).items():
+        models[network] = [_bundle_model(network, path, settings, out) for path in files]
+    write_text(out / TEST_CONFIG, test_config_text(settings, models))
+    _copy_device_package(out / PACKAGE)
+    write_text(out / runner.BUNDLE_FILE, json.dumps(_record(settings), indent=2) + "\n")
+    write_text(out / RUNNER, _RUNNER_SOURCE.format(version=__version__, package=PACKAGE))
+    (out / RUNNER).chmod(0o755)
+    count = sum(len(paths) for paths in models.values())
+    console.info(f"bundle of {count} models written to {out}; copy it to the device and run "
+                 f"`python3 {out.name}/{RUNNER}` there")
+    return out
+
+
+def _with_models(config: Config) -> ProfileSettings:
+    """The [profile] settings with the folder the models come from: local_model_loc, or the
+    specs [create_network_dataset] writes."""
+    settings = config.profile
+    assert settings is not None
+    if settings.local_model_loc is not None:
+        return settings
+    if config.create_network_dataset is None:
+        raise ConfigError(f"{config.path} [profile] local_model_loc: needed to find the models to bundle "
+                          "(or a [create_network_dataset] section whose specs to bundle)")
+    return dataclasses.replace(settings, local_model_loc=config.create_network_dataset.model_path)
+
+
+def _make_specs(config: Config, settings: ProfileSettings) -> None:
+    """Run [create_network_dataset] when the specs it writes are what is bundled and some
+    network has none yet."""
+    section = config.create_network_dataset
+    local = settings.local_model_loc
+    if section is None or local is None or Path(section.model_path).resolve() != local.resolve():
+        return
+    if local.is_dir() and all(find_model_files(local, network) for network in settings.network):
+        return
+    from perf4sight.networks import create_network_dataset
+
+    create_network_dataset(section)
+
+
+def _bundle_model(network: str, path: Path, settings: ProfileSettings, out: Path) -> str:
+    """Write the standalone model file of `path` (a spec or a model file) and the spec beside
+    it into the bundle; returns its path in the test config (relative to the bundle)."""
+    from perf4sight.networks import load_network, write_model_file
+
+    spec = path.with_suffix(".json")
+    target = out / MODELS / f"{path.stem}.py"
+    if path.suffix == ".json":
+        loaded = load_network(path)
+        write_model_file(loaded.module, target, net=network, name=path.stem,
+                         num_classes=loaded.num_classes, input_size=loaded.input_size)
+    else:
+        write_text(target, path.read_text(encoding="utf-8"))
+    if spec.is_file():
+        write_text(target.with_suffix(".json"), spec.read_text(encoding="utf-8"))
+    elif settings.dataset == "spec":
+        raise ConfigError(f"[profile] dataset = spec: the model file {path} has no spec {spec.name} beside it "
+                          "to take its input size from; add it or name a dataset")
+    return f"{MODELS}/{target.name}"
+
+
+def _copy_device_package(target: Path) -> None:
+    """The device package's modules, as plain files (they import each other relatively)."""
+    source = Path(runner.__file__).parent
+    target.mkdir(parents=True, exist_ok=True)
+    for module in sorted(source.glob("*.py")):
+        write_text(target / module.name, module.read_text(encoding="utf-8"))
+
+
+def _record(settings: ProfileSettings) -> dict:
+    """bundle.json: who made the bundle, and the runner's defaults ([profile]'s run keys)."""
+    return {
+        "made_by": f"perf4sight {__version__}",
+        "made_utc": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+        "defaults": {
+            "test_config": TEST_CONFIG,
+            "log_dir": LOGS,
+            "device": settings.device,
+            "gpu_id": settings.gpu_id,
+            "iterations": settings.iterations,
+            "warmup": settings.warmup,
+            "memory_limit_mib": settings.memory_limit_mib,
+            "till_first_fail": settings.till_first_fail,
+        },
+    }

@@ -1,0 +1,175 @@
+"""`perf4sight profile bundle`: a folder that profiles on a device without perf4sight, with
+the logs `profile run` writes; one campaign per log folder."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import torchvision
+
+import perf4sight.device
+from perf4sight.cli import main
+from perf4sight.device.lock import LogFolderLock
+from perf4sight.networks import spec_from_module, write_spec
+from perf4sight.profile import profile_campaign, read_journal, read_test_config
+
+# Runs a bundle's runner with `import perf4sight` made impossible: the bundle must not need it.
+WITHOUT_PERF4SIGHT = ("import runpy, sys; sys.modules['perf4sight'] = None; sys.argv = sys.argv[1:]; "
+                      "runpy.run_path(sys.argv[0], run_name='__main__')")
+TESTS = 4  # squeezenet_0 at bs 2 and 4, training, memory and latency
+
+
+@pytest.fixture(scope="module")
+def bundle(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A bundle of a squeezenet spec at 3x32x32 (its model file written from the spec)."""
+    root = tmp_path_factory.mktemp("bundle")
+    models = root / "models"
+    spec = spec_from_module(torchvision.models.squeezenet1_1(num_classes=10), name="squeezenet_0",
+                            net="squeezenet", prune_level=0, input_size=(3, 32, 32), num_classes=10,
+                            torchvision_name="squeezenet1_1")
+    write_spec(spec, models / "squeezenet_0.json")
+    config = root / "config.ini"
+    config.write_text(
+        "[profile]\nnetwork = ['squeezenet']\nbs = [2, 4]\nstage = ['training']\n"
+        f"local_model_loc = {models}\ntest_config = {root / 'unused.ini'}\nlog_dir = {root / 'unused'}\n"
+        "device = cpu\niterations = 1\nwarmup = 0\n"
+    )
+    out = root / "out"
+    assert main(["--quiet", "profile", "bundle", "--config", str(config), "--out", str(out)]) == 0
+    return out
+
+
+def _runner(bundle: Path, *args: str) -> list[str]:
+    return [sys.executable, "-c", WITHOUT_PERF4SIGHT, str(bundle / "run_profile.py"), "--quiet", *args]
+
+
+def _keys(log_dir: Path) -> list[tuple]:
+    """Each journalled test, as its sorted params."""
+    return [tuple(sorted(row["params"].items()))
+            for test_var in ("memory", "latency") for row in read_journal(log_dir / test_var / "squeezenet_0.csv")]
+
+
+def test_bundle_holds_what_the_device_needs(bundle: Path) -> None:
+    device_modules = sorted(p.name for p in Path(perf4sight.device.__file__).parent.glob("*.py"))
+    assert sorted(p.name for p in (bundle / "perf4sight_device").glob("*.py")) == device_modules
+    assert sorted(p.name for p in (bundle / "models").iterdir()) == ["squeezenet_0.json", "squeezenet_0.py"]
+    assert "def squeezenet(" in (bundle / "models" / "squeezenet_0.py").read_text()
+    assert [t.model for t in read_test_config(bundle / "test_config.ini")] == ["models/squeezenet_0.py"] * TESTS
+    defaults = json.loads((bundle / "bundle.json").read_text())["defaults"]
+    assert defaults == {"test_config": "test_config.ini", "log_dir": "logs", "device": "cpu", "gpu_id": 0,
+                        "iterations": 1, "warmup": 0, "memory_limit_mib": None, "till_first_fail": False}
+    done = subprocess.run(_runner(bundle, "--help"), capture_output=True, text=True, check=True)
+    for option in ("--device", "--gpu-id", "--log-dir", "--iterations", "--warmup", "--memory-limit-mib",
+                   "--till-first-fail"):
+        assert option in done.stdout
+    assert "timed iterations per test (default: 1)" in " ".join(done.stdout.split())
+
+
+def test_bundle_logs_are_those_of_profile_run(bundle: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The same tests run by the bundle (no perf4sight) and by `profile run`: same files, header
+    lines, tests and statuses, memory within noise."""
+    bundle_logs, host_logs = tmp_path / "bundle_logs", tmp_path / "host_logs"
+    done = subprocess.run(_runner(bundle, "--log-dir", str(bundle_logs)), capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
+    monkeypatch.chdir(bundle)  # the test config's model paths are relative to the bundle
+    profile_campaign(read_test_config("test_config.ini"), log_dir=host_logs, iterations=1, warmup=0)
+
+    def files(log_dir: Path) -> list[str]:
+        return sorted(str(p.relative_to(log_dir)) for p in log_dir.rglob("*.csv"))
+
+    assert files(bundle_logs) == files(host_logs) == [
+        "latency/squeezenet_0-gt.csv", "latency/squeezenet_0.csv", "memory/squeezenet_0-gt.csv", "memory/squeezenet_0.csv"]
+    for name in files(host_logs):
+        assert (bundle_logs / name).read_text().splitlines()[0] == (host_logs / name).read_text().splitlines()[0]
+    assert sorted(_keys(bundle_logs)) == sorted(_keys(host_logs)) and len(set(_keys(host_logs))) == TESTS
+    for test_var in ("memory", "latency"):
+        rows = [read_journal(d / test_var / "squeezenet_0.csv") for d in (bundle_logs, host_logs)]
+        assert all(row["status"] == "ok" for log in rows for row in log)
+    memory = [{r["params"]["bs"]: r["mem_used"] for r in read_journal(d / "memory" / "squeezenet_0.csv")}
+              for d in (bundle_logs, host_logs)]
+    for bs in (2, 4):
+        assert memory[0][bs] == pytest.approx(memory[1][bs], rel=0.25, abs=3)
+    (environment,) = bundle_logs.glob("environment-*.json")
+    record = json.loads(environment.read_text())
+    assert record["settings"] == {"device": "cpu", "gpu_id": 0, "iterations": 1, "warmup": 0,
+                                  "till_first_fail": False, "memory_limit_mib": None}
+
+
+def test_bundle_killed_mid_way_resumes_with_one_row_per_test(bundle: Path, tmp_path: Path) -> None:
+    log_dir = tmp_path / "logs"
+    journal = log_dir / "memory" / "squeezenet_0.csv"
+    process = subprocess.Popen(_runner(bundle, "--log-dir", str(log_dir)), start_new_session=True,
+                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    deadline = time.monotonic() + 120
+    while (not journal.exists() or journal.read_text().count("\n") < 2) and time.monotonic() < deadline:
+        assert process.poll() is None, "campaign ended before it could be killed"
+        time.sleep(0.02)
+    os.killpg(process.pid, signal.SIGKILL)  # the campaign and its worker
+    process.wait()
+    assert 1 <= len(_keys(log_dir)) < TESTS
+    with open(journal, "a") as handle:
+        handle.write("True|||3.1")  # as if killed in the middle of a write
+    done = subprocess.run(_runner(bundle, "--log-dir", str(log_dir)), capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
+    keys = _keys(log_dir)
+    assert len(keys) == len(set(keys)) == TESTS
+    for test_var in ("memory", "latency"):
+        gt = (log_dir / test_var / "squeezenet_0-gt.csv").read_text().splitlines()
+        assert len(gt) - 1 == len(read_journal(log_dir / test_var / "squeezenet_0.csv")) == 2
+
+
+def test_bundle_refuses_a_log_folder_in_use(bundle: Path, tmp_path: Path) -> None:
+    log_dir = tmp_path / "logs"
+    with LogFolderLock(log_dir):
+        done = subprocess.run(_runner(bundle, "--log-dir", str(log_dir)), capture_output=True, text=True)
+    assert done.returncode == 2
+    assert done.stderr.splitlines() == [
+        f"error: {log_dir}: another campaign (pid {os.getpid()}) is profiling into this log folder; "
+        "wait for it to end or give another log folder"]
+    assert not (log_dir / "memory").exists()
+
+
+def test_two_campaigns_on_one_log_folder(tmp_path: Path, model_dir: Path, write_test_config,
+                                         capsys: pytest.CaptureFixture[str]) -> None:
+    """The second is refused in one line naming the folder and the first's pid (exit 2); the
+    first finishes with one row per test."""
+    test_config = write_test_config(tmp_path / "t.ini", [model_dir / "tinynet_0.py"], [2, 4, 8, 16])
+    log_dir = tmp_path / "logs"
+    config = tmp_path / "config.ini"
+    config.write_text(f"[profile]\ndevice = cpu\nlog_dir = {log_dir}\ntest_config = {test_config}\niterations = 1\n")
+    command = [sys.executable, "-c", "import sys; from perf4sight.cli import main; sys.exit(main(sys.argv[1:]))",
+               "--quiet", "profile", "run", "--config", str(config)]
+    first = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    lock = log_dir / "campaign.lock"
+    deadline = time.monotonic() + 120
+    while not (lock.exists() and lock.read_text().strip()) and time.monotonic() < deadline:
+        assert first.poll() is None, first.communicate()
+        time.sleep(0.02)
+    assert main(["--quiet", "profile", "run", "--config", str(config)]) == 2
+    err = capsys.readouterr().err
+    assert err.splitlines() == [f"error: {log_dir}: another campaign (pid {first.pid}) is profiling into this "
+                                "log folder; wait for it to end or give another log folder"]
+    assert first.wait(timeout=300) == 0, first.communicate()
+    keys = [tuple(sorted(row["params"].items()))
+            for test_var in ("memory", "latency") for row in read_journal(log_dir / test_var / "tinynet_0.csv")]
+    assert len(keys) == len(set(keys)) == len(read_test_config(test_config)) == 8
+
+
+def test_bundle_of_a_model_file_without_its_input_size_is_refused(
+    tmp_path: Path, model_dir: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """dataset = spec takes the input size from the spec beside the model file: none there is
+    one line on the host, not a failure on the device."""
+    config = tmp_path / "config.ini"
+    config.write_text(f"[profile]\nnetwork = ['tinynet']\nbs = [2]\nlocal_model_loc = {model_dir}\n")
+    assert main(["--quiet", "profile", "bundle", "--config", str(config), "--out", str(tmp_path / "out")]) == 2
+    err = capsys.readouterr().err
+    assert err.splitlines() == [f"error: [profile] dataset = spec: the model file {model_dir / 'tinynet_0.py'} has "
+                                "no spec tinynet_0.json beside it to take its input size from; add it or name a dataset"]
