@@ -91,6 +91,10 @@ class ProfileSettings:
     memory_limit_mib: int | None = None
 
 
+# Where a [fingerprint] without model_storedir (the original's shipped config) stores its models.
+DEFAULT_MODEL_STOREDIR = Path("out/fitted")
+
+
 @dataclass(frozen=True)
 class FingerprintSettings:
     """[fingerprint]: which logs train and evaluate the models, and where they are stored."""
@@ -166,14 +170,13 @@ def load_config(path: str | Path) -> Config:
     return Config(path=path, **values)
 
 
-DEFAULT_MODEL_STOREDIR = Path("out/fitted")
-
-
 def _fingerprint_folders(raw: dict[str, str], networks: NetworkDatasetSettings | None, *, where: str) -> dict[str, str]:
     """[fingerprint] with the folders the original's shipped config leaves out: the specs of the
     same config's [create_network_dataset] and DEFAULT_MODEL_STOREDIR, said in one line."""
     taken: dict[str, tuple[Path, str]] = {}
-    if "pruned_models_storedir" not in raw and networks is not None:
+    if "pruned_models_storedir" not in raw:
+        if networks is None:
+            return raw  # refused as a missing key: there are no specs of this config to take
         taken["pruned_models_storedir"] = (networks.spec_dir, "the specs of [create_network_dataset]")
     if "model_storedir" not in raw:
         taken["model_storedir"] = (DEFAULT_MODEL_STOREDIR, "the default")
