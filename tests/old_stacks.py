@@ -74,34 +74,37 @@ def clean_env(extra: dict[str, str] | None = None) -> dict[str, str]:
     return env
 
 
-def _version_of(python: Path) -> tuple[str, str | None]:
-    """(Python major.minor, torch version without its local part or None) of an interpreter."""
-    probe = (
-        "import sys\n"
-        "try:\n    import torch; t = torch.__version__.split('+')[0]\n"
-        "except ImportError:\n    t = ''\n"
-        "print('%d.%d %s' % (sys.version_info[0], sys.version_info[1], t))"
-    )
-    run = subprocess.run([str(python), "-c", probe], capture_output=True, text=True, env=clean_env(), timeout=120)
-    if run.returncode != 0:
-        return "", None
-    py, _, torch_version = run.stdout.strip().splitlines()[-1].partition(" ")
-    return py, torch_version or None
+def _probe(python: Path, code: str) -> str | None:
+    """What `code` prints under `python`, None where it fails."""
+    run = subprocess.run([str(python), "-c", code], capture_output=True, text=True, env=clean_env(), timeout=300)
+    return run.stdout.strip() if run.returncode == 0 else None
+
+
+def _python_version(python: Path) -> str | None:
+    """`3.6` for a Python 3.6 interpreter."""
+    return _probe(python, "import sys; print('%d.%d' % sys.version_info[:2])")
+
+
+def _torch_version(python: Path) -> str | None:
+    """The version of the torch the interpreter imports, without its local part (`+cu102`)."""
+    version = _probe(python, "import torch; print(torch.__version__)")
+    return version.split("+")[0] if version else None
 
 
 def find_interpreter(python_version: str) -> Path:
-    """An interpreter of `python_version` from the environment variable, pyenv or PATH."""
+    """An interpreter of `python_version`: the one the environment variable names, else pyenv's or PATH's."""
     given = os.environ.get(env_var(python_version))
-    candidates = [Path(given)] if given else []
+    if given:
+        if Path(given).is_file() and _python_version(Path(given)) == python_version:
+            return Path(given)
+        raise StackUnavailable(f"{env_var(python_version)}={given} is not a Python {python_version} interpreter")
     pyenv = Path(os.environ.get("PYENV_ROOT", Path.home() / ".pyenv")) / "versions"
-    candidates += sorted(pyenv.glob(f"{python_version}.*/bin/python{python_version}"), reverse=True)
+    candidates = sorted(pyenv.glob(f"{python_version}.*/bin/python{python_version}"), reverse=True)
     on_path = shutil.which(f"python{python_version}")
     candidates += [Path(on_path)] if on_path else []
     for candidate in candidates:
-        if candidate.is_file() and _version_of(candidate)[0] == python_version:
+        if _python_version(candidate) == python_version:
             return candidate
-    if given:
-        raise StackUnavailable(f"{env_var(python_version)}={given} is not a Python {python_version} interpreter")
     raise StackUnavailable(
         f"no Python {python_version} found: install it (`pyenv install {python_version}`) "
         f"or set {env_var(python_version)} to its interpreter"
@@ -121,7 +124,7 @@ def _step(args: list[str], log: Path) -> None:
 def provide_stack(python_version: str, torch_version: str) -> OldStack:
     """The interpreter of this stack, its venv created first where missing or half-made."""
     interpreter = find_interpreter(python_version)
-    if os.environ.get(env_var(python_version)) and _version_of(interpreter)[1] == torch_version:
+    if os.environ.get(env_var(python_version)) and _torch_version(interpreter) == torch_version:
         return OldStack(interpreter, python_version, torch_version)
     venv = STACKS_DIR / stack_name(python_version, torch_version)
     python = venv / "bin" / "python"
@@ -135,7 +138,7 @@ def provide_stack(python_version: str, torch_version: str) -> OldStack:
             _step([str(interpreter), "-m", "venv", str(venv)], log)
             _step([str(python), "-m", "pip", "install", "--upgrade", _PIP.get(python_version, "pip")], log)
             _step([str(python), "-m", "pip", "install", f"torch=={torch_version}"], log)
-            if _version_of(python)[1] != torch_version:
+            if _torch_version(python) != torch_version:
                 raise RuntimeError(f"{python} does not import torch {torch_version}; see {log}")
             (venv / _STAMP).write_text(f"{sys.platform} python {python_version} torch {torch_version}\n")
     return OldStack(python, python_version, torch_version)
