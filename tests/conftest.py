@@ -4,8 +4,10 @@ with --quiet, and the old Python + PyTorch stacks a Jetson runs (old_stacks.py).
 
 from __future__ import annotations
 
+import functools
 import json
 from collections.abc import Callable, Iterator
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
@@ -45,11 +47,20 @@ def edit_metadata() -> Callable[[Path, Callable[[dict], None]], None]:
     return edit
 
 
+@functools.cache
+def _made_stacks() -> dict[tuple[str, str], OldStack | StackUnavailable]:
+    """Every checked stack, made side by side on first use: their downloads overlap."""
+    with ThreadPoolExecutor(len(CHECKED_STACKS)) as pool:
+        futures = {stack: pool.submit(provide_stack, *stack) for stack in CHECKED_STACKS}
+    return {stack: future.exception() if isinstance(future.exception(), StackUnavailable) else future.result()
+            for stack, future in futures.items()}
+
+
 def _stack(python_version: str, torch_version: str) -> OldStack:
-    try:
-        return provide_stack(python_version, torch_version)
-    except StackUnavailable as exc:
-        pytest.skip(str(exc))
+    made = _made_stacks()[(python_version, torch_version)]
+    if isinstance(made, StackUnavailable):
+        pytest.skip(str(made))
+    return made
 
 
 @pytest.fixture(scope="session", params=CHECKED_STACKS, ids=[stack_name(*s) for s in CHECKED_STACKS])
