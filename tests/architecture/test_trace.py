@@ -14,6 +14,7 @@ from torch import nn
 
 from perf4sight.architecture import LayerShape, trace_architecture, with_layer_shapes
 from perf4sight.errors import NetworkError
+from perf4sight.networks.model_file import build_from_file
 from perf4sight.networks.spec import build_from_spec, read_spec
 
 
@@ -80,6 +81,10 @@ def test_every_leaf_and_functional_op_is_described(builder: str) -> None:
 
 
 def _template(spec: dict) -> object:
+    """The unpruned base: a torchvision builder, or the model file a spec names (MobileNetV2's)."""
+    if spec["torchvision"] is None:
+        base = build_from_file(spec["model_desc"], num_classes=spec["num_classes"])
+        return trace_architecture(base, spec["input_size"], name=spec["model_desc"])
     with torch.device("meta"):
         base = getattr(torchvision.models, spec["torchvision"])(
             num_classes=spec["num_classes"], **spec["torchvision_kwargs"]
@@ -98,7 +103,7 @@ def test_propagation_equals_a_rebuild_for_every_tx2_spec(tx2_dir: Path) -> None:
     templates: dict[str, object] = {}
     for path in sorted((tx2_dir / "models").glob("*.json")):
         spec = read_spec(path)
-        template = templates.setdefault(spec["torchvision"], _template(spec))
+        template = templates.setdefault(spec["torchvision"] or spec["model_desc"], _template(spec))
         propagated = with_layer_shapes(template, _shapes(spec), name=spec["name"])
         rebuilt = trace_architecture(build_from_spec(spec), spec["input_size"], name=spec["name"])
         assert propagated == rebuilt, path.name

@@ -78,7 +78,7 @@ def test_levels_that_match_nothing_list_the_paths_searched(tx2_dir, tmp_path):
 
 def test_a_network_without_logs_is_named_with_those_there(tx2_dir):
     with pytest.raises(DataNotFoundError, match=r"no profiling logs of 'resnt18' at levels \[0, 50\] in .*memory; "
-                                                r"the logs there are of: googlenet, resnet18, squeezenet"):
+                                                r"the logs there are of: googlenet, mobilenetv2, resnet18, squeezenet"):
         find_logs(["squeezenet", "resnt18"], [0, 50], [tx2_dir / "memory"])
 
 

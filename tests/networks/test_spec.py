@@ -31,12 +31,14 @@ def _describe(module: nn.Module, spec: dict) -> dict:
         module, name=spec["name"], net=spec["net"], prune_level=spec["prune_level"],
         input_size=spec["input_size"], num_classes=spec["num_classes"],
         torchvision_name=spec["torchvision"], torchvision_kwargs=spec["torchvision_kwargs"],
+        model_desc=spec.get("model_desc"),
     )
 
 
 def test_every_tx2_spec_rebuilds_with_its_shapes_and_params(tx2_dir):
     paths = sorted((tx2_dir / "models").glob("*.json"))
-    assert len(paths) == 39
+    assert sorted({read_spec(p)["net"] for p in paths}) == ["googlenet", "mobilenetv2", "resnet18", "squeezenet"]
+    assert len(paths) == 4 * 13
     for path in paths:
         spec = read_spec(path)
         rebuilt = build_from_spec(spec, device="meta")

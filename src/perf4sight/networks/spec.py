@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import functools
 import json
+import os
 import math
 from collections.abc import Sequence
 from pathlib import Path
@@ -24,7 +25,7 @@ from perf4sight.architecture import Architecture, Layer, LayerShape, trace_archi
 from perf4sight.config import is_positive_int
 from perf4sight.errors import NetworkError
 from perf4sight.files import read_json, write_text
-from perf4sight.networks.model_file import build_from_file
+from perf4sight.networks.model_file import build_from_file, split_model_source
 from perf4sight.networks.registry import build_uninitialised, call_builder
 
 __all__ = [
@@ -58,7 +59,27 @@ def read_spec(path: str | Path) -> dict[str, Any]:
     problem = _spec_problem(spec)
     if problem is not None:
         raise NetworkError(f"{path}: {problem}")
+    if spec.get("model_desc"):
+        spec["model_desc"] = _resolve_model_desc(spec["model_desc"], Path(path).parent)
     return spec
+
+
+def _resolve_model_desc(model_desc: str, spec_dir: Path) -> str:
+    """A relative `model_desc` is relative to the spec's folder, so that a folder of specs
+    and their model files can be moved; a spec whose file is only found from the working
+    directory (written before specs said so) keeps its path."""
+    file, factory = split_model_source(model_desc)
+    beside = Path(os.path.normpath(spec_dir / file))
+    if file.is_absolute() or (not beside.exists() and file.exists()):
+        return model_desc
+    return str(beside) if factory is None else f"{beside}:{factory}"
+
+
+def _relative_model_desc(model_desc: str, spec_dir: Path) -> str:
+    """`model_desc` as written in a spec in `spec_dir`: relative to that folder."""
+    file, factory = split_model_source(model_desc)
+    relative = os.path.relpath(file.resolve(), spec_dir.resolve())
+    return relative if factory is None else f"{relative}:{factory}"
 
 
 def _positive_ints(value: Any, length: int | None = None) -> bool:
@@ -299,6 +320,8 @@ def write_spec(spec: dict[str, Any], path: str | Path) -> Path:
     """Write a spec as JSON (creating the folder), in the TX2 files' layout."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
+    if spec.get("model_desc"):
+        spec = {**spec, "model_desc": _relative_model_desc(spec["model_desc"], path.parent)}
     write_text(path, json.dumps(spec, indent=1) + "\n")
     return path
 
