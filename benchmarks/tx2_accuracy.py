@@ -31,6 +31,7 @@ import numpy as np
 import pandas as pd
 
 from perf4sight import console
+from perf4sight.device.logs import GT_SUFFIX
 from perf4sight.features import FEATURE_SETS
 from perf4sight.fit import (
     METHODS,
@@ -46,7 +47,6 @@ from perf4sight.fit import (
     predict_calibrated,
     read_logs,
 )
-from perf4sight.device.logs import GT_SUFFIX
 
 TX2_DIR = Path(__file__).resolve().parents[1].parent / "shared" / "datasets" / "tx2"
 PROTOCOL_TRAIN_LEVELS = (0, 30, 50, 70, 90)

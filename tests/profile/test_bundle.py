@@ -176,3 +176,10 @@ def test_bundle_of_a_model_file_without_its_input_size_is_refused(
     err = capsys.readouterr().err
     assert err.splitlines() == [f"error: [profile] dataset = spec: the model file {model_dir / 'tinynet_0.py'} has "
                                 "no spec tinynet_0.json beside it to take its input size from; add it or name a dataset"]
+
+
+def test_runner_without_torch_says_so_in_one_line(bundle: Path) -> None:
+    done = subprocess.run([sys.executable, "-S", str(bundle / "run_profile.py")], capture_output=True, text=True)
+    assert done.returncode == 2
+    (line,) = done.stderr.splitlines()
+    assert line.startswith(f"error: PyTorch cannot be imported by {sys.executable} (No module named 'torch')")

@@ -19,6 +19,7 @@ import torchvision
 
 from perf4sight.cli import main
 from perf4sight.config import ProfileSettings, load_config
+from perf4sight.device.logs import GT_COLUMNS
 from perf4sight.errors import ConfigError, NetworkError
 from perf4sight.networks import spec_from_module, write_spec
 from perf4sight.profile import (
@@ -28,7 +29,6 @@ from perf4sight.profile import (
     read_test_config,
     run_test_config,
 )
-from perf4sight.device.logs import GT_COLUMNS
 
 TX2_COLUMNS = {
     "memory": ["passed", "mem_alloc", "mem_reserved", "mem_used", "mem_avail", "free", "capacity",

@@ -7,9 +7,9 @@ from pathlib import Path
 import pytest
 import torch
 
+from perf4sight.device.worker import WorkerProcess
 from perf4sight.errors import ConfigError
 from perf4sight.profile import profile_campaign, read_test_config
-from perf4sight.device.worker import WorkerProcess
 
 needs_cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
 

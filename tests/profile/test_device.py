@@ -97,6 +97,14 @@ def test_clocks_locked_as_jetson_clocks_leaves_them(tmp_path: Path) -> None:
     _freq(gpu, "min_freq", "max_freq", 1300500000, 1300500000)
     _freq(tmp_path / "class/devfreq/memory-controller", "min_freq", "max_freq", 40800000, 1866000000)
     assert clock_state(tmp_path) == {"cpu_clocks_locked": True, "gpu_clocks_locked": True, "clocks_locked": True}
+    # a core the power mode switched off (a TX2's Denver cores in mode 3) keeps its range
+    offline = tmp_path / "devices/system/cpu/cpu2"
+    _freq(offline / "cpufreq", "scaling_min_freq", "scaling_max_freq", 345600, 2035200)
+    (offline / "online").write_text("0\n")
+    assert clock_state(tmp_path)["clocks_locked"] is True
+    (offline / "online").write_text("1\n")
+    assert clock_state(tmp_path)["cpu_clocks_locked"] is False
+    (offline / "cpufreq" / "scaling_min_freq").write_text("2035200\n")
     (gpu / "min_freq").write_text("114750000\n")
     assert clock_state(tmp_path)["clocks_locked"] is False
     assert clock_state(tmp_path / "nothing")["clocks_locked"] is None

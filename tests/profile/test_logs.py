@@ -8,9 +8,9 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
+from perf4sight.device.logs import GT_COLUMNS, append_gt_row, append_row, gt_path, journal_path, read_journal, write_gt
 from perf4sight.errors import LogFormatError
 from perf4sight.profile import ProfileTest
-from perf4sight.device.logs import GT_COLUMNS, append_gt_row, append_row, gt_path, journal_path, read_journal, write_gt
 
 TX2_MEMORY_COLUMNS = ["passed", "mem_alloc", "mem_reserved", "mem_used", "mem_avail", "free", "capacity",
                       "test_var", "bs", "dataset", "net_name", "model"]

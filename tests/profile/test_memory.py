@@ -10,10 +10,10 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from perf4sight.errors import ConfigError
 from perf4sight.device.backends import DEVICE_ALIASES, backend_name, make_backend
 from perf4sight.device.memory import ResidentPeak, UnifiedMemoryMeter, release_free_memory
 from perf4sight.device.system import read_meminfo
+from perf4sight.errors import ConfigError
 
 MEMINFO = """MemTotal:        8038468 kB
 MemFree:         {free} kB

@@ -362,7 +362,8 @@ def clock_state(sysfs: Union[str, Path] = "/sys") -> Dict[str, Any]:
     maximum. `clocks_locked` is None where no frequency is readable.
     """
     root = Path(sysfs)
-    cpus = sorted(root.glob("devices/system/cpu/cpu[0-9]*/cpufreq"))
+    cpus = [d for d in sorted(root.glob("devices/system/cpu/cpu[0-9]*/cpufreq"))
+            if _read_first(d.parent / "online") != "0"]  # a core switched off by the power mode
     gpus = [d for d in sorted(root.glob("class/devfreq/*")) if _is_gpu(d.name)]
     cpu_locked = _all_locked(cpus, "scaling_min_freq", "scaling_max_freq")
     gpu_locked = _all_locked(gpus, "min_freq", "max_freq")

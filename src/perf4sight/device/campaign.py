@@ -11,7 +11,7 @@ the host hands it its model loader, model check and console.
 """
 
 from pathlib import Path
-from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
+from typing import Any, Callable, Dict, List, Optional, Sequence
 
 from . import console as plain_console
 from .backends import backend_name

@@ -15,7 +15,6 @@ from pathlib import Path
 from typing import Any, Dict, List, Optional
 
 from . import console
-from .backends import BACKENDS, DEVICE_ALIASES
 from .errors import Perf4sightError
 
 __all__ = ["BUNDLE_FILE", "main"]
@@ -24,6 +23,8 @@ BUNDLE_FILE = "bundle.json"
 
 
 def _parser(defaults: Dict[str, Any]) -> argparse.ArgumentParser:
+    from .backends import BACKENDS, DEVICE_ALIASES
+
     parser = argparse.ArgumentParser(
         prog="run_profile.py",
         description="Profile every test of this bundle's test config ({}) on this device; defaults are the "
@@ -60,6 +61,12 @@ def main(bundle_dir: str, argv: Optional[List[str]] = None) -> int:
         defaults = json.loads((bundle / BUNDLE_FILE).read_text(encoding="utf-8"))["defaults"]
     except (OSError, ValueError, KeyError) as exc:
         print("error: {}: not a bundle's record ({})".format(bundle / BUNDLE_FILE, exc), file=sys.stderr)
+        return 2
+    try:
+        import torch  # noqa: F401  (before anything else needs it: one line where it is missing)
+    except ImportError as exc:
+        print("error: PyTorch cannot be imported by {} ({}); install the PyTorch of this device's "
+              "JetPack or platform".format(sys.executable, exc), file=sys.stderr)
         return 2
     args = _parser(defaults).parse_args(argv)
     console.set_quiet(args.quiet)

@@ -17,12 +17,14 @@ import sys
 import threading
 import time
 from pathlib import Path
-from typing import IO, Any, Dict, List, Optional
+from typing import IO, TYPE_CHECKING, Any, Dict, List, Optional
 
 from .errors import ConfigError, Perf4sightError
 from .system import rss_mib
 from .test_config import ProfileTest
-from .workload import TestOutcome
+
+if TYPE_CHECKING:
+    from .workload import TestOutcome
 
 __all__ = ["WorkerProcess", "WorkerCrashed", "MemoryLimitExceeded", "main"]
 
@@ -99,9 +101,11 @@ class WorkerProcess:
         self.facts = reply["facts"]
         return self.facts
 
-    def run(self, test: ProfileTest, *, iterations: int, warmup: int) -> TestOutcome:
+    def run(self, test: ProfileTest, *, iterations: int, warmup: int) -> "TestOutcome":
         """Run one test; raises WorkerCrashed when the worker dies meanwhile (ConfigError
         when a fresh one cannot start, see `start`)."""
+        from .workload import TestOutcome  # imports torch: not at the top, see `main`
+
         if not self.alive:
             self.start()
         request = {"test": dict(test._asdict()), "iterations": iterations, "warmup": warmup}
@@ -209,7 +213,10 @@ def _exit_with_parent() -> None:
 
 
 def main(argv: Optional[List[str]] = None) -> int:
-    """The worker's loop: set up the backend, then one request in, one result out."""
+    """The worker's loop: set up the backend, then one request in, one result out.
+
+    The parent is watched before torch is imported (seconds on a busy machine or a Jetson),
+    so that a campaign killed meanwhile does not leave its worker starting up."""
     parser = argparse.ArgumentParser(prog="perf4sight-worker")
     parser.add_argument("--options", required=True)
     parser.add_argument("--result-fd", type=int, required=True)

@@ -14,8 +14,8 @@ from pathlib import Path
 
 import pandas as pd
 
-from perf4sight.errors import DataNotFoundError, LogFormatError
 from perf4sight.device.logs import GT_SUFFIX
+from perf4sight.errors import DataNotFoundError, LogFormatError
 
 __all__ = ["REQUIRED_COLUMNS", "gt_log_path", "find_logs", "read_gt_log", "read_logs"]
 

@@ -8,10 +8,14 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from perf4sight.device.errors import ConfigError
 from perf4sight.device.models import test_shape
 from perf4sight.device.test_config import ProfileTest
+
+if TYPE_CHECKING:
+    from perf4sight.networks import LoadedNetwork
 
 __all__ = ["LOADER", "check_models", "load_test_model", "model_source"]
 
@@ -33,7 +37,7 @@ def model_source(test: ProfileTest) -> str:
     return f"{test.model}:{test.net_name}"
 
 
-def load_test_model(test: ProfileTest):  # -> perf4sight.networks.LoadedNetwork
+def load_test_model(test: ProfileTest) -> LoadedNetwork:
     """The test's network, at its dataset's input size and classes (a spec's own for `spec`,
     also for a model file with its spec beside it: the size fitting will assume)."""
     from perf4sight.networks import load_network
