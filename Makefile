@@ -1,10 +1,12 @@
-# Two entry points on a fresh machine: `make demo` (the main job) and `make test`.
+# Two entry points on a fresh machine: `make demo` (the main job) and `make test` (every test,
+# the slow end-to-end ones and those under old Python + PyTorch stacks included; the stacks are
+# made once under .stacks/). `make test-fast` leaves the slow ones out.
 PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test install clean
+.PHONY: demo test test-fast install clean
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -20,5 +22,8 @@ demo: $(STAMP)
 test: $(STAMP)
 	$(BIN)/python -m pytest -q
 
+test-fast: $(STAMP)
+	$(BIN)/python -m pytest -q -m "not slow"
+
 clean:
-	rm -rf $(VENV) out
+	rm -rf $(VENV) out .stacks

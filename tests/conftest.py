@@ -1,16 +1,20 @@
 """Shared fixtures: the TX2 dataset beside the project (skipped when absent), an editor of a
-stored model's metadata, and the console's messages back on after a test that ran the CLI
-with --quiet."""
+stored model's metadata, the console's messages back on after a test that ran the CLI
+with --quiet, and the old Python + PyTorch stacks a Jetson runs (old_stacks.py)."""
 
 from __future__ import annotations
 
+import functools
 import json
 from collections.abc import Callable, Iterator
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
+from old_stacks import OldStack, StackUnavailable, provide_stack, stack_name
 
 from perf4sight import console
+from perf4sight.networks import CHECKED_STACKS
 
 TX2_DIR = Path(__file__).resolve().parents[1].parent / "shared" / "datasets" / "tx2"
 
@@ -41,3 +45,31 @@ def edit_metadata() -> Callable[[Path, Callable[[dict], None]], None]:
         meta_path.write_text(json.dumps(meta))
 
     return edit
+
+
+@functools.cache
+def _made_stacks() -> dict[tuple[str, str], OldStack | StackUnavailable]:
+    """Every checked stack, made side by side on first use: their downloads overlap."""
+    with ThreadPoolExecutor(len(CHECKED_STACKS)) as pool:
+        futures = {stack: pool.submit(provide_stack, *stack) for stack in CHECKED_STACKS}
+    return {stack: future.exception() if isinstance(future.exception(), StackUnavailable) else future.result()
+            for stack, future in futures.items()}
+
+
+def _stack(python_version: str, torch_version: str) -> OldStack:
+    made = _made_stacks()[(python_version, torch_version)]
+    if isinstance(made, StackUnavailable):
+        pytest.skip(str(made))
+    return made
+
+
+@pytest.fixture(scope="session", params=CHECKED_STACKS, ids=[stack_name(*s) for s in CHECKED_STACKS])
+def old_stack(request: pytest.FixtureRequest) -> OldStack:
+    """Each stack the device side is checked on: Python 3.6 + torch 1.10.2, Python 3.8 + torch 1.12.1."""
+    return _stack(*request.param)
+
+
+@pytest.fixture(scope="session")
+def oldest_stack() -> OldStack:
+    """Python 3.6 + torch 1.10.2 (JetPack 4.6), the oldest stack the device side runs on."""
+    return _stack(*CHECKED_STACKS[0])

@@ -66,6 +66,34 @@ def test_sections_are_optional(tmp_path: Path) -> None:
     assert config.create_network_dataset is None
 
 
+def test_the_originals_profile_halves_and_spec_folder(tmp_path: Path) -> None:
+    """create_config / run_profiling as the original reads them; a dataset named in [profile]
+    puts the specs in model_path/<dataset>, where the original wrote them."""
+    text = VALID.replace("device = cpu", "device = cpu\ndataset = imagenet\ncreate_config = False\nrun_profiling = False")
+    config = load_config(write(tmp_path, text))
+    assert (config.profile.create_config, config.profile.run_profiling) == (False, False)
+    assert config.create_network_dataset.dataset == "imagenet"
+    assert config.create_network_dataset.spec_dir == Path("out/models/imagenet")
+    defaults = load_config(write(tmp_path, VALID))
+    assert (defaults.profile.create_config, defaults.profile.run_profiling) == (True, True)
+    assert defaults.create_network_dataset.spec_dir == Path("out/models")  # dataset 'spec': model_path itself
+
+
+def test_fingerprint_folders_missing_from_the_originals_config_are_taken_and_said(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    text = re.sub(r"(pruned_models_storedir|model_storedir) = .*\n", "", VALID).replace("device = cpu", "dataset = cifar10")
+    config = load_config(write(tmp_path, text))
+    assert config.fingerprint.pruned_models_storedir == Path("out/models/cifar10")
+    assert config.fingerprint.model_storedir == Path("out/fitted")
+    (line,) = [x for x in capsys.readouterr().err.splitlines() if x.strip()]
+    assert "[fingerprint]: no pruned_models_storedir or model_storedir; using pruned_models_storedir = " \
+           "out/models/cifar10 (the specs of [create_network_dataset]), model_storedir = out/fitted (the default)" in line
+    alone = write(tmp_path, "[fingerprint]\ntrain_nets = ['resnet18']\ntrain_logs = [0]\n")
+    with pytest.raises(ConfigError, match="missing required key 'pruned_models_storedir'"):
+        load_config(alone)  # no [create_network_dataset] to take the specs from
+
+
 def test_load_section_names_the_file_and_the_absent_section(tmp_path: Path) -> None:
     path = write(tmp_path, "[profile]\nbs = [8]\n")
     assert load_section(path, "profile") == ProfileSettings(bs=[8])

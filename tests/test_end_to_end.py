@@ -55,6 +55,7 @@ def run_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return out
 
 
+@pytest.mark.slow
 def test_every_stage_leaves_its_output(run_dir: Path) -> None:
     manifest = pd.read_csv(run_dir / "models" / "manifest.csv")
     assert list(manifest["name"]) == ["squeezenet_0", "squeezenet_50"]
@@ -78,6 +79,7 @@ def test_every_stage_leaves_its_output(run_dir: Path) -> None:
     assert (run_dir / "report.png").read_bytes()[:4] == b"\x89PNG"
 
 
+@pytest.mark.slow
 def test_predict_from_the_fitted_models(run_dir: Path, capsys: pytest.CaptureFixture[str]) -> None:
     spec = run_dir / "models" / "squeezenet_50.json"
     argv = ["predict", "--models", str(run_dir / "fitted"), "--net", str(spec), "--bs", "2,4,8", "--json"]
@@ -106,6 +108,7 @@ def test_the_original_interface_reports_bad_input_in_one_line(tmp_path: Path) ->
     assert result.stderr.strip().splitlines() == [f"error: {config} [profile] bs: expected int, got 'four'"]
 
 
+@pytest.mark.slow
 def test_no_device_boundary_without_failed_runs(run_dir: Path, capsys: pytest.CaptureFixture[str]) -> None:
     """Every CPU run passed: no capacity was learned, so nothing is said about fitting the device."""
     assert main(["predict", "--models", str(run_dir / "fitted"), "--net", "squeezenet", "--input-size", "3,32,32",
@@ -114,6 +117,7 @@ def test_no_device_boundary_without_failed_runs(run_dir: Path, capsys: pytest.Ca
     assert "fits_device" not in row and row["mem_used_mib"] > 0
 
 
+@pytest.mark.slow
 def test_the_original_interface_runs_quietly(tmp_path: Path) -> None:
     config = tmp_path / "config.ini"
     config.write_text("[create_network_dataset]\nnetworks = ['squeezenet']\npruning_perc = [0]\n"

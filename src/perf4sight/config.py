@@ -72,6 +72,15 @@ class NetworkDatasetSettings:
     input_size: list[int] = field(default_factory=lambda: [3, 224, 224])
     num_classes: int = 1000
     write_model_files: bool = False
+    # The original wrote its specs to model_path/<dataset> (models/pruned/random_pruning/imagenet,
+    # where its [profile] local_model_loc looks); a config that names a dataset, here or in its
+    # [profile] section, gets that folder too.
+    dataset: str | None = None
+
+    @property
+    def spec_dir(self) -> Path:
+        """The folder the specs are written to: model_path, or model_path/<dataset>."""
+        return self.model_path / self.dataset if self.dataset else self.model_path
 
 
 @dataclass(frozen=True)
@@ -86,6 +95,9 @@ class ProfileSettings:
     profile_variables: list[str] = field(default_factory=lambda: ["memory", "latency"])
     local_model_loc: Path | None = None
     device_model_loc: Path | None = None
+    # the original's two halves: make the test config (host), run it (device)
+    create_config: bool = True
+    run_profiling: bool = True
     # run keys
     device: str = "cpu"
     gpu_id: int = 0
@@ -96,6 +108,10 @@ class ProfileSettings:
     iterations: int = 3
     warmup: int = 1
     memory_limit_mib: int | None = None
+
+
+# Where a [fingerprint] without model_storedir (the original's shipped config) stores its models.
+DEFAULT_MODEL_STOREDIR = Path("out/fitted")
 
 
 @dataclass(frozen=True)
@@ -184,16 +200,38 @@ def load_config(path: str | Path) -> Config:
         )
     if not parser.sections():
         raise ConfigError(f"{path}: no sections; expected one of " + ", ".join(SECTIONS))
-    values = {
-        name: parse_section(cls, dict(parser[name]), where=f"{path} [{name}]")
-        for name, cls in SECTIONS.items()
-        if parser.has_section(name)
-    }
+    raw = {name: dict(parser[name]) for name in SECTIONS if parser.has_section(name)}
+    values = {name: parse_section(SECTIONS[name], raw[name], where=f"{path} [{name}]")
+              for name in ("create_network_dataset", "profile") if name in raw}
+    networks, profile = values.get("create_network_dataset"), values.get("profile")
+    if networks is not None and networks.dataset is None and profile is not None and profile.dataset != "spec":
+        values["create_network_dataset"] = networks = dataclasses.replace(networks, dataset=profile.dataset)
+    if "fingerprint" in raw:
+        fingerprint = _fingerprint_folders(raw["fingerprint"], networks, where=f"{path} [fingerprint]")
+        values["fingerprint"] = parse_section(FingerprintSettings, fingerprint, where=f"{path} [fingerprint]")
     for name, settings in values.items():
         for key, kind in OUTPUT_PATHS[name].items():
             if getattr(settings, key) is not None:
                 check_output_path(getattr(settings, key), kind, f"{path} [{name}] {key}")
     return Config(path=path, **values)
+
+
+def _fingerprint_folders(raw: dict[str, str], networks: NetworkDatasetSettings | None, *, where: str) -> dict[str, str]:
+    """[fingerprint] with the folders the original's shipped config leaves out: the specs of the
+    same config's [create_network_dataset] and DEFAULT_MODEL_STOREDIR, said in one line."""
+    taken: dict[str, tuple[Path, str]] = {}
+    if "pruned_models_storedir" not in raw:
+        if networks is None:
+            return raw  # refused as a missing key: there are no specs of this config to take
+        taken["pruned_models_storedir"] = (networks.spec_dir, "the specs of [create_network_dataset]")
+    if "model_storedir" not in raw:
+        taken["model_storedir"] = (DEFAULT_MODEL_STOREDIR, "the default")
+    if taken:
+        from perf4sight import console
+
+        console.warn(f"{where}: no {' or '.join(taken)}; using "
+                     + ", ".join(f"{key} = {path} ({source})" for key, (path, source) in taken.items()))
+    return {**raw, **{key: str(path) for key, (path, _) in taken.items()}}
 
 
 def load_section(path: str | Path, name: str) -> Any:

@@ -11,6 +11,7 @@ from collections.abc import Iterator, Sequence
 from typing import Any
 
 from rich.console import Console
+from rich.markup import escape
 from rich.progress import (
     BarColumn,
     MofNCompleteColumn,
@@ -45,8 +46,9 @@ def info(message: str) -> None:
 
 
 def warn(message: str) -> None:
-    """A warning line on stderr; shown even when quiet."""
-    err.print(f"[yellow]warning:[/yellow] {message}")
+    """A warning line on stderr, never wrapped, its text as it is (a `[section]` is no markup);
+    shown even when quiet."""
+    err.print(f"[yellow]warning:[/yellow] {escape(message)}", soft_wrap=True)
 
 
 def print_table(title: str, columns: Sequence[str], rows: Sequence[Sequence[Any]]) -> None:

@@ -29,13 +29,16 @@ def run_config(path: str | Path) -> Config:
 
         console.info("[bold]create_network_dataset[/bold]")
         create_network_dataset(config.create_network_dataset)
-        outputs.append(("architecture specs", config.create_network_dataset.model_path))
+        outputs.append(("architecture specs", config.create_network_dataset.spec_dir))
     if config.profile is not None:
         from perf4sight.profile import profile_from_settings
 
         console.info("[bold]profile[/bold]")
         profile_from_settings(config.profile)
-        outputs.append(("profiling logs", config.profile.log_dir))
+        if config.profile.network and config.profile.create_config:
+            outputs.append(("test config", config.profile.test_config))
+        if config.profile.run_profiling:
+            outputs.append(("profiling logs", config.profile.log_dir))
     if config.fingerprint is not None:
         from perf4sight.fit import fingerprint_device
 

@@ -72,6 +72,7 @@ def test_bundle_holds_what_the_device_needs(bundle: Path) -> None:
     assert "timed iterations per test (default: 1)" in " ".join(done.stdout.split())
 
 
+@pytest.mark.slow
 def test_bundle_logs_are_those_of_profile_run(bundle: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """The same tests run by the bundle (no perf4sight) and by `profile run`: same files, header
     lines, tests and statuses, memory within noise."""
@@ -102,6 +103,7 @@ def test_bundle_logs_are_those_of_profile_run(bundle: Path, tmp_path: Path, monk
                                   "till_first_fail": False, "memory_limit_mib": None}
 
 
+@pytest.mark.slow
 def test_bundle_killed_mid_way_resumes_with_one_row_per_test(bundle: Path, tmp_path: Path) -> None:
     log_dir = tmp_path / "logs"
     journal = log_dir / "memory" / "squeezenet_0.csv"
@@ -136,6 +138,7 @@ def test_bundle_refuses_a_log_folder_in_use(bundle: Path, tmp_path: Path) -> Non
     assert not (log_dir / "memory").exists()
 
 
+@pytest.mark.slow
 def test_two_campaigns_on_one_log_folder(tmp_path: Path, model_dir: Path, write_test_config,
                                          capsys: pytest.CaptureFixture[str]) -> None:
     """The second is refused in one line naming the folder and the first's pid (exit 2); the

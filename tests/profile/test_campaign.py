@@ -41,6 +41,7 @@ def _gt(log_dir: Path, test_var: str, model: str) -> pd.DataFrame:
     return pd.read_csv(log_dir / test_var / f"{model}-gt.csv", sep="|")
 
 
+@pytest.mark.slow
 def test_campaign_over_three_batch_sizes(tmp_path: Path) -> None:
     """[profile] -> test config -> campaign, on a spec whose input size (3x32x32) is used."""
     models = tmp_path / "models"
@@ -91,6 +92,7 @@ def test_campaign_over_three_batch_sizes(tmp_path: Path) -> None:
     assert len(read_journal(log_dir / "memory" / "squeezenet_0.csv")) == 6
 
 
+@pytest.mark.slow
 def test_failures_are_recorded_and_the_campaign_goes_on(tmp_path: Path, model_dir: Path, write_test_config) -> None:
     models = [model_dir / "fragile_0.py", model_dir / "hog_0.py", model_dir / "tinynet_0.py"]
     config = write_test_config(tmp_path / "t.ini", models, [4, 32, 64], test_var=("memory",))
@@ -115,6 +117,7 @@ def test_failures_are_recorded_and_the_campaign_goes_on(tmp_path: Path, model_di
     assert _gt(log_dir, "memory", "tinynet_0")["passed"].all()
 
 
+@pytest.mark.slow
 def test_same_test_after_a_big_one_measures_as_in_a_fresh_worker(tmp_path: Path, model_dir: Path, write_test_config) -> None:
     fresh = profile_campaign(
         read_test_config(write_test_config(tmp_path / "a.ini", [model_dir / "tinynet_0.py"], [16],
@@ -132,6 +135,7 @@ def test_same_test_after_a_big_one_measures_as_in_a_fresh_worker(tmp_path: Path,
     assert small_after_big == pytest.approx(small, rel=0.1, abs=2)
 
 
+@pytest.mark.slow
 def test_campaign_killed_mid_way_resumes_with_one_row_per_test(tmp_path: Path, model_dir: Path, write_test_config) -> None:
     test_config = write_test_config(tmp_path / "t.ini", [model_dir / "tinynet_0.py"], [2, 4, 8])
     log_dir = tmp_path / "logs"
@@ -170,6 +174,7 @@ def _busy_loops() -> list[subprocess.Popen]:
     return [subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in range(os.cpu_count() or 1)]
 
 
+@pytest.mark.slow
 def test_latency_timed_on_a_busy_machine_is_reported(
     tmp_path: Path, model_dir: Path, write_test_config, capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -229,6 +234,7 @@ def test_memory_limit_not_a_positive_integer_is_a_config_error(
     assert not log_dir.exists()
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("save", [True, False])
 def test_worker_over_the_memory_limit_while_starting_stops_the_campaign(
     tmp_path: Path, model_dir: Path, write_test_config, capsys: pytest.CaptureFixture[str], save: bool
@@ -296,6 +302,7 @@ def test_a_model_that_cannot_be_read_stops_the_campaign_before_any_test(
     assert not log_dir.exists()
 
 
+@pytest.mark.slow
 def test_a_stopped_campaign_says_so_and_leaves_no_worker(tmp_path: Path, model_dir: Path, write_test_config) -> None:
     """SIGTERM stops a campaign as Ctrl-C does (a short message, code 130, no test recorded as
     crashed); a campaign killed outright takes its worker with it, mid-test."""
@@ -339,6 +346,7 @@ def test_a_stopped_campaign_says_so_and_leaves_no_worker(tmp_path: Path, model_d
     assert not alive, "the worker outlived its campaign"
 
 
+@pytest.mark.slow
 def test_a_torchvision_name_in_a_test_config_is_profiled(tmp_path: Path) -> None:
     """A test config may name a torchvision network instead of a file: no file is looked for."""
     config = tmp_path / "t.ini"

@@ -2,7 +2,7 @@
 
 from perf4sight.networks.dataset import MANIFEST_COLUMNS, MANIFEST_FILE, create_network_dataset
 from perf4sight.networks.loader import LoadedNetwork, load_architecture, load_network
-from perf4sight.networks.model_writer import model_file_source, write_model_file
+from perf4sight.networks.model_writer import CHECKED_STACKS, model_file_source, write_model_file
 from perf4sight.networks.pruning import MAX_LEVEL, MODES, ChannelPruner, PrunedNetwork, prune_network
 from perf4sight.networks.registry import NETWORK_ALIASES, known_networks, resolve_network
 from perf4sight.networks.spec import (
@@ -21,6 +21,7 @@ __all__ = [
     "MANIFEST_FILE",
     "MAX_LEVEL",
     "MODES",
+    "CHECKED_STACKS",
     "ChannelPruner",
     "LoadedNetwork",
     "PrunedNetwork",

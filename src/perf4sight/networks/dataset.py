@@ -45,9 +45,11 @@ def check_settings(settings: NetworkDatasetSettings) -> tuple[list[str], list[in
         raise ConfigError(f"{_WHERE} networks: no network given")
     if not settings.pruning_perc:
         raise ConfigError(f"{_WHERE} pruning_perc: no level given")
+    if settings.dataset is not None and Path(settings.dataset).name != settings.dataset:
+        raise ConfigError(f"{_WHERE} dataset: '{settings.dataset}' is not a folder name")
     if settings.model_desc_dir is not None and not settings.model_desc_dir.is_dir():
         raise ConfigError(f"{_WHERE} model_desc_dir: directory not found: {settings.model_desc_dir}")
-    check_output_path(Path(settings.model_path), "folder", f"{_WHERE} model_path")
+    check_output_path(settings.spec_dir, "folder", f"{_WHERE} model_path")
     checks: list[tuple[str, Callable[[Any], Any], Any]] = [
         ("mode", check_mode, settings.mode),
         ("seed", check_seed, settings.seed),
@@ -146,7 +148,7 @@ def create_network_dataset(settings: NetworkDatasetSettings) -> pd.DataFrame:
     for key, given, kept in (("networks", settings.networks, networks), ("pruning_perc", settings.pruning_perc, levels)):
         if len(kept) < len(given):
             console.info(f"{_WHERE} {key}: {len(given) - len(kept)} repeated entries made once")
-    out_dir = Path(settings.model_path)
+    out_dir = settings.spec_dir
     out_dir.mkdir(parents=True, exist_ok=True)
     remove_stale_temporaries(out_dir)  # of a run killed while writing
     input_size = tuple(settings.input_size)

@@ -8,6 +8,8 @@ keep their qualified names, so a state dict of the pruned module loads into it.
 
 from __future__ import annotations
 
+import ast
+import inspect
 import re
 from pathlib import Path
 from typing import Any
@@ -19,7 +21,11 @@ from torch import nn
 from perf4sight.errors import NetworkError
 from perf4sight.files import write_text
 
-__all__ = ["model_file_source", "write_model_file"]
+__all__ = ["CHECKED_STACKS", "model_file_source", "write_model_file"]
+
+# (Python, PyTorch) releases on which the tests build and train model files and run the
+# device side (tests/old_stacks.py): JetPack 4.6's and JetPack 5's. Model files name them.
+CHECKED_STACKS = (("3.6", "1.10.2"), ("3.8", "1.12.1"))
 
 # Names torch.fx's generated code may use, and how the file provides them.
 _PREAMBLE = {
@@ -46,23 +52,68 @@ def _place(root: nn.Module, path: str, value: Any, buffer: bool = False) -> None
 '''
 
 
+def _argument_value(layer: nn.Module, param: inspect.Parameter, name: str) -> Any:
+    """The value a layer was built with, read from the attribute named like the argument.
+
+    A boolean argument held as a tensor or None (Conv2d's `bias`) is whether the tensor exists.
+    """
+    if not hasattr(layer, param.name):
+        raise NetworkError(f"layer '{name}' ({type(layer).__name__}) keeps no attribute for its argument '{param.name}'")
+    value = getattr(layer, param.name)
+    if isinstance(param.default, bool) and (value is None or isinstance(value, torch.Tensor)):
+        return value is not None
+    if isinstance(value, list):
+        value = tuple(value)
+    try:
+        if ast.literal_eval(repr(value)) == value:
+            return value
+    except (ValueError, SyntaxError):
+        pass
+    raise NetworkError(f"layer '{name}' ({type(layer).__name__}) has argument {param.name}={value!r}, which is not a literal")
+
+
+def _build_layer(cls: type[nn.Module], positional: list[Any], keywords: dict[str, Any]) -> nn.Module | None:
+    """The layer built from these arguments on the meta device, None where they are refused."""
+    try:
+        with torch.device("meta"):
+            return cls(*positional, **keywords)
+    except Exception:
+        return None
+
+
+def _same_layer(a: nn.Module | None, b: nn.Module) -> bool:
+    """Same settings (extra_repr) and same parameter and buffer shapes."""
+    if a is None or a.extra_repr() != b.extra_repr():
+        return False
+    return {k: tuple(v.shape) for k, v in a.state_dict().items()} == {k: tuple(v.shape) for k, v in b.state_dict().items()}
+
+
 def _layer_code(layer: nn.Module, name: str, classifier: str | None) -> str:
-    """Constructor call for one leaf layer; the classifier's outputs become `num_classes`."""
-    if isinstance(layer, nn.Conv2d) and type(layer) is nn.Conv2d:
-        out = "num_classes" if name == classifier else str(layer.out_channels)
-        padding = layer.padding if isinstance(layer.padding, str) else tuple(layer.padding)
-        return (
-            f"nn.Conv2d({layer.in_channels}, {out}, kernel_size={tuple(layer.kernel_size)}, "
-            f"stride={tuple(layer.stride)}, padding={padding!r}, dilation={tuple(layer.dilation)}, "
-            f"groups={layer.groups}, bias={layer.bias is not None}, padding_mode={layer.padding_mode!r})"
-        )
-    if type(layer) is nn.Linear:
-        out = "num_classes" if name == classifier else str(layer.out_features)
-        return f"nn.Linear({layer.in_features}, {out}, bias={layer.bias is not None})"
+    """Constructor call for one leaf layer; the classifier's outputs become `num_classes`.
+
+    Required arguments are written positionally; an optional argument only where the layer
+    built without it differs. So a default the host's PyTorch added later (BatchNorm2d's
+    `bias`, GELU's `approximate`) is left out and the call runs on older releases.
+    """
     cls = type(layer)
     if getattr(nn, cls.__name__, None) is not cls:
         raise NetworkError(f"layer '{name}' is a {cls.__module__}.{cls.__name__}, not a torch.nn layer")
-    return f"nn.{cls.__name__}({layer.extra_repr()})"
+    params = [
+        p for p in list(inspect.signature(cls.__init__).parameters.values())[1:]
+        if p.kind not in (p.VAR_POSITIONAL, p.VAR_KEYWORD) and p.name not in ("device", "dtype")
+    ]
+    positional = [_argument_value(layer, p, name) for p in params if p.default is p.empty]
+    keywords = {p.name: _argument_value(layer, p, name) for p in params if p.default is not p.empty}
+    for key in list(keywords):
+        fewer = {k: v for k, v in keywords.items() if k != key}
+        if _same_layer(_build_layer(cls, positional, fewer), layer):
+            keywords = fewer
+    if not _same_layer(_build_layer(cls, positional, keywords), layer):
+        raise NetworkError(f"layer '{name}' ({cls.__name__}) is not rebuilt by its constructor's arguments")
+    args = [repr(v) for v in positional] + [f"{k}={v!r}" for k, v in keywords.items()]
+    if name == classifier:
+        args[1] = "num_classes"  # Conv2d's out_channels, Linear's out_features
+    return f"nn.{cls.__name__}({', '.join(args)})"
 
 
 def model_file_source(module: nn.Module, *, net: str, name: str, num_classes: int, input_size: Any) -> str:
@@ -105,9 +156,11 @@ def model_file_source(module: nn.Module, *, net: str, name: str, num_classes: in
     forward = "\n".join("    " + line if line.strip() else "" for line in code.src.strip("\n").splitlines())
     init = "\n".join("        " + line for line in lines)
     size = "x".join(str(s) for s in input_size)
+    checked = " and ".join(f"Python {py} + PyTorch {pt}" for py, pt in CHECKED_STACKS)
     return (
         f'"""{name}: a pruned {net} for {size} inputs, written by perf4sight; it needs only torch.\n\n'
-        f"Build it with `{net}(num_classes={num_classes})`.\n"
+        f"Build it with `{net}(num_classes={num_classes})`. Written with PyTorch {torch.__version__};\n"
+        f"model files are checked to build and train on {checked}.\n"
         '"""\n\n'
         "from typing import Any\n\n"
         "import torch\n"

@@ -90,7 +90,7 @@ def _with_models(config: Config) -> ProfileSettings:
     if config.create_network_dataset is None:
         raise ConfigError(f"{config.path} [profile] local_model_loc: needed to find the models to bundle "
                           "(or a [create_network_dataset] section whose specs to bundle)")
-    return dataclasses.replace(settings, local_model_loc=config.create_network_dataset.model_path)
+    return dataclasses.replace(settings, local_model_loc=config.create_network_dataset.spec_dir)
 
 
 def _make_specs(config: Config, settings: ProfileSettings) -> None:
@@ -98,7 +98,7 @@ def _make_specs(config: Config, settings: ProfileSettings) -> None:
     network has none yet."""
     section = config.create_network_dataset
     local = settings.local_model_loc
-    if section is None or local is None or Path(section.model_path).resolve() != local.resolve():
+    if section is None or local is None or section.spec_dir.resolve() != local.resolve():
         return
     if local.is_dir() and all(find_model_files(local, network) for network in settings.network):
         return

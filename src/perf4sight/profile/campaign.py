@@ -27,7 +27,7 @@ def profile_campaign(tests: Sequence[ProfileTest], **options: Any) -> CampaignSu
 def check_settings(settings: ProfileSettings) -> None:
     """Refuse [profile] values that would stop the section part-way (a config's earlier
     stages would have run for nothing)."""
-    if settings.network:
+    if settings.network and settings.create_config:
         check_test_settings(settings)
     backend_name(settings.device)
     check_run(settings.iterations, settings.warmup, settings.memory_limit_mib)
@@ -48,9 +48,10 @@ def run_test_config(settings: ProfileSettings) -> CampaignSummary:
     )
 
 
-def profile_from_settings(settings: ProfileSettings) -> CampaignSummary:
-    """The [profile] section: create the test config when it lists networks, then run it."""
-    if settings.network:
+def profile_from_settings(settings: ProfileSettings) -> CampaignSummary | None:
+    """The [profile] section: create the test config when it lists networks and `create_config`
+    is on (the host's half), then run it when `run_profiling` is on (the device's half)."""
+    if settings.network and settings.create_config:
         path = create_test_config(settings)
         console.info(f"test config written to {path}")
-    return run_test_config(settings)
+    return run_test_config(settings) if settings.run_profiling else None
