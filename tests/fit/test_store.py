@@ -173,6 +173,9 @@ def test_a_model_file_that_is_not_skops_is_one_error(stored, tmp_path, content):
     (lambda m: m.update(family_residuals="abc"), "family_residuals: Input should be a valid dictionary"),
     (lambda m: m.update(training_ranges="zzz"), "training_ranges: Input should be a valid dictionary"),
     (lambda m: m.update(format="6"), "stored in format '6', this perf4sight reads format 6"),
+    (lambda m: m.update(layer_groups="abc"), "layer_groups: Input should be a valid dictionary"),
+    (lambda m: m.update(method_choice={"chosen": "replay", "errors": "x", "left_out": "network", "reason": ""}),
+     "method_choice.errors: Input should be a valid dictionary"),
 ])
 def test_tampered_metadata_is_one_error_naming_the_field(stored, tmp_path, edit_metadata, change, message):
     edit_metadata(stored[1], change)

@@ -4,6 +4,7 @@ the logs `profile run` writes; one campaign per log folder."""
 from __future__ import annotations
 
 import json
+import shutil
 import os
 import signal
 import subprocess
@@ -70,6 +71,28 @@ def test_bundle_holds_what_the_device_needs(bundle: Path) -> None:
                    "--till-first-fail"):
         assert option in done.stdout
     assert "timed iterations per test (default: 1)" in " ".join(done.stdout.split())
+
+
+def test_the_runners_switches_turn_the_recorded_defaults_off(bundle: Path) -> None:
+    """A bundle made with till_first_fail and a memory limit can still be run without them."""
+    from perf4sight.device.runner import _parser
+
+    recorded = {**json.loads((bundle / "bundle.json").read_text())["defaults"],
+                "till_first_fail": True, "memory_limit_mib": 900}
+    args = _parser(recorded).parse_args(["--no-till-first-fail", "--memory-limit-mib", "none"])
+    assert (args.till_first_fail, args.memory_limit_mib) == (False, None)
+    args = _parser(recorded).parse_args([])
+    assert (args.till_first_fail, args.memory_limit_mib) == (True, 900)
+
+
+def test_a_bundle_record_without_a_default_is_one_line(bundle: Path, tmp_path: Path) -> None:
+    bundle = Path(shutil.copytree(bundle, tmp_path / "bundle"))
+    record = json.loads((bundle / "bundle.json").read_text())
+    del record["defaults"]["device"]
+    (bundle / "bundle.json").write_text(json.dumps(record))
+    done = subprocess.run(_runner(bundle), capture_output=True, text=True)
+    assert done.returncode == 2
+    assert done.stderr.splitlines() == [f"error: {bundle / 'bundle.json'}: not a bundle's record ('no default for device')"]
 
 
 @pytest.mark.slow

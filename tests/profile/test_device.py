@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import ast
-import os
 import shutil
 import subprocess
 import sys
@@ -15,13 +14,13 @@ import pytest
 import perf4sight.device
 from perf4sight.device import system
 from perf4sight.device.backends import clock_state
+from old_stacks import StackUnavailable, find_interpreter
 
 DEVICE = Path(perf4sight.device.__file__).parent
 MODULES = sorted(DEVICE.glob("*.py"))
 # What a Jetson on JetPack 4.6 has besides the standard library, and what is used where present.
 REQUIRED = {"torch"}
 OPTIONAL = {"psutil", "pynvml", "torchvision"}
-PYTHON36 = Path(os.environ.get("PYENV_ROOT", "/root/.pyenv")) / "versions" / "3.6.15" / "bin" / "python"
 
 
 def test_device_package_needs_nothing_newer_than_python_36() -> None:
@@ -35,10 +34,13 @@ def test_device_package_needs_nothing_newer_than_python_36() -> None:
     assert done.returncode == 0, done.stdout + done.stderr
 
 
-@pytest.mark.skipif(not PYTHON36.is_file(), reason=f"no Python 3.6 interpreter at {PYTHON36} (pyenv install 3.6.15)")
 def test_every_device_module_compiles_with_python_36(tmp_path: Path) -> None:
+    try:
+        python36 = find_interpreter("3.6")
+    except StackUnavailable as exc:
+        pytest.skip(str(exc))
     for module in MODULES:
-        done = subprocess.run([str(PYTHON36), "-c", "import sys; compile(open(sys.argv[1]).read(), sys.argv[1], 'exec')",
+        done = subprocess.run([str(python36), "-c", "import sys; compile(open(sys.argv[1]).read(), sys.argv[1], 'exec')",
                                str(module)], capture_output=True, text=True)
         assert done.returncode == 0, f"{module.name}: {done.stderr}"
 

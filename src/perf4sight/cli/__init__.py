@@ -17,6 +17,7 @@ from rich.markup import escape
 
 from perf4sight import console
 from perf4sight.cli import fingerprint, predict, profile, prune, run
+from perf4sight.device.runner import interrupt
 from perf4sight.errors import Perf4sightError, clip
 
 __all__ = ["app", "main"]
@@ -60,17 +61,13 @@ for _module in (prune, profile, fingerprint, predict, run):
 _MESSAGE_LENGTH = 4000
 
 
-def _interrupt(signum: int, frame: object) -> None:
-    raise KeyboardInterrupt
-
-
 def main(argv: list[str] | None = None) -> int:
     """Run the CLI; returns the exit code (2 for a user error, 130 when interrupted).
 
     A termination request (SIGTERM: a job scheduler's stop, `kill`) stops the run as Ctrl-C
     does: the profiler's worker is stopped with it and what was recorded is kept."""
     on_main_thread = threading.current_thread() is threading.main_thread()
-    previous = signal.signal(signal.SIGTERM, _interrupt) if on_main_thread else None
+    previous = signal.signal(signal.SIGTERM, interrupt) if on_main_thread else None
     try:
         code = app(args=argv, prog_name="perf4sight", standalone_mode=False)
     except (Perf4sightError, OSError) as exc:  # OSError: a folder blocked by a file, no permission, a full disk

@@ -12,7 +12,7 @@ import json
 import re
 import sys
 from pathlib import Path
-from typing import Any, Callable, NamedTuple, Optional, Sequence, Tuple
+from typing import Any, Callable, NamedTuple, Optional, Sequence, Tuple, Union
 
 from torch import nn
 
@@ -20,7 +20,7 @@ from .checks import is_positive_int
 from .errors import ConfigError, ModelFileError
 from .test_config import DATASETS, ProfileTest
 
-__all__ = ["LoadedModel", "check_model_files", "import_loader", "load_model_file", "split_model", "test_shape"]
+__all__ = ["LoadedModel", "check_model_files", "import_loader", "load_model_file", "split_model_source", "test_shape"]
 
 
 class LoadedModel(NamedTuple):
@@ -31,12 +31,13 @@ class LoadedModel(NamedTuple):
     num_classes: int
 
 
-def split_model(model: str) -> Tuple[Path, Optional[str]]:
-    """A test's model entry `file.py:factory` -> (file.py, factory); `file.py` -> (file.py, None)."""
-    match = re.match(r"^(.+\.py):(\w+)$", model)
+def split_model_source(source: Union[str, Path]) -> Tuple[Path, Optional[str]]:
+    """A model entry `file.py:factory` -> (file.py, factory); `file.py` -> (file.py, None)."""
+    text = str(source)
+    match = re.fullmatch(r"(.+\.py):(\w+)", text)
     if match:
         return Path(match.group(1)), match.group(2)
-    return Path(model), None
+    return Path(text), None
 
 
 def test_shape(test: ProfileTest) -> Optional[Tuple[Tuple[int, int, int], int]]:
@@ -45,7 +46,7 @@ def test_shape(test: ProfileTest) -> Optional[Tuple[Tuple[int, int, int], int]]:
     shape = DATASETS[test.dataset]
     if shape is not None:
         return shape
-    spec_path = split_model(test.model)[0].with_suffix(".json")
+    spec_path = split_model_source(test.model)[0].with_suffix(".json")
     if not spec_path.is_file():
         return None
     try:
@@ -62,7 +63,7 @@ def test_shape(test: ProfileTest) -> Optional[Tuple[Tuple[int, int, int], int]]:
 def load_model_file(test: ProfileTest) -> LoadedModel:
     """Build `test`'s model by calling its file's factory (named after the network) with
     the classes the test runs at."""
-    path, factory = split_model(test.model)
+    path, factory = split_model_source(test.model)
     shape = test_shape(test)
     if shape is None:
         raise ConfigError(_no_shape(test))
@@ -79,7 +80,7 @@ def load_model_file(test: ProfileTest) -> LoadedModel:
 
 
 def _no_shape(test: ProfileTest) -> str:
-    path = split_model(test.model)[0]
+    path = split_model_source(test.model)[0]
     return ("test config: model {}: dataset 'spec' takes the input size from {} beside it, which is "
             "missing; list the spec there or name a dataset ({})".format(
                 path, path.with_suffix(".json").name, ", ".join(d for d in DATASETS if d != "spec")))
@@ -110,7 +111,7 @@ def check_model_files(tests: Sequence[ProfileTest]) -> None:
     """Refuse, before any test, models this loader cannot build: a test that would fail
     without measuring anything, journalled, would never be retried once the file is fixed."""
     for test in {(t.model, t.dataset): t for t in tests}.values():
-        path = split_model(test.model)[0]
+        path = split_model_source(test.model)[0]
         if path.suffix != ".py":
             raise ConfigError("test config: model {}: only model files (.py) run without perf4sight; "
                               "make the bundle with `perf4sight profile bundle`".format(test.model))

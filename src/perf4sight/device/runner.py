@@ -17,7 +17,7 @@ from typing import Any, Dict, List, Optional
 from . import console
 from .errors import Perf4sightError
 
-__all__ = ["BUNDLE_FILE", "main"]
+__all__ = ["BUNDLE_FILE", "RUN_KEYS", "interrupt", "main"]
 
 BUNDLE_FILE = "bundle.json"
 
@@ -40,17 +40,32 @@ def _parser(defaults: Dict[str, Any]) -> argparse.ArgumentParser:
                         help="timed iterations per test (default: %(default)s)")
     parser.add_argument("--warmup", type=int, default=defaults["warmup"],
                         help="iterations before timing (default: %(default)s)")
-    parser.add_argument("--memory-limit-mib", type=int, default=defaults["memory_limit_mib"],
-                        help="kill a test's worker above this resident memory (default: %(default)s)")
+    parser.add_argument("--memory-limit-mib", type=_limit, default=defaults["memory_limit_mib"],
+                        help="kill a test's worker above this resident memory; 'none' for no limit "
+                             "(default: %(default)s)")
     parser.add_argument("--till-first-fail", action="store_true", default=defaults["till_first_fail"],
                         help="after a batch size fails, skip the larger ones of that model, stage and "
                              "variable (default: %(default)s)")
+    parser.add_argument("--no-till-first-fail", dest="till_first_fail", action="store_false",
+                        help="run every batch size")
     parser.add_argument("--quiet", action="store_true", help="no progress or info lines")
     return parser
 
 
-def _interrupt(signum: int, frame: Any) -> None:
+def _limit(text: str) -> Optional[int]:
+    """A --memory-limit-mib value: an integer, or 'none' for no limit."""
+    return None if text.strip().lower() == "none" else int(text)
+
+
+def interrupt(signum: int, frame: Any) -> None:
+    """A SIGTERM handler: a termination request (a job scheduler's stop, `kill`) stops a run
+    as Ctrl-C does, so the worker is stopped with it and what was recorded is kept."""
     raise KeyboardInterrupt
+
+
+# The [profile] run keys whose values a bundle records as the runner's defaults, beside its
+# test config and log folder.
+RUN_KEYS = ("device", "gpu_id", "iterations", "warmup", "memory_limit_mib", "till_first_fail")
 
 
 def main(bundle_dir: str, argv: Optional[List[str]] = None) -> int:
@@ -59,7 +74,10 @@ def main(bundle_dir: str, argv: Optional[List[str]] = None) -> int:
     bundle = Path(bundle_dir).resolve()
     try:
         defaults = json.loads((bundle / BUNDLE_FILE).read_text(encoding="utf-8"))["defaults"]
-    except (OSError, ValueError, KeyError) as exc:
+        missing = [key for key in ("test_config", "log_dir") + RUN_KEYS if key not in defaults]
+        if missing:
+            raise KeyError("no default for {}".format(", ".join(missing)))
+    except (OSError, ValueError, KeyError, TypeError) as exc:
         print("error: {}: not a bundle's record ({})".format(bundle / BUNDLE_FILE, exc), file=sys.stderr)
         return 2
     try:
@@ -71,7 +89,7 @@ def main(bundle_dir: str, argv: Optional[List[str]] = None) -> int:
     args = _parser(defaults).parse_args(argv)
     console.set_quiet(args.quiet)
     log_dir = Path(args.log_dir).resolve() if args.log_dir is not None else bundle / defaults["log_dir"]
-    signal.signal(signal.SIGTERM, _interrupt)
+    signal.signal(signal.SIGTERM, interrupt)
     os.chdir(str(bundle))  # the test config's model paths are relative to the bundle
     try:
         from .campaign import profile_campaign

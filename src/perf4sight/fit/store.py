@@ -94,12 +94,24 @@ class _Residuals(_Strict):
         return self
 
 
+class _MethodChoice(_Strict):
+    """`method = default`'s choice as `MethodChoice.as_dict` writes it (an error that could not
+    be measured is null)."""
+
+    chosen: _Name
+    errors: Annotated[dict[str, _Finite | None], Field(min_length=1)]
+    left_out: _Name
+    reason: str
+
+
 class _Metadata(_Strict):
     """What `save_model` writes beside a model, every field checked at load: a tampered or
     damaged file is refused in one line instead of failing deep inside a prediction."""
 
     format: int
     method: _Name
+    method_choice: _MethodChoice | None
+    layer_groups: dict[str, Annotated[int, Field(ge=0)]]
     estimator: _Name
     feature_set: _Name
     stage: _Name

@@ -15,6 +15,7 @@ from pathlib import Path
 
 from torch import nn
 
+from perf4sight.device.models import split_model_source
 from perf4sight.errors import DataNotFoundError, ModelFileError
 
 __all__ = ["split_model_source", "is_model_file", "factory_names", "import_factory", "build_from_file"]
@@ -23,15 +24,6 @@ __all__ = ["split_model_source", "is_model_file", "factory_names", "import_facto
 def is_model_file(source: str | Path) -> bool:
     """True for `something.py` or `something.py:factory`."""
     return bool(re.search(r"\.py(:\w+)?$", str(source)))
-
-
-def split_model_source(source: str | Path) -> tuple[Path, str | None]:
-    """`file.py:factory` -> (file.py, factory); `file.py` -> (file.py, None)."""
-    text = str(source)
-    match = re.fullmatch(r"(.+\.py):(\w+)", text)
-    if match:
-        return Path(match.group(1)), match.group(2)
-    return Path(text), None
 
 
 def factory_names(path: Path) -> list[str]:

@@ -141,14 +141,6 @@ def _record(settings: ProfileSettings) -> dict:
     return {
         "made_by": f"perf4sight {__version__}",
         "made_utc": datetime.now(timezone.utc).isoformat(timespec="seconds"),
-        "defaults": {
-            "test_config": TEST_CONFIG,
-            "log_dir": LOGS,
-            "device": settings.device,
-            "gpu_id": settings.gpu_id,
-            "iterations": settings.iterations,
-            "warmup": settings.warmup,
-            "memory_limit_mib": settings.memory_limit_mib,
-            "till_first_fail": settings.till_first_fail,
-        },
+        "defaults": {"test_config": TEST_CONFIG, "log_dir": LOGS,
+                     **{key: getattr(settings, key) for key in runner.RUN_KEYS}},
     }
