@@ -31,9 +31,9 @@ from perf4sight.fit.choice import choose_method
 from perf4sight.fit.dataset import ArchitectureCatalogs, Dataset, build_dataset
 from perf4sight.fit.logs import find_logs, read_logs
 from perf4sight.fit.methods import (
-    CANDIDATE_METHODS,
     DEFAULT_METHOD,
     METHODS,
+    candidate_methods,
     fit_method,
     predict_rows,
     resolve_method,
@@ -81,7 +81,7 @@ def _train(settings: FingerprintSettings, target: Target, method: str, catalogs:
         else:
             console.info(f"{target.kind} model already stored at {path}; kept (overwrite = False)")
             return
-    candidates = CANDIDATE_METHODS if method == DEFAULT_METHOD else (method,)
+    candidates = candidate_methods(target.kind) if method == DEFAULT_METHOD else (method,)
     datasets = {}
     for candidate in candidates:
         datasets[candidate] = _dataset(settings, target, METHODS[candidate].feature_set, catalogs,

@@ -22,7 +22,7 @@ from perf4sight.fit.dataset import Dataset
 from perf4sight.fit.physical import PhysicalRegressor, ReplayRegressor
 
 __all__ = [
-    "PaperExtraTrees", "METHODS", "CANDIDATE_METHODS", "DEFAULT_METHOD", "fit_method", "network_weights",
+    "PaperExtraTrees", "METHODS", "CANDIDATE_METHODS", "DEFAULT_METHOD", "candidate_methods", "fit_method", "network_weights",
     "predict_rows", "resolve_method", "trusted_types",
 ]
 
@@ -72,6 +72,13 @@ METHODS: dict[str, type] = {
 # the earlier one, the faster to predict with.
 DEFAULT_METHOD = "default"
 CANDIDATE_METHODS = ("physical", "replay")
+
+
+def candidate_methods(kind: str) -> tuple[str, ...]:
+    """The candidates `method = default` compares for a target kind ('memory', 'latency'):
+    `replay` differs from `physical` in memory only, so latency has one candidate (and the
+    replay's features, seconds per base network, are not computed for it)."""
+    return CANDIDATE_METHODS if kind == "memory" else CANDIDATE_METHODS[:1]
 
 
 def resolve_method(name: str) -> str:
