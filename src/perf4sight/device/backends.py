@@ -219,7 +219,10 @@ class _TorchCudaBackend(Backend):
 
 class _DeviceMemory:
     """A discrete GPU's memory (used, free, total; bytes): NVML where pynvml is installed,
-    else the CUDA runtime through torch (`mem_get_info`, PyTorch >= 1.11)."""
+    else the CUDA runtime through torch (`mem_get_info`, PyTorch >= 1.11: before, it read
+    the current device whatever the index). The runtime's reading creates the CUDA context,
+    so with it the context is part of the idle reading and `cuda_context_mib` is about 0;
+    NVML sees the context come."""
 
     def __init__(self, gpu_id: int) -> None:
         try:
@@ -230,7 +233,7 @@ class _DeviceMemory:
         if pynvml is not None:
             pynvml.nvmlInit()
             self.handle = pynvml.nvmlDeviceGetHandleByIndex(_nvml_index(gpu_id))
-        elif not hasattr(torch.cuda, "mem_get_info"):
+        elif tuple(int(part) for part in re.findall(r"\d+", torch.__version__)[:2]) < (1, 11):
             raise ConfigError("[profile] device = cuda: reading the GPU's memory needs pynvml "
                               "(pip install nvidia-ml-py) or PyTorch >= 1.11")
         self.gpu_id = gpu_id
