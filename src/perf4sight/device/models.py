@@ -12,6 +12,7 @@ import json
 import re
 import sys
 from pathlib import Path
+from types import ModuleType
 from typing import Any, Callable, NamedTuple, Optional, Sequence, Tuple, Union
 
 from torch import nn
@@ -20,7 +21,10 @@ from .checks import is_positive_int
 from .errors import ConfigError, ModelFileError
 from .test_config import DATASETS, ProfileTest
 
-__all__ = ["LoadedModel", "check_model_files", "import_loader", "load_model_file", "split_model_source", "test_shape"]
+__all__ = [
+    "LoadedModel", "call_factory", "check_model_files", "exec_model_file", "import_loader", "load_model_file",
+    "split_model_source", "test_shape",
+]
 
 
 class LoadedModel(NamedTuple):
@@ -67,16 +71,13 @@ def load_model_file(test: ProfileTest) -> LoadedModel:
     shape = test_shape(test)
     if shape is None:
         raise ConfigError(_no_shape(test))
-    factory_function = _import_factory(path, factory or test.net_name)
-    try:
-        module = factory_function(num_classes=shape[1])
-    except Exception as exc:
-        raise ModelFileError("{}: factory {}() failed: {}: {}".format(
-            path, factory_function.__name__, type(exc).__name__, exc)) from exc
-    if not isinstance(module, nn.Module):
-        raise ModelFileError("{}: factory {}() returned {}, not an nn.Module".format(
-            path, factory_function.__name__, type(module).__name__))
-    return LoadedModel(module, shape[0], shape[1])
+    if not path.is_file():
+        raise ModelFileError("model description file not found: {}".format(path))
+    name = factory or test.net_name
+    function = getattr(exec_model_file(path), name, None)
+    if not callable(function):
+        raise ModelFileError("{}: no factory function '{}'".format(path, name))
+    return LoadedModel(call_factory(path, function, num_classes=shape[1]), shape[0], shape[1])
 
 
 def _no_shape(test: ProfileTest) -> str:
@@ -86,10 +87,9 @@ def _no_shape(test: ProfileTest) -> str:
                 path, path.with_suffix(".json").name, ", ".join(d for d in DATASETS if d != "spec")))
 
 
-def _import_factory(path: Path, factory: str) -> Callable[..., Any]:
-    """Import `path` (by path: it needs no package around it) and return `factory` from it."""
-    if not path.is_file():
-        raise ModelFileError("model description file not found: {}".format(path))
+def exec_model_file(path: Path) -> ModuleType:
+    """Import the model file `path` by its path (it needs no package around it); any error
+    in it is one ModelFileError naming the file. The host's model files load through it too."""
     module_name = "_perf4sight_model_{}".format(abs(hash(str(path.resolve()))))
     spec = importlib.util.spec_from_file_location(module_name, str(path))
     if spec is None or spec.loader is None:
@@ -101,10 +101,21 @@ def _import_factory(path: Path, factory: str) -> Callable[..., Any]:
     except Exception as exc:  # any error in the file becomes one line naming it
         sys.modules.pop(module_name, None)
         raise ModelFileError("{}: import failed: {}: {}".format(path, type(exc).__name__, exc)) from exc
-    function = getattr(module, factory, None)
-    if not callable(function):
-        raise ModelFileError("{}: no factory function '{}'".format(path, factory))
-    return function
+    return module
+
+
+def call_factory(path: Path, function: Callable[..., Any], **kwargs: Any) -> nn.Module:
+    """`function(**kwargs)`, the factory of the model file `path`, checked to build a module;
+    errors name the file."""
+    try:
+        module = function(**kwargs)
+    except Exception as exc:
+        raise ModelFileError("{}: factory {}() failed: {}: {}".format(
+            path, function.__name__, type(exc).__name__, exc)) from exc
+    if not isinstance(module, nn.Module):
+        raise ModelFileError("{}: factory {}() returned {}, not an nn.Module".format(
+            path, function.__name__, type(module).__name__))
+    return module
 
 
 def check_model_files(tests: Sequence[ProfileTest]) -> None:
