@@ -43,6 +43,8 @@ __all__ = [
     "OUTPUT_PATHS",
     "check_batch_sizes",
     "check_output_path",
+    "input_size_problem",
+    "num_classes_problem",
     "parse_decimal",
     "check_stage",
     "is_positive_int",
@@ -162,6 +164,22 @@ class Config:
     def sections(self) -> list[str]:
         """Names of the sections present, in toolflow order."""
         return [name for name in SECTIONS if getattr(self, name) is not None]
+
+
+def input_size_problem(value: object, name: str = "input_size") -> str | None:
+    """Why `value` (named `name` in the message) is no input size, three positive integers
+    up to MAX_INPUT_EXTENT (channels, height, width); None when it is one."""
+    if isinstance(value, (list, tuple)) and len(value) == 3 and all(
+            is_positive_int(extent) and extent <= MAX_INPUT_EXTENT for extent in value):
+        return None
+    return f"{name} {clip(repr(value))} is not three positive integers up to {MAX_INPUT_EXTENT} (channels, height, width)"
+
+
+def num_classes_problem(value: object) -> str | None:
+    """Why `value` is no class count, a positive integer up to MAX_CLASSES; None when it is one."""
+    if is_positive_int(value) and value <= MAX_CLASSES:  # type: ignore[operator]
+        return None
+    return f"num_classes {clip(repr(value))} is not a positive integer up to {MAX_CLASSES}"
 
 
 def check_output_path(path: Path, kind: str, where: str) -> None:

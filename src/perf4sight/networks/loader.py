@@ -18,8 +18,8 @@ from typing import Any
 from torch import nn
 
 from perf4sight.architecture import Architecture, output_shape, trace_architecture
-from perf4sight.config import MAX_CLASSES, MAX_INPUT_EXTENT, is_positive_int
-from perf4sight.errors import NetworkError, clip
+from perf4sight.config import input_size_problem, num_classes_problem
+from perf4sight.errors import NetworkError
 from perf4sight.networks.model_file import build_from_file, is_model_file, split_model_source
 from perf4sight.networks.registry import (
     DEFAULT_INPUT_SIZE,
@@ -120,17 +120,18 @@ def check_input_size(input_size: Sequence[int]) -> tuple[int, int, int]:
     """`input_size` as (channels, height, width) of positive integers up to MAX_INPUT_EXTENT,
     or NetworkError."""
     size = tuple(input_size)
-    if len(size) != 3 or not all(is_positive_int(s) and s <= MAX_INPUT_EXTENT for s in size):
-        raise NetworkError(f"input size {clip(repr(list(size)))} is not three positive integers up to "
-                           f"{MAX_INPUT_EXTENT} (channels, height, width)")
+    problem = input_size_problem(list(size), "input size")
+    if problem is not None:
+        raise NetworkError(problem)
     return size  # type: ignore[return-value]
 
 
 def check_num_classes(num_classes: int | None) -> None:
     """Refuse a class count that is not a positive integer up to MAX_CLASSES (None: the
     network's own)."""
-    if num_classes is not None and not (is_positive_int(num_classes) and num_classes <= MAX_CLASSES):
-        raise NetworkError(f"num_classes {clip(repr(num_classes))} is not a positive integer up to {MAX_CLASSES}")
+    problem = None if num_classes is None else num_classes_problem(num_classes)
+    if problem is not None:
+        raise NetworkError(problem)
 
 
 def _load(

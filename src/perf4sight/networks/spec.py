@@ -29,7 +29,7 @@ import torchvision
 from torch import nn
 
 from perf4sight.architecture import Architecture, Layer, LayerShape, trace_architecture, with_layer_shapes
-from perf4sight.config import MAX_CLASSES, MAX_INPUT_EXTENT, is_positive_int
+from perf4sight.config import input_size_problem, is_positive_int, num_classes_problem
 from perf4sight.errors import NetworkError, clip
 from perf4sight.files import read_json, write_text
 from perf4sight.networks.model_file import build_from_file, split_model_source
@@ -134,11 +134,9 @@ def _spec_problem(spec: dict[str, Any]) -> str | None:
         return problem
     if "params" in spec and not is_positive_int(spec["params"]):
         return f"params {clip(repr(spec['params']))} is not a positive integer"
-    if not is_positive_int(spec["num_classes"]) or spec["num_classes"] > MAX_CLASSES:
-        return f"num_classes {clip(repr(spec['num_classes']))} is not a positive integer up to {MAX_CLASSES}"
-    if not _ints(spec["input_size"], 3) or max(spec["input_size"]) > MAX_INPUT_EXTENT:
-        return (f"input_size {clip(repr(spec['input_size']))} is not three positive integers up to "
-                f"{MAX_INPUT_EXTENT} (channels, height, width)")
+    problem = num_classes_problem(spec["num_classes"]) or input_size_problem(spec["input_size"])
+    if problem is not None:
+        return problem
     out_channels = spec["out_channels"]
     if not isinstance(out_channels, dict):
         return "out_channels is not an object of layer names and output channels"
