@@ -481,15 +481,9 @@ def _swap_with_metadata(path: Path) -> None:
 
 
 def _replace(suffix: str, content: bytes | None) -> Callable[[Path], None]:
-    def change(path: Path) -> None:
-        target = path.with_suffix(suffix)
-        target.unlink()
-        if content is None:
-            target.mkdir()
-        else:
-            target.write_bytes(content)
-
-    return change
+    """`_replace_file` applied to the file of the stored pair with `suffix`."""
+    replace = _replace_file(content)
+    return lambda path: replace(path.with_suffix(suffix))
 
 
 STORED_CASES = [
