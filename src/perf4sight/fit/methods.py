@@ -60,6 +60,11 @@ class PaperExtraTrees(RegressorMixin, BaseEstimator):
         X = validate_data(self, X, reset=False)
         return self.forest_.predict(X)
 
+    def capacity_mib(self) -> float:
+        """Trees learn no device capacity: infinite (every prediction is taken to fit)."""
+        check_is_fitted(self)
+        return np.inf
+
 
 METHODS: dict[str, type] = {
     "paper": PaperExtraTrees,

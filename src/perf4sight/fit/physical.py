@@ -337,6 +337,12 @@ class PhysicalRegressor(RegressorMixin, BaseEstimator):
             return _smooth_min(demand, self.capacity_mib_)
         return demand
 
+    def capacity_mib(self) -> float:
+        """The device's memory capacity the fit learned from runs that saturated it (MiB);
+        infinite when the data showed none, and for the latency model."""
+        check_is_fitted(self)
+        return self.capacity_mib_ if self.target == "mem_used" else np.inf
+
     def predict_fits(self, X: Any) -> np.ndarray:  # noqa: N803
         """Whether each row fits in the device's memory (memory model only)."""
         if self.target != "mem_used":

@@ -111,7 +111,7 @@ class Predictor:
                 columns[MEMORY_BOUND] = columns[column] * bound_factor(bound, corrected)
             extrapolated |= _outside_range(model, arch, batch, features)
             unseen.update(_rare_groups(model, features))
-            if column == MEMORY and np.isfinite(getattr(model.estimator, "capacity_mib_", np.inf)):
+            if column == MEMORY and np.isfinite(model.estimator.capacity_mib()):
                 # the device's own out-of-memory boundary, learned from its failed runs
                 columns["fits_device"] = model.estimator.predict_fits(features)
         if LATENCY in columns:
