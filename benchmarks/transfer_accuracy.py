@@ -25,7 +25,7 @@ from perf4sight import console
 from perf4sight.fit import (
     METHODS,
     TARGETS,
-    ArchitectureCatalogs,
+    ArchitectureCatalog,
     Dataset,
     build_dataset,
     fit_method,
@@ -41,7 +41,7 @@ def _dataset(logs: Path, models: Path, feature_set: str, kind: str, column: str)
     if not nets:
         raise SystemExit(f"no logs under {logs / 'memory'}")
     runs = read_logs(nets, levels, [logs / kind], [column])
-    catalog = ArchitectureCatalogs(models).for_feature_set(feature_set)
+    catalog = ArchitectureCatalog(models)
     return build_dataset(runs, target=column, feature_set=feature_set, stage="training", catalog=catalog)
 
 

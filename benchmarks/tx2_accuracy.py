@@ -44,7 +44,6 @@ from perf4sight.fit import (
     METHODS,
     TARGETS,
     ArchitectureCatalog,
-    ArchitectureCatalogs,
     Dataset,
     architecture_name,
     bound_factor,
@@ -125,11 +124,11 @@ def candidates(method: str) -> tuple[str, ...]:
     return CANDIDATE_METHODS if method == DEFAULT_METHOD else (method,)
 
 
-def _datasets(method: str, logs: pd.DataFrame, column: str, catalogs: ArchitectureCatalogs, stage: str,
+def _datasets(method: str, logs: pd.DataFrame, column: str, catalog: ArchitectureCatalog, stage: str,
               passed_only: bool = True) -> dict[str, Dataset]:
     """The runs of `logs` in the feature set of each method `method` fits."""
     return {m: build_dataset(logs, target=column, feature_set=METHODS[m].feature_set, stage=stage,
-                             catalog=catalogs.for_feature_set(METHODS[m].feature_set), passed_only=passed_only)
+                             catalog=catalog, passed_only=passed_only)
             for m in candidates(method)}
 
 
@@ -141,7 +140,7 @@ def _fit(method: str, trained_on: dict[str, Dataset], column: str) -> tuple[str,
 
 
 def evaluate_method(
-    method: str, data: Data, catalogs: ArchitectureCatalogs, stage: str = "training", calibrate: bool = True
+    method: str, data: Data, catalog: ArchitectureCatalog, stage: str = "training", calibrate: bool = True
 ) -> tuple[dict[tuple[str, str], dict[str, float]], dict[tuple[str, str], dict[str, str]]]:
     """MAPE per (case, net) and target kind for one method, and the method fitted for each
     (the one `default` chose); with `calibrate`, as the tool predicts: corrected on the
@@ -151,7 +150,7 @@ def evaluate_method(
     fitted: dict[tuple[str, str], dict[str, str]] = {}
     for target in TARGETS:
         logs = read_logs(data.nets, data.levels, [data.logs / target.kind], [target.column])
-        full = _datasets(method, logs, target.column, catalogs, stage)
+        full = _datasets(method, logs, target.column, catalog, stage)
         rows = next(iter(full.values())).rows
         for case, net, train, evaluation in data.cases():
             train_mask, eval_mask = _mask(rows, train), _mask(rows, evaluation)
@@ -167,7 +166,7 @@ def evaluate_method(
 
 
 def memory_boundary(
-    method: str, data: Data, catalogs: ArchitectureCatalogs, fitted: dict[tuple[str, str], dict[str, str]],
+    method: str, data: Data, catalog: ArchitectureCatalog, fitted: dict[tuple[str, str], dict[str, str]],
     stage: str = "training", calibrate: bool = True
 ) -> dict[tuple[str, str], tuple[float, ...]]:
     """Per case and evaluated network: % of its tests (passed or not) whose fit/no-fit is
@@ -183,7 +182,7 @@ def memory_boundary(
     """
     logs = read_logs(data.nets, data.levels, [data.logs / "memory"], ["mem_used"])
     passed = set(zip(logs.loc[logs["passed"], "model"].map(architecture_name), logs.loc[logs["passed"], "bs"]))
-    full = _datasets(method, logs, "mem_used", catalogs, stage, passed_only=False)
+    full = _datasets(method, logs, "mem_used", catalog, stage, passed_only=False)
     out = {}
     for case, net, train_levels, evaluation in data.cases():
         chosen = fitted[(case, net)]["memory"]
@@ -217,7 +216,7 @@ def feature_ms(feature_set: str, data: Data, catalog: ArchitectureCatalog, batch
     times = []
     for net in data.nets:
         for level in data.levels:
-            arch = catalog.get(f"{net}_{level}")
+            arch = catalog.get(f"{net}_{level}", needs=FEATURE_SETS[feature_set].needs, stage=stage)
             start = time.perf_counter()
             FEATURE_SETS[feature_set](arch, batch_sizes, stage)
             times.append((time.perf_counter() - start) * 1e3)
@@ -249,11 +248,11 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     data = find_data(args.logs, models, args.train_levels, TX2_NETS, args.train_nets)
     device = "TX2" if args.logs == TX2_DIR else str(args.logs)
-    catalogs = ArchitectureCatalogs(data.models)
+    catalog = ArchitectureCatalog(data.models)
     summary = []
     for method in args.method or [*METHODS, DEFAULT_METHOD]:
         start = time.perf_counter()
-        results, fitted = evaluate_method(method, data, catalogs, args.stage, calibrate=not args.raw)
+        results, fitted = evaluate_method(method, data, catalog, args.stage, calibrate=not args.raw)
         seconds = time.perf_counter() - start
         rows = [(case, net, r["memory"], r["latency"], *fitted[(case, net)].values())
                 for (case, net), r in results.items()]
@@ -265,7 +264,7 @@ def main(argv: list[str] | None = None) -> int:
         console.print_table(f"{device} {args.stage} MAPE %, method = {method} ({seconds:.1f} s)",
                             ("case", "evaluated net", "memory (mem_used)", "latency", "memory method",
                              "latency method"), rows)
-        boundary = memory_boundary(method, data, catalogs, fitted, args.stage, calibrate=not args.raw)
+        boundary = memory_boundary(method, data, catalog, fitted, args.stage, calibrate=not args.raw)
         rows = [(case, net, *values) for (case, net), values in boundary.items()]
         for case in ("protocol", "unseen"):
             values = [v for (c, _), v in boundary.items() if c == case]
@@ -275,7 +274,7 @@ def main(argv: list[str] | None = None) -> int:
                              "bound under-estimated %", "bound above measured %"), rows)
         sizes = list(range(8, 208, 8))
         for feature_set in dict.fromkeys(METHODS[m].feature_set for m in candidates(method)):
-            ms = feature_ms(feature_set, data, catalogs.for_feature_set(feature_set), sizes, args.stage)
+            ms = feature_ms(feature_set, data, catalog, sizes, args.stage)
             print(f"'{feature_set}' features of one network for {len(sizes)} batch sizes: {ms:.2f} ms (median)")
     unseen = "unseen network (" + ("trained on " + ", ".join(data.train_nets) if data.train_nets
                                    else "each left out, trained on the others") + ")"

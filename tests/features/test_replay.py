@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import dataclasses
+import functools
 import gc
+import pickle
 import weakref
 from pathlib import Path
 
@@ -12,15 +14,15 @@ import pytest
 import torch
 from torch import nn
 
-from perf4sight.architecture import trace_architecture
+from perf4sight.architecture import Detail, Timeline, lifetimes, trace_architecture
+from perf4sight.architecture.lifetimes import _record, record_timeline
 from perf4sight.errors import NetworkError
 from perf4sight.config import NetworkDatasetSettings, load_section
-from perf4sight.features import FEATURE_SETS, lifetimes
+from perf4sight.features import FEATURE_SETS
 from perf4sight.features.caching_allocator import AllocatorPeaks, replay, replay_peaks
-from perf4sight.features.lifetimes import Timeline, _record, record_timeline
 from perf4sight.features.network import network_features
 from perf4sight.features.replay import replay_features, replay_timeline
-from perf4sight.networks import create_network_dataset, load_architecture, read_spec
+from perf4sight.networks import build_from_spec, create_network_dataset, load_architecture, read_spec
 from perf4sight.networks.spec import _base_architecture
 
 MIB = 1 << 20
@@ -77,10 +79,14 @@ def test_growing_requests_after_frees_fragment_the_cache():
 
 # lifetimes ---------------------------------------------------------------------------------
 
+def _with_lifetimes(source, stage: str = "training", **options):
+    """The architecture of `source` with the tensor lifetimes of `stage`."""
+    return load_architecture(source, needs=Detail.LIFETIMES, stage=stage, **options)
+
+
 @pytest.fixture(scope="module")
 def tiny_timeline():
-    arch = load_architecture(_tiny(), input_size=INPUT)
-    return record_timeline(arch.builder, "training")
+    return _with_lifetimes(_tiny(), input_size=INPUT).lifetimes["training"]
 
 
 def test_the_timeline_scales_exactly_with_the_batch_size(tiny_timeline):
@@ -109,51 +115,48 @@ def test_the_live_peak_covers_weights_gradients_momentum_and_the_saved_activatio
 
 
 def test_inference_holds_no_gradients():
-    arch = load_architecture(_tiny(), input_size=INPUT)
-    training, inference = (replay_peaks(record_timeline(arch.builder, stage), [64]) for stage in ("training", "inference"))
+    training, inference = (replay_peaks(record_timeline(_tiny, INPUT, 10, stage), [64])
+                           for stage in ("training", "inference"))
     assert inference[0][0] < training[0][0]
 
 
 def test_recording_leaves_the_callers_module_alone():
     module = _tiny()
     weight = module[0].weight.detach().clone()
-    arch = load_architecture(module, input_size=INPUT)
-    record_timeline(arch.builder, "training")
+    _with_lifetimes(module, input_size=INPUT)
     assert module[0].weight.device.type == "cpu" and torch.equal(module[0].weight, weight)
     assert module[0].weight.grad is None
 
 
-def test_a_timeline_is_recorded_once_per_architecture_and_stage(monkeypatch):
+def test_lifetimes_are_recorded_with_the_architecture_and_replayed_from_it(monkeypatch):
     recorded = []
-
-    def counting(builder, stage, template=None):
-        recorded.append(stage)
-        return record_timeline(builder, stage, template)
-
-    monkeypatch.setattr(lifetimes, "record_timeline", counting)
-    arch = load_architecture(_tiny(), input_size=INPUT)
+    original = lifetimes.record_timeline
+    monkeypatch.setattr(lifetimes, "record_timeline", lambda *args: recorded.append(args[3]) or original(*args))
+    assert not load_architecture(_tiny(), input_size=INPUT).lifetimes and recorded == []  # only when needed
+    arch = _with_lifetimes(_tiny(), input_size=INPUT)
+    assert recorded == ["training"] and list(arch.lifetimes) == ["training"]
     first = replay_features(arch, [2, 8], "training")
-    assert recorded == ["training"] and list(lifetimes._TIMELINES[arch.builder]) == ["training"]
-    # the second call replays what the first recorded, at other batch sizes too
+    # replaying records nothing: the lifetimes are the architecture's data, at any batch size
     assert replay_features(arch, [2, 8], "training").equals(first)
     replay_features(arch, [4], "training")
     assert recorded == ["training"]
-    replay_features(arch, [4], "inference")
-    assert recorded == ["training", "inference"]
-    # another architecture of the same network is recorded for itself
-    replay_features(load_architecture(_tiny(), input_size=INPUT), [2], "training")
-    assert recorded == ["training", "inference", "training"]
+    with pytest.raises(NetworkError, match="needs the tensor lifetimes of its inference iteration"):
+        replay_features(arch, [4], "inference")
 
 
-def test_a_recorded_module_is_not_kept_once_its_architecture_is_gone():
+def test_an_architecture_with_lifetimes_is_plain_data():
+    """No field is a callable and nothing holds the network: the architecture pickles, and a
+    copy replays the same; the module it was recorded from is freed."""
     module = _tiny()
-    arch = load_architecture(module, input_size=INPUT)
-    replay_features(arch, [2, 8], "training")
-    assert "training" in lifetimes._TIMELINES[arch.builder]  # cached, yet not holding the module
+    arch = _with_lifetimes(module, input_size=INPUT)
     alive = weakref.ref(module)
-    del module, arch
+    del module
     gc.collect()
     assert alive() is None
+    assert not any(callable(getattr(arch, f.name)) for f in dataclasses.fields(arch))
+    copy = pickle.loads(pickle.dumps(arch))
+    assert copy == arch and copy.lifetimes["training"].same_events(arch.lifetimes["training"])
+    assert replay_features(copy, [2, 8], "training").equals(replay_features(arch, [2, 8], "training"))
 
 
 # the feature set ---------------------------------------------------------------------------
@@ -183,7 +186,7 @@ def test_the_peaks_are_running_maxima_over_the_grid_interpolated_between():
 
 def test_the_peaks_never_fall_as_the_batch_size_grows():
     """vgg11's replayed peaks fall at some batch sizes (up to 700 MiB at 224x224); the features do not."""
-    timeline = record_timeline(load_architecture("vgg11").builder, "training")
+    timeline = _with_lifetimes("vgg11").lifetimes["training"]
     sizes = list(range(1, 65))
     runs = [replay(timeline, bs) for bs in sizes]
     raw = np.array([run.peak_reserved for run in runs])
@@ -199,7 +202,7 @@ def test_the_peaks_never_fall_as_the_batch_size_grows():
 
 def test_replay_features_extend_the_network_features_and_grow_with_the_batch_size():
     assert FEATURE_SETS["replay"] is replay_features
-    arch = load_architecture("resnet18", input_size=(3, 32, 32), num_classes=10)
+    arch = _with_lifetimes("resnet18", input_size=(3, 32, 32), num_classes=10)
     table = replay_features(arch, [4, 16, 64], "training")
     base = network_features(arch, [4, 16, 64], "training")
     assert table.columns.tolist() == [*base.columns, "replay_allocated_bytes", "replay_cached_bytes"]
@@ -210,16 +213,21 @@ def test_replay_features_extend_the_network_features_and_grow_with_the_batch_siz
 def test_a_name_and_a_module_of_one_network_replay_the_same():
     from torchvision.models import squeezenet1_0
 
-    by_name = load_architecture("squeezenet1_0", input_size=(3, 32, 32), num_classes=10)
-    by_module = load_architecture(squeezenet1_0(num_classes=10), input_size=(3, 32, 32))
+    by_name = _with_lifetimes("squeezenet1_0", input_size=(3, 32, 32), num_classes=10)
+    by_module = _with_lifetimes(squeezenet1_0(num_classes=10), input_size=(3, 32, 32))
     tables = [replay_features(arch, [8], "training") for arch in (by_name, by_module)]
     assert tables[0]["replay_allocated_bytes"].iloc[0] == tables[1]["replay_allocated_bytes"].iloc[0]
     assert tables[0]["replay_cached_bytes"].iloc[0] == tables[1]["replay_cached_bytes"].iloc[0]
 
 
-def test_a_layer_table_cannot_be_replayed():
-    arch = trace_architecture(_tiny(), INPUT)  # a description with no way to rebuild the network
-    with pytest.raises(NetworkError, match="came from no buildable network"):
+@pytest.mark.parametrize("needs", [Detail.LAYER_TABLE, Detail.LAYERS])
+def test_a_description_without_lifetimes_cannot_be_replayed(tmp_path, needs):
+    create_network_dataset(NetworkDatasetSettings(
+        networks=["squeezenet"], pruning_perc=[50], input_size=[3, 32, 32], num_classes=10, model_path=tmp_path,
+    ))
+    arch = load_architecture(tmp_path / "squeezenet_50.json", needs=needs)
+    assert arch.holds(needs) and not arch.holds(Detail.LIFETIMES) and arch.complete == (needs is Detail.LAYERS)
+    with pytest.raises(NetworkError, match="squeezenet_50.* needs the tensor lifetimes of its training iteration"):
         replay_features(arch, [4], "training")
 
 
@@ -228,12 +236,17 @@ def test_a_layer_table_cannot_be_replayed():
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
 
 
+def _recorded(spec_path: Path, stage: str) -> Timeline:
+    """A fresh recording of a spec's own network, rebuilt."""
+    spec = read_spec(spec_path)
+    build = functools.partial(build_from_spec, spec, device="meta")
+    return record_timeline(build, tuple(spec["input_size"]), int(spec["num_classes"]), stage)
+
+
 def _scaled_and_recorded(spec_path: Path, stage: str) -> tuple[Timeline, Timeline]:
     """The timeline the replay uses for a spec (its base's, scaled) and a fresh recording of
     the spec's own network, rebuilt."""
-    arch = load_architecture(spec_path)
-    scaled = replay_timeline(arch, stage)
-    return scaled, record_timeline(arch.builder, stage)
+    return replay_timeline(_with_lifetimes(spec_path, stage), stage), _recorded(spec_path, stage)
 
 
 def test_a_pruned_variant_is_its_bases_recording_scaled(tmp_path, monkeypatch):
@@ -245,17 +258,17 @@ def test_a_pruned_variant_is_its_bases_recording_scaled(tmp_path, monkeypatch):
     recorded = []
     original = lifetimes.record_timeline
 
-    def counting(builder, stage, template=None):
-        recorded.append(template.name if template is not None else None)
-        return original(builder, stage, template)
+    def counting(build, input_size, num_classes, stage, arch=None):
+        recorded.append(arch.name if arch is not None else None)
+        return original(build, input_size, num_classes, stage, arch)
 
     monkeypatch.setattr(lifetimes, "record_timeline", counting)
     specs = sorted(tmp_path.glob("*.json"))
-    timelines = [replay_timeline(load_architecture(path), "training") for path in specs]
+    timelines = [replay_timeline(_with_lifetimes(path), "training") for path in specs]
     assert sorted(recorded) == sorted(["resnet18", str(EXAMPLES / "model_files" / "mobilenet_like.py")])  # bases only
     monkeypatch.setattr(lifetimes, "record_timeline", original)
     for path, scaled in zip(specs, timelines):
-        assert scaled.same_events(record_timeline(load_architecture(path).builder, "training")), path.name
+        assert scaled.same_events(_recorded(path, "training")), path.name
     # the levels differ, so the scaling did something
     assert len({int(t.per_sample_bytes.sum()) for t in timelines}) == len(specs)
 
@@ -268,13 +281,13 @@ def test_a_name_and_its_specs_share_one_recording(tmp_path, monkeypatch):
     recorded = []
     original = lifetimes.record_timeline
     monkeypatch.setattr(lifetimes, "record_timeline", lambda *args: recorded.append(args) or original(*args))
-    replay_timeline(load_architecture("squeezenet", input_size=(3, 32, 32), num_classes=10), "training")
-    replay_timeline(load_architecture(tmp_path / "squeezenet_50.json"), "training")
+    replay_timeline(_with_lifetimes("squeezenet", input_size=(3, 32, 32), num_classes=10), "training")
+    replay_timeline(_with_lifetimes(tmp_path / "squeezenet_50.json"), "training")
     assert len(recorded) == 1
 
 
 def test_a_timeline_that_cannot_be_scaled_is_not_scaled():
-    arch = load_architecture("resnet18", input_size=(3, 32, 32), num_classes=10)
+    arch = _with_lifetimes("resnet18", input_size=(3, 32, 32), num_classes=10)
     timeline = replay_timeline(arch, "training")
     other = load_architecture("squeezenet", input_size=(3, 32, 32), num_classes=10)
     assert lifetimes.resized(timeline, arch, other) is None  # not a propagation of resnet18

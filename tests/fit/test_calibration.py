@@ -6,6 +6,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
+from perf4sight.architecture import Detail
 from perf4sight.fit import (
     ArchitectureCatalog,
     FamilyCalibration,
@@ -26,14 +27,14 @@ OTHERS = (10, 20, 25, 35, 45, 65, 75, 85)
 
 @pytest.fixture(scope="module")
 def catalog(tx2_dir):
-    return ArchitectureCatalog(tx2_dir / "models", complete=True)
+    return ArchitectureCatalog(tx2_dir / "models")
 
 
 def test_every_level_and_description_of_a_network_shares_its_family(catalog, tx2_dir):
     keys = {family_key(catalog.get(f"resnet18_{level}")) for level in (*PROFILED, *OTHERS)}
     assert len(keys) == 1
     (key,) = keys
-    spec_table = ArchitectureCatalog(tx2_dir / "models", complete=False).get("resnet18_45")
+    spec_table = ArchitectureCatalog(tx2_dir / "models").get("resnet18_45", needs=Detail.LAYER_TABLE)
     assert family_key(spec_table) == key  # the spec's Conv2d/Linear table, not a traced module
     assert family_key(load_architecture("resnet18", input_size=(3, 224, 224), num_classes=1000)) == key
     assert family_key(load_architecture("resnet18", input_size=(3, 128, 128), num_classes=1000)) != key

@@ -13,7 +13,7 @@ import pytest
 from perf4sight.config import FingerprintSettings
 from perf4sight.fit import (
     CANDIDATE_METHODS,
-    ArchitectureCatalogs,
+    ArchitectureCatalog,
     build_dataset,
     choose_method,
     fingerprint_device,
@@ -33,16 +33,16 @@ LEVELS = [0, 30, 60, 90]
 @pytest.fixture(scope="module")
 def memory_datasets():
     logs = read_logs(TRAIN, [0, 90], [H200 / "memory"], ["mem_used"])  # few networks to replay
-    catalogs = ArchitectureCatalogs(H200 / "models")
+    catalog = ArchitectureCatalog(H200 / "models")
     return {method: build_dataset(logs, target="mem_used", feature_set=method_set, stage="training",
-                                  catalog=catalogs.for_feature_set(method_set))
+                                  catalog=catalog)
             for method, method_set in (("physical", "network"), ("replay", "replay"))}
 
 
 @pytest.fixture(scope="module")
 def latency_dataset():
     logs = read_logs([*TRAIN, "mnasnet"], LEVELS, [H200 / "latency"], ["latency"])
-    catalog = ArchitectureCatalogs(H200 / "models").for_feature_set("network")
+    catalog = ArchitectureCatalog(H200 / "models")
     return build_dataset(logs, target="latency", feature_set="network", stage="training", catalog=catalog)
 
 

@@ -9,6 +9,7 @@ import torchvision
 
 from perf4sight.errors import LogFormatError
 from perf4sight.features import paper_features
+from perf4sight.architecture import Detail
 from perf4sight.fit import ArchitectureCatalog, architecture_name, build_dataset, read_logs
 from perf4sight.networks import spec_from_module, write_spec
 
@@ -23,19 +24,19 @@ def test_architecture_name_is_the_file_stem(model, name):
 
 
 def test_complete_catalog_traces_what_a_spec_describes(tx2_dir):
-    specs = ArchitectureCatalog(tx2_dir / "models", complete=False)
-    traced = ArchitectureCatalog(tx2_dir / "models", complete=True)
-    partial, full = specs.get("squeezenet_50"), traced.get("squeezenet_50")
-    assert not partial.complete and full.complete
+    catalog = ArchitectureCatalog(tx2_dir / "models")
+    partial, full = catalog.get("squeezenet_50", needs=Detail.LAYER_TABLE), catalog.get("squeezenet_50")
+    assert not partial.complete and full.complete and not full.lifetimes
     assert {"relu", "max_pool2d", "cat"} <= {layer.kind for layer in full.layers}
     pd.testing.assert_frame_equal(paper_features(partial, [4, 32]), paper_features(full, [4, 32]))
-    assert traced.get("squeezenet_50") is full  # loaded once
-    assert traced.get("squeezenet_5") is None
+    assert catalog.get("squeezenet_50") is full  # loaded once
+    assert catalog.get("squeezenet_50", needs=Detail.LAYER_TABLE) is partial
+    assert catalog.get("squeezenet_5") is None
 
 
 def test_rows_get_the_features_of_their_architecture_and_batch_size(tx2_dir):
     logs = read_logs(["googlenet", "resnet18"], [20, 70], [tx2_dir / "memory"], ["mem_used"])
-    catalog = ArchitectureCatalog(tx2_dir / "models", complete=False)
+    catalog = ArchitectureCatalog(tx2_dir / "models")
     dataset = build_dataset(logs, target="mem_used", feature_set="paper", stage="training", catalog=catalog)
     passed = logs[logs["passed"]]
     assert len(dataset) == len(dataset.features) == len(passed)
@@ -43,9 +44,9 @@ def test_rows_get_the_features_of_their_architecture_and_batch_size(tx2_dir):
     assert (dataset.features["batch_size"].to_numpy() == dataset.rows["batch_size"].to_numpy()).all()
     np.testing.assert_array_equal(np.sort(dataset.target), np.sort(passed["mem_used"].to_numpy()))
     row = dataset.rows.index[(dataset.rows["model"] == "resnet18_70") & (dataset.rows["batch_size"] == 32)][0]
-    expected = paper_features(catalog.get("resnet18_70"), [32]).iloc[0]
+    expected = paper_features(catalog.get("resnet18_70", needs=Detail.LAYER_TABLE), [32]).iloc[0]
     pd.testing.assert_series_equal(dataset.features.iloc[row], expected, check_names=False)
-    assert dataset.rows.loc[row, "params"] == catalog.get("resnet18_70").params
+    assert dataset.rows.loc[row, "params"] == catalog.get("resnet18_70", needs=Detail.LAYER_TABLE).params
     subset = dataset.select(dataset.rows["net"] == "googlenet")
     assert set(subset.rows["net"]) == {"googlenet"} and len(subset) == len(subset.features)
 
@@ -66,7 +67,7 @@ def _log_as(tmp_path, dataset: str):
 
 @pytest.mark.parametrize("feature_set", ["paper", "network"])
 def test_features_follow_the_input_size_the_logs_dataset_ran(tmp_path, feature_set):
-    catalog = ArchitectureCatalog(tmp_path / "models", complete=feature_set == "network")
+    catalog = ArchitectureCatalog(tmp_path / "models")
     logs = _log_as(tmp_path, "cifar10")
     built = build_dataset(logs, target="mem_used", feature_set=feature_set, stage="training", catalog=catalog)
     # cifar10 ran the 3x64x64 spec on 3x32x32 inputs: a quarter of the activations
@@ -81,6 +82,6 @@ def test_features_follow_the_input_size_the_logs_dataset_ran(tmp_path, feature_s
 
 def test_an_unknown_dataset_in_a_log_names_the_file(tmp_path):
     logs = _log_as(tmp_path, "mnist")
-    catalog = ArchitectureCatalog(tmp_path / "models", complete=False)
+    catalog = ArchitectureCatalog(tmp_path / "models")
     with pytest.raises(LogFormatError, match=r"squeezenet_0-gt.csv: dataset='mnist' .*known: spec, imagenet"):
         build_dataset(logs, target="mem_used", feature_set="paper", stage="training", catalog=catalog)

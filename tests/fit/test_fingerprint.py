@@ -122,7 +122,7 @@ def test_missing_architectures_are_counted_once_and_none_left_is_an_error(tx2_di
     models.mkdir()
     shutil.copy(tx2_dir / "models" / "resnet18_0.json", models)
     logs = read_logs(["resnet18"], [0, 50], [tx2_dir / "latency"], ["latency"])
-    catalog = ArchitectureCatalog(models, complete=False)
+    catalog = ArchitectureCatalog(models)
     dataset = build_dataset(logs, target="latency", feature_set="paper", stage="training", catalog=catalog)
     passed = logs[logs["passed"]]
     skipped = int((passed["model"].str.endswith("resnet18_50.py")).sum())
@@ -133,12 +133,12 @@ def test_missing_architectures_are_counted_once_and_none_left_is_an_error(tx2_di
     empty.mkdir()
     with pytest.raises(DataNotFoundError, match=f"no usable latency log rows.*{empty}"):
         build_dataset(logs, target="latency", feature_set="paper", stage="training",
-                      catalog=ArchitectureCatalog(empty, complete=False))
+                      catalog=ArchitectureCatalog(empty))
 
 
 def test_rows_of_another_stage_do_not_train(tx2_dir):
     logs = read_logs(["squeezenet"], [0], [tx2_dir / "latency"], ["latency"])
-    catalog = ArchitectureCatalog(tx2_dir / "models", complete=False)
+    catalog = ArchitectureCatalog(tx2_dir / "models")
     with pytest.raises(DataNotFoundError, match="stage 'training'"):
         build_dataset(logs.assign(stage="inference"), target="latency", feature_set="paper", stage="training",
                       catalog=catalog)

@@ -34,7 +34,7 @@ TARGETS = {"mem_used": "memory", "latency": "latency"}
 @pytest.fixture(scope="module")
 def datasets(tx2_dir):
     """Three levels of each TX2 network, with whole-network features, per target column."""
-    catalog = ArchitectureCatalog(tx2_dir / "models", complete=True)
+    catalog = ArchitectureCatalog(tx2_dir / "models")
     out = {}
     for column, kind in TARGETS.items():
         logs = read_logs(NETS, (0, 50, 90), [tx2_dir / kind], [column])
@@ -93,7 +93,7 @@ def test_memory_model_is_physical_and_monotone(datasets, tx2_dir):
     # a runtime footprint (CUDA context, libraries) of some hundreds of MiB, capacity under 8 GiB
     assert 300 < model.intercept_ < 3000
     assert model.floor_mib_ < model.capacity_mib_ < 8192
-    arch = ArchitectureCatalog(tx2_dir / "models", complete=True).get("resnet18_50")
+    arch = ArchitectureCatalog(tx2_dir / "models").get("resnet18_50")
     sizes = [1, 2, 8, 32, 128, 512, 4096]
     features = FEATURE_SETS["network"](arch, sizes, "training")[data.features.columns]
     predicted = model.predict(features)
@@ -107,7 +107,7 @@ def test_capacity_only_when_the_data_reach_it(datasets, tx2_dir):
     small = data.select(data.rows["batch_size"].to_numpy() <= 32)
     model = fit_method("physical", small, "mem_used")
     assert model.capacity_mib_ == np.inf
-    arch = ArchitectureCatalog(tx2_dir / "models", complete=True).get("googlenet_0")
+    arch = ArchitectureCatalog(tx2_dir / "models").get("googlenet_0")
     features = FEATURE_SETS["network"](arch, [256], "training")[data.features.columns]
     assert model.predict(features)[0] > 1.5 * small.target.max()
     assert model.predict_fits(features).all()
@@ -116,7 +116,7 @@ def test_capacity_only_when_the_data_reach_it(datasets, tx2_dir):
 def test_latency_rises_with_batch_size(datasets, tx2_dir):
     data = datasets["latency"]
     model = fit_method("physical", data, "latency")
-    arch = ArchitectureCatalog(tx2_dir / "models", complete=True).get("squeezenet_0")
+    arch = ArchitectureCatalog(tx2_dir / "models").get("squeezenet_0")
     features = FEATURE_SETS["network"](arch, [1, 2, 4, 16, 64, 256], "training")[data.features.columns]
     assert (np.diff(model.predict(features)) > 0).all()
     with pytest.raises(ValueError, match="memory model"):

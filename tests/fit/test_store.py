@@ -29,7 +29,7 @@ from perf4sight.networks import architecture_from_spec, read_spec
 @pytest.fixture(scope="module")
 def dataset(tx2_dir):
     logs = read_logs(["squeezenet"], [0, 50, 90], [tx2_dir / "latency"], ["latency"])
-    catalog = ArchitectureCatalog(tx2_dir / "models", complete=False)
+    catalog = ArchitectureCatalog(tx2_dir / "models")
     return build_dataset(logs, target="latency", feature_set="paper", stage="training", catalog=catalog)
 
 

@@ -7,9 +7,17 @@ import torch
 import torchvision
 from torch import nn
 
-from perf4sight.architecture import trace_architecture
+from perf4sight.architecture import Detail, record_timeline, trace_architecture
 from perf4sight.errors import DataNotFoundError, ModelFileError, NetworkError
-from perf4sight.networks import build_from_spec, load_architecture, load_network, read_spec
+from perf4sight.networks import (
+    architecture_from_spec,
+    build_from_spec,
+    load_architecture,
+    load_network,
+    read_spec,
+    spec_from_module,
+    write_spec,
+)
 
 
 def test_torchvision_name_and_alias():
@@ -84,6 +92,29 @@ def test_a_model_file_is_traced_without_initialising_its_weights(tinynet_file, m
     assert not calls  # no initialiser ran
     load_network(tinynet_file, input_size=(3, 16, 16))
     assert calls  # a network to run is initialised
+
+
+def test_the_loader_gives_each_source_what_is_needed(tmp_path, tinynet_file):
+    """A spec at its own size: its layer table, or its base's trace and recording propagated;
+    at another size, and for a model file, the network built and traced, its lifetimes
+    recorded against that trace. Each holds what was asked and records only then."""
+    spec = spec_from_module(torchvision.models.squeezenet1_1(num_classes=10), name="squeezenet_0", net="squeezenet",
+                            prune_level=0, input_size=(3, 64, 64), num_classes=10, torchvision_name="squeezenet1_1")
+    path = write_spec(spec, tmp_path / "squeezenet_0.json")
+    table = load_architecture(path, needs=Detail.LAYER_TABLE)
+    assert table == architecture_from_spec(spec) and not table.complete and not table.lifetimes
+    traced = load_architecture(path)
+    assert traced.complete and not traced.lifetimes and len(traced.layers) > len(table.layers)
+    sources = ((path, {}), (path, {"input_size": (3, 32, 32)}), (tinynet_file, {"input_size": (3, 16, 16)}))
+    for source, options in sources:
+        arch = load_architecture(source, needs=Detail.LIFETIMES, stage="inference", **options)
+        assert arch == load_architecture(source, **options) and list(arch.lifetimes) == ["inference"]
+        assert arch.holds(Detail.LIFETIMES, "inference") and not arch.holds(Detail.LIFETIMES, "training")
+        module = load_network(source, **options).module
+        fresh = record_timeline(lambda: module, arch.input_size, arch.num_classes, "inference")
+        assert arch.lifetimes["inference"].same_events(fresh), (source, options)
+    # a layer table at another size is no spec's own table: the network is traced
+    assert load_architecture(path, input_size=(3, 32, 32), needs=Detail.LAYER_TABLE).complete
 
 
 def test_model_desc_dir_holds_the_users_own_networks(tinynet_file):

@@ -196,7 +196,7 @@ def test_the_memory_bound_covers_a_network_left_out(predictor: Predictor, models
     bound it gives holds googlenet, a network the models never saw, on nearly every run."""
     stored = json.loads((models_dir / "training_mem_used.json").read_text())["bound_ratio"]
     assert stored["quantile"] == 0.95 and stored["left_out"] == "network" and stored["ratio"] > 1
-    catalog = ArchitectureCatalog(tx2_dir / "models", complete=True)
+    catalog = ArchitectureCatalog(tx2_dir / "models")
     logs = read_logs(["googlenet"], LEVELS, [tx2_dir / "memory"], ["mem_used"])
     feature_set = predictor.models[MEMORY].metadata["feature_set"]
     unseen = build_dataset(logs, target="mem_used", feature_set=feature_set, stage="training", catalog=catalog)

@@ -3,15 +3,19 @@
 Features and predictors consume only this description, never an `nn.Module`, so a
 network can come from a traced module, a spec file or a layer table alike. Shapes are
 per sample (the batch dimension is dropped): features scale them by the batch size.
+It is plain data: what it holds (`Detail`) is said by its fields, not by where it came from.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import enum
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-__all__ = ["Layer", "Architecture"]
+import numpy as np
+
+__all__ = ["Architecture", "Detail", "Layer", "Scaling", "Timeline"]
 
 Shape = tuple[int, ...]
 
@@ -70,11 +74,63 @@ class Layer:
 
 
 @dataclass(frozen=True)
+class Scaling:
+    """How each event's size follows the channels of a traced architecture: the layer it
+    belongs to (-1: none, the inputs and the loss) and the quantity of that layer its fixed
+    and its per-sample bytes are a multiple of (columns of the quantity table in
+    `perf4sight.architecture.lifetimes`)."""
+
+    layer: np.ndarray
+    fixed_quantity: np.ndarray
+    per_sample_quantity: np.ndarray
+
+
+@dataclass(frozen=True)
+class Timeline:
+    """Allocations and frees in program order.
+
+    Event i allocates (`allocates[i]`) or frees storage `tensor[i]`; an allocation's size
+    in bytes is `fixed_bytes[i] + per_sample_bytes[i] * batch_size`. `scaling` (when
+    recorded against the network's traced architecture) says how the sizes follow its
+    channels, for its pruned variants (`perf4sight.architecture.lifetimes.resized`).
+    """
+
+    tensor: np.ndarray
+    allocates: np.ndarray
+    fixed_bytes: np.ndarray
+    per_sample_bytes: np.ndarray
+    scaling: Scaling | None = field(default=None, compare=False)
+    # The allocator's peaks (allocated, reserved) replayed at a batch size, kept for the
+    # next query of this timeline (`perf4sight.features.caching_allocator.replay_peaks`).
+    peaks: dict[int, tuple[int, int]] = field(default_factory=dict, compare=False, repr=False)
+
+    def sizes(self, batch_size: int) -> np.ndarray:
+        """Each event's size in bytes at `batch_size` (0 for a free)."""
+        return self.fixed_bytes + self.per_sample_bytes * batch_size
+
+    def same_events(self, other: Timeline) -> bool:
+        """Whether `other` holds the same events with the same sizes."""
+        return all(np.array_equal(getattr(self, f), getattr(other, f))
+                   for f in ("tensor", "allocates", "fixed_bytes", "per_sample_bytes"))
+
+
+class Detail(enum.IntEnum):
+    """How much of a network an Architecture describes, each level all of the one before:
+    what a feature set declares it needs (`perf4sight.features.FeatureFunction.needs`)."""
+
+    LAYER_TABLE = 0  # the Conv2d and Linear layers (an architecture spec's `layers`)
+    LAYERS = 1  # every layer and functional op, traced
+    LIFETIMES = 2  # every layer, and the tensor lifetimes of an iteration (per stage)
+
+
+@dataclass(frozen=True)
 class Architecture:
     """A network: its layers in forward order plus what does not belong to one layer.
 
     `complete` is False when the layers list only Conv2d and Linear layers (as in an
-    architecture spec's `layers`); whole-network features then need a rebuilt module.
+    architecture spec's `layers`). `lifetimes` holds, per stage, the tensor lifetimes of an
+    iteration (for the allocator replay) when they were recorded with the trace or scaled
+    from the traced base this network was propagated from (`with_layer_shapes`).
     """
 
     name: str
@@ -86,13 +142,13 @@ class Architecture:
     buffer_bytes: int = 0
     dtype_bytes: int = 4
     complete: bool = True
-    # Builds the network again (a `LoadedNetwork` on the meta device) for what only a run
-    # shows, its tensor lifetimes; None for a description of no buildable network (a layer
-    # table, or one propagated to other channel counts).
-    builder: Callable[[], Any] | None = field(default=None, compare=False, repr=False)
-    # The traced network this one was propagated from (`with_layer_shapes`), whose recorded
-    # tensor lifetimes give this one's by scaling; None for a traced network.
-    template: Architecture | None = field(default=None, compare=False, repr=False)
+    lifetimes: Mapping[str, Timeline] = field(default_factory=dict, compare=False, repr=False)
+
+    def holds(self, detail: Detail, stage: str = "training") -> bool:
+        """Whether this description holds `detail` (for `stage`, the lifetimes)."""
+        if detail is Detail.LIFETIMES:
+            return self.complete and stage in self.lifetimes
+        return self.complete or detail is Detail.LAYER_TABLE
 
     def of_kind(self, *kinds: str) -> list[Layer]:
         """The layers whose kind is one of `kinds`, in forward order."""

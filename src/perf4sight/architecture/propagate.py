@@ -3,8 +3,9 @@
 A pruned network has the layers, spatial sizes and dataflow of its base; only channel
 counts differ. Given the base's trace and the new shapes of its Conv2d and Linear layers
 (an architecture spec records exactly these), every other layer's shapes, parameters and
-saved tensors follow by walking the dataflow once. This is what makes a prediction for a
-pruned variant cost a millisecond rather than a model build and a trace.
+saved tensors follow by walking the dataflow once, and the base's recorded tensor lifetimes
+are scaled to the new channels. This is what makes a prediction for a pruned variant cost a
+millisecond rather than a model build, a trace and a recording.
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ import math
 from collections.abc import Mapping
 
 from perf4sight.architecture.ir import Architecture, Layer, Shape
+from perf4sight.architecture.lifetimes import resized
 from perf4sight.errors import NetworkError
 
 __all__ = ["LayerShape", "with_layer_shapes"]
@@ -56,7 +58,9 @@ def _output_for(layer: Layer, inputs: list[Shape]) -> Shape:
 def with_layer_shapes(
     template: Architecture, shapes: Mapping[str, LayerShape], *, name: str | None = None
 ) -> Architecture:
-    """`template` with the given Conv2d/Linear shapes, every other layer following.
+    """`template` with the given Conv2d/Linear shapes, every other layer following, and
+    the tensor lifetimes `template` holds scaled to them (a stage whose lifetimes cannot
+    be scaled, `resized`, is left out: the variant must be recorded for it).
 
     Raises NetworkError naming the layer when the shapes do not fit the template (a spec
     whose channels cannot be applied to its base) or a layer's channels cannot be derived,
@@ -100,15 +104,18 @@ def with_layer_shapes(
     # BatchNorm's running mean and variance are the buffers that follow the channels.
     stats_bytes = 2 * template.dtype_bytes
     buffers = template.buffer_bytes + stats_bytes * (bn_new - bn_old)
-    return dataclasses.replace(
+    variant = dataclasses.replace(
         template,
         name=name or template.name,
         layers=tuple(layers),
         params=params,
         trainable_params=params - (template.params - template.trainable_params),
         buffer_bytes=buffers,
-        builder=None,
-        template=template.template or template,
+        lifetimes={},
+    )
+    scaled = {stage: resized(timeline, template, variant) for stage, timeline in template.lifetimes.items()}
+    return dataclasses.replace(
+        variant, lifetimes={stage: timeline for stage, timeline in scaled.items() if timeline is not None}
     )
 
 

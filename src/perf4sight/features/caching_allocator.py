@@ -25,7 +25,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from perf4sight.features.lifetimes import Timeline
+from perf4sight.architecture import Timeline
 
 __all__ = ["AllocatorPeaks", "replay", "replay_peaks"]
 

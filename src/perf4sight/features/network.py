@@ -22,10 +22,10 @@ from collections.abc import Sequence
 import numpy as np
 import pandas as pd
 
-from perf4sight.architecture import Architecture, Layer
+from perf4sight.architecture import Architecture, Detail, Layer
 from perf4sight.console import warn
 from perf4sight.errors import NetworkError
-from perf4sight.features.inputs import checked_batch_sizes
+from perf4sight.features.inputs import checked_batch_sizes, needs
 
 __all__ = ["KIND_GROUPS", "LAYER_GROUPS", "network_features", "layer_group", "networks_per_group"]
 
@@ -109,6 +109,7 @@ def _im2col_bytes(layer: Layer, dtype_bytes: int) -> int:
     return (layer.in_shape[0] // layer.groups) * math.prod(layer.kernel) * math.prod(layer.output[1:]) * dtype_bytes
 
 
+@needs(Detail.LAYERS)
 def network_features(arch: Architecture, batch_sizes: Sequence[int], stage: str = "training") -> pd.DataFrame:
     """One row per batch size of whole-network features of `arch` for `stage`.
 

@@ -21,9 +21,9 @@ from collections.abc import Sequence
 import numpy as np
 import pandas as pd
 
-from perf4sight.architecture import Architecture
+from perf4sight.architecture import Architecture, Detail
 from perf4sight.errors import NetworkError
-from perf4sight.features.inputs import checked_batch_sizes
+from perf4sight.features.inputs import checked_batch_sizes, needs
 
 __all__ = ["paper_features"]
 
@@ -180,6 +180,7 @@ def _inference(c: _Convs, bs: np.ndarray) -> dict[str, np.ndarray]:
 _STAGE_FEATURES = {"training": _training, "inference": _inference}
 
 
+@needs(Detail.LAYER_TABLE)
 def paper_features(arch: Architecture, batch_sizes: Sequence[int], stage: str = "training") -> pd.DataFrame:
     """One row per batch size: `batch_size` and the paper's features summed over the Conv2d layers.
 

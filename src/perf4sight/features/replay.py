@@ -3,9 +3,9 @@
 `network_features` bounds what the allocator holds from above and below; the replay
 (`perf4sight.features.caching_allocator` over `perf4sight.features.lifetimes`) follows
 the iteration's tensors through the allocator's rules, so it sees what those bounds
-cannot: how much the order of sizes leaves cached but unused. It needs a network that
-can be built again (`Architecture.builder`): a spec, a model file, a torchvision name or
-a module, not a bare layer table.
+cannot: how much the order of sizes leaves cached but unused. It needs an architecture
+that holds the iteration's tensor lifetimes (`Detail.LIFETIMES`: loaded with them from a
+spec, a model file, a torchvision name or a module), not a bare layer table.
 """
 
 from __future__ import annotations
@@ -14,15 +14,16 @@ from collections.abc import Sequence
 
 import pandas as pd
 
-from perf4sight.architecture import Architecture
+from perf4sight.architecture import Architecture, Detail, Timeline
 from perf4sight.errors import NetworkError
 from perf4sight.features.caching_allocator import replay_peaks
-from perf4sight.features.lifetimes import Timeline, timeline_of
+from perf4sight.features.inputs import needs
 from perf4sight.features.network import network_features
 
 __all__ = ["replay_features", "replay_timeline"]
 
 
+@needs(Detail.LIFETIMES)
 def replay_features(arch: Architecture, batch_sizes: Sequence[int], stage: str = "training") -> pd.DataFrame:
     """`network_features` with `replay_allocated_bytes` (the peak of live tensors) and
     `replay_cached_bytes` (what the allocator holds beyond them at its peak), both
@@ -34,10 +35,12 @@ def replay_features(arch: Architecture, batch_sizes: Sequence[int], stage: str =
 
 
 def replay_timeline(arch: Architecture, stage: str) -> Timeline:
-    """The tensor lifetimes of `arch` (`timeline_of`)."""
-    if arch.builder is None:
+    """The tensor lifetimes of `arch`'s `stage` iteration, which it must hold."""
+    timeline = arch.lifetimes.get(stage)
+    if timeline is None:
         raise NetworkError(
-            f"network '{arch.name}': the allocator replay runs the network, and this description "
-            "came from no buildable network (load it from a spec, model file, torchvision name or module)"
+            f"network '{arch.name}': the allocator replay needs the tensor lifetimes of its {stage} iteration, "
+            "which this description does not hold (load it with them: "
+            f"load_architecture(..., needs=Detail.LIFETIMES, stage='{stage}'))"
         )
-    return timeline_of(arch.builder, stage, arch)
+    return timeline

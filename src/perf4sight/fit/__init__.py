@@ -3,7 +3,7 @@
 from perf4sight.fit.bound import BOUND_QUANTILE, bound_factor, held_out_ratio
 from perf4sight.fit.calibration import FamilyCalibration, family_key, predict_calibrated
 from perf4sight.fit.choice import MethodChoice, choose_method
-from perf4sight.fit.dataset import ArchitectureCatalog, ArchitectureCatalogs, Dataset, architecture_name, build_dataset
+from perf4sight.fit.dataset import ArchitectureCatalog, Dataset, architecture_name, build_dataset
 from perf4sight.fit.fingerprint import TARGETS, Target, fingerprint_device
 from perf4sight.fit.logs import find_logs, read_gt_log, read_logs
 from perf4sight.fit.methods import (
@@ -22,7 +22,6 @@ from perf4sight.fit.store import FittedModel, load_model, model_path, save_model
 
 __all__ = [
     "ArchitectureCatalog",
-    "ArchitectureCatalogs",
     "CANDIDATE_METHODS",
     "Dataset",
     "DEFAULT_METHOD",

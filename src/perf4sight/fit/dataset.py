@@ -16,14 +16,14 @@ import numpy as np
 import pandas as pd
 
 from perf4sight import console
-from perf4sight.architecture import Architecture
+from perf4sight.architecture import Architecture, Detail
 from perf4sight.device.test_config import DATASETS, dataset_load_options
 from perf4sight.errors import DataNotFoundError, LogFormatError
-from perf4sight.features import FEATURE_SETS, needs_complete_architecture
+from perf4sight.features import FEATURE_SETS
 from perf4sight.fit.calibration import family_key
-from perf4sight.networks import architecture_from_spec, load_architecture, read_spec
+from perf4sight.networks import load_architecture
 
-__all__ = ["ArchitectureCatalog", "ArchitectureCatalogs", "Dataset", "architecture_name", "build_dataset"]
+__all__ = ["ArchitectureCatalog", "Dataset", "architecture_name", "build_dataset"]
 
 
 def architecture_name(model: str) -> str:
@@ -35,54 +35,28 @@ def architecture_name(model: str) -> str:
 
 
 class ArchitectureCatalog:
-    """Architectures of a pruned-models folder by name, each loaded once.
-
-    `complete=False` reads specs without building anything (enough for the paper's
-    features); `complete=True` gives the full traced description.
-    """
-
-    def __init__(self, storedir: str | Path, *, complete: bool) -> None:
-        self.storedir = Path(storedir)
-        self.complete = complete
-        self._cache: dict[tuple[str, str], Architecture | None] = {}
-
-    def get(self, name: str, dataset: str = "spec") -> Architecture | None:
-        """The architecture called `name` as `dataset` (a `DATASETS` key) runs it, or None
-        when the folder has no file for it."""
-        key = (name, dataset)
-        if key not in self._cache:
-            self._cache[key] = self._load(name, dataset)
-        return self._cache[key]
-
-    def _load(self, name: str, dataset: str) -> Architecture | None:
-        spec_path = self.storedir / f"{name}.json"
-        model_path = self.storedir / f"{name}.py"
-        size = dataset_load_options(dataset)
-        if spec_path.is_file():
-            if not self.complete:
-                spec = read_spec(spec_path)
-                if size in ({}, {"input_size": tuple(spec["input_size"]), "num_classes": int(spec["num_classes"])}):
-                    return architecture_from_spec(spec)
-            # at the spec's own size and classes, load_architecture rebuilds nothing
-            return load_architecture(spec_path, **size)
-        if model_path.is_file():
-            return load_architecture(model_path, **size)
-        return None
-
-
-class ArchitectureCatalogs:
-    """The catalog each feature set needs (spec tables or complete descriptions) of one
-    folder, so that feature sets needing the same kind share its loaded architectures."""
+    """Architectures of a pruned-models folder by name, each loaded once for each detail a
+    feature set needs (`FeatureFunction.needs`): a spec's layer table for the paper's
+    features reads the file and builds nothing, which the traced description would."""
 
     def __init__(self, storedir: str | Path) -> None:
         self.storedir = Path(storedir)
-        self._by_complete: dict[bool, ArchitectureCatalog] = {}
+        self._cache: dict[tuple[str, str, Detail, str], Architecture | None] = {}
 
-    def for_feature_set(self, feature_set: str) -> ArchitectureCatalog:
-        complete = needs_complete_architecture(feature_set)
-        if complete not in self._by_complete:
-            self._by_complete[complete] = ArchitectureCatalog(self.storedir, complete=complete)
-        return self._by_complete[complete]
+    def get(self, name: str, dataset: str = "spec", *, needs: Detail = Detail.LAYERS,
+            stage: str = "training") -> Architecture | None:
+        """The architecture called `name` as `dataset` (a `DATASETS` key) runs it, holding
+        `needs` (for `stage`), or None when the folder has no file for it."""
+        key = (name, dataset, needs, stage if needs is Detail.LIFETIMES else "")
+        if key not in self._cache:
+            self._cache[key] = self._load(name, dataset, needs, stage)
+        return self._cache[key]
+
+    def _load(self, name: str, dataset: str, needs: Detail, stage: str) -> Architecture | None:
+        for path in (self.storedir / f"{name}.json", self.storedir / f"{name}.py"):
+            if path.is_file():
+                return load_architecture(path, needs=needs, stage=stage, **dataset_load_options(dataset))
+        return None
 
 
 @dataclass(frozen=True)
@@ -141,11 +115,12 @@ def build_dataset(
         logs = logs[logs["stage"].astype(str).str.strip() == stage]
     logs = logs.assign(arch_name=logs["model"].map(architecture_name), dataset=_datasets(logs))
     features_of = FEATURE_SETS[feature_set]
+    needs = features_of.needs
     blocks, kept, missing = [], [], []
     groups = list(logs.groupby(["arch_name", "dataset"], sort=False))
     with console.progress(f"{target} rows, '{feature_set}' features", len(groups)) as bar:
         for (name, dataset), group in groups:
-            arch = catalog.get(name, dataset)
+            arch = catalog.get(name, dataset, needs=needs, stage=stage)
             if arch is None:
                 missing.append((name, len(group)))
             else:

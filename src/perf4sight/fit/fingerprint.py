@@ -28,7 +28,7 @@ from perf4sight.errors import ConfigError, FittedModelError, LogFormatError
 from perf4sight.fit.bound import bound_factor, held_out_ratio
 from perf4sight.fit.calibration import FamilyCalibration
 from perf4sight.fit.choice import choose_method
-from perf4sight.fit.dataset import ArchitectureCatalogs, Dataset, build_dataset
+from perf4sight.fit.dataset import ArchitectureCatalog, Dataset, build_dataset
 from perf4sight.fit.logs import find_logs, read_logs
 from perf4sight.fit.methods import (
     DEFAULT_METHOD,
@@ -64,14 +64,14 @@ def _log_dirs(settings: FingerprintSettings, kind: str, *, evaluation: bool) -> 
     return dirs
 
 
-def _dataset(settings: FingerprintSettings, target: Target, feature_set: str, catalogs: ArchitectureCatalogs,
+def _dataset(settings: FingerprintSettings, target: Target, feature_set: str, catalog: ArchitectureCatalog,
              nets: Sequence[str], levels: Sequence[int], *, evaluation: bool) -> Dataset:
     logs = read_logs(nets, levels, _log_dirs(settings, target.kind, evaluation=evaluation), [target.column])
     return build_dataset(logs, target=target.column, feature_set=feature_set, stage=settings.stage,
-                         catalog=catalogs.for_feature_set(feature_set))
+                         catalog=catalog)
 
 
-def _train(settings: FingerprintSettings, target: Target, method: str, catalogs: ArchitectureCatalogs) -> None:
+def _train(settings: FingerprintSettings, target: Target, method: str, catalog: ArchitectureCatalog) -> None:
     path = model_path(settings.model_storedir, settings.stage, target.column)
     if path.is_file() and not settings.overwrite:
         try:
@@ -84,7 +84,7 @@ def _train(settings: FingerprintSettings, target: Target, method: str, catalogs:
     candidates = candidate_methods(target.kind) if method == DEFAULT_METHOD else (method,)
     datasets = {}
     for candidate in candidates:
-        datasets[candidate] = _dataset(settings, target, METHODS[candidate].feature_set, catalogs,
+        datasets[candidate] = _dataset(settings, target, METHODS[candidate].feature_set, catalog,
                                        settings.train_nets, settings.train_logs, evaluation=False)
         _check_positive(datasets[candidate], target)
     choice = choose_method(datasets, target.column) if method == DEFAULT_METHOD else None
@@ -118,8 +118,8 @@ def _check_positive(dataset: Dataset, target: Target) -> None:
 
 
 def _evaluate(settings: FingerprintSettings, target: Target, model: FittedModel,
-              catalogs: ArchitectureCatalogs) -> pd.DataFrame:
-    dataset = _dataset(settings, target, model.metadata["feature_set"], catalogs,
+              catalog: ArchitectureCatalog) -> pd.DataFrame:
+    dataset = _dataset(settings, target, model.metadata["feature_set"], catalog,
                        settings.eval_nets or settings.train_nets, settings.eval_logs, evaluation=True)
     rows = predict_rows(model.estimator, Dataset(dataset.features[model.feature_names], dataset.target, dataset.rows))
     predicted, calibrated = model.calibration.apply(rows, rows["predicted"].to_numpy())
@@ -160,7 +160,7 @@ def fingerprint_device(settings: FingerprintSettings) -> dict[str, Any]:
     set, written there as JSON with the per-row predictions (CSV) and a plot (PNG) beside it.
     """
     method = check_settings(settings)
-    catalogs = ArchitectureCatalogs(settings.pruned_models_storedir)
+    catalog = ArchitectureCatalog(settings.pruned_models_storedir)
     enabled = [t for t in TARGETS if getattr(settings, f"{t.kind}_model")]
     if not settings.pruned_models_storedir.is_dir():  # made by a config's pruning: checked now, not before
         raise ConfigError(f"[fingerprint] pruned_models_storedir: folder not found: {settings.pruned_models_storedir}")
@@ -171,7 +171,7 @@ def fingerprint_device(settings: FingerprintSettings) -> dict[str, Any]:
         if target not in enabled:
             console.info(f"not creating the {target.kind} model ({target.kind}_model = False)")
         elif not settings.evaluate:
-            _train(settings, target, method, catalogs)
+            _train(settings, target, method, catalog)
     if not settings.eval_logs:
         console.info("no eval_logs given: nothing to evaluate")
         return {}
@@ -184,7 +184,7 @@ def fingerprint_device(settings: FingerprintSettings) -> dict[str, Any]:
         if stored != method:
             console.warn(f"the stored {target.kind} model is method '{stored}', the config asks "
                          f"for '{method}'; set overwrite = True to refit")
-        predictions[target.kind] = _evaluate(settings, target, model, catalogs)
+        predictions[target.kind] = _evaluate(settings, target, model, catalog)
         report[target.kind] = {**summarise(target.column, predictions[target.kind]),
                                "method": model.metadata["method"], "method_choice": choice}
     if report:

@@ -17,7 +17,7 @@ from typing import Any
 
 from torch import nn
 
-from perf4sight.architecture import Architecture, output_shape, trace_architecture
+from perf4sight.architecture import Architecture, Detail, output_shape, trace_architecture, with_lifetimes
 from perf4sight.config import input_size_problem, num_classes_problem
 from perf4sight.errors import NetworkError
 from perf4sight.networks.model_file import build_from_file, is_model_file, split_model_source
@@ -30,7 +30,13 @@ from perf4sight.networks.registry import (
     known_networks,
     resolve_network,
 )
-from perf4sight.networks.spec import build_from_spec, read_spec, spec_architecture, torchvision_architecture
+from perf4sight.networks.spec import (
+    architecture_from_spec,
+    build_from_spec,
+    read_spec,
+    spec_architecture,
+    torchvision_architecture,
+)
 
 __all__ = ["LoadedNetwork", "check_input_size", "check_num_classes", "load_network", "load_architecture"]
 
@@ -66,54 +72,56 @@ def load_architecture(
     input_size: Sequence[int] | None = None,
     num_classes: int | None = None,
     model_desc_dir: str | Path | None = None,
+    needs: Detail = Detail.LAYERS,
+    stage: str = "training",
 ) -> Architecture:
-    """The traced architecture of a network; torchvision networks and model files are
-    built without initialising their weights, specs on the meta device.
+    """The architecture of a network, holding at least what `needs` says (with
+    `Detail.LIFETIMES`, the tensor lifetimes of `stage`); torchvision networks and model
+    files are built without initialising their weights, specs on the meta device.
 
-    A torchvision network is traced once per process (for each input size and class
-    count). A spec at its own input size is not rebuilt at all: its base network is traced
-    once per process and re-propagated to the spec's channel counts, in a millisecond.
+    A spec at its own input size and class count is not rebuilt at all: its layer table
+    suffices for `Detail.LAYER_TABLE`; else its base network is traced (and its lifetimes
+    recorded) once per process and re-propagated to the spec's channel counts, in a
+    millisecond. A torchvision network is traced once per process too (for each input
+    size and class count), sharing its recording with the specs cut from it.
     """
     check_num_classes(num_classes)
-    if not isinstance(source, nn.Module) and str(source).endswith(".json"):
-        spec = read_spec(source)
-        builder = functools.partial(_from_spec, spec, input_size, num_classes, "meta")
-        same_size = input_size is None or tuple(input_size) == tuple(spec["input_size"])
-        if same_size and (num_classes is None or num_classes == int(spec["num_classes"])):
-            return dataclasses.replace(spec_architecture(spec), builder=builder)
-        loaded = builder()
-    elif not isinstance(source, nn.Module) and is_torchvision_network(str(source)):
+    stages = (stage,) if needs is Detail.LIFETIMES else ()
+    spec = read_spec(source) if not isinstance(source, nn.Module) and str(source).endswith(".json") else None
+    if spec is not None and _at_own_size(spec, input_size, num_classes):
+        if needs is Detail.LAYER_TABLE:
+            return architecture_from_spec(spec)
+        arch = spec_architecture(spec, lifetimes=stages)
+        build = functools.partial(build_from_spec, spec, device="meta")
+    elif spec is None and not isinstance(source, nn.Module) and is_torchvision_network(str(source)):
         name = str(source)
         network_builder, kwargs = resolve_network(name)
         size = check_input_size(input_size if input_size is not None else default_input_size(name))
         classes = num_classes if num_classes is not None else 1000
         try:
-            arch = torchvision_architecture(network_builder, kwargs, num_classes=classes, input_size=size)
+            arch = torchvision_architecture(network_builder, kwargs, num_classes=classes, input_size=size,
+                                            lifetimes=stages)
         except NetworkError as exc:  # named after the builder: say the name the user gave
             raise NetworkError(f"{name}:{str(exc).split(':', 1)[1]}") from exc
-        # its builder is the one its specs' architectures are propagated from: one recording
-        # of its tensor lifetimes serves them all
         return dataclasses.replace(arch, name=name)
     else:
         # The trace finds the classes itself: no separate forward pass for them.
-        build = functools.partial(
-            _load, source, input_size=input_size, num_classes=num_classes, model_desc_dir=model_desc_dir,
-            device="cpu", initialise=False, find_classes=False,
-        )
-        loaded = build()
-        builder = None
-    arch = trace_architecture(loaded.module, loaded.input_size, name=loaded.name, num_classes=loaded.num_classes)
-    if builder is None:
-        builder = functools.partial(_rebuilt, build, arch.num_classes, isinstance(source, nn.Module))
-    return dataclasses.replace(arch, builder=builder)
+        load = functools.partial(_from_spec, spec, input_size, num_classes, "meta") if spec is not None else \
+            functools.partial(_load, source, input_size=input_size, num_classes=num_classes,
+                              model_desc_dir=model_desc_dir, device="cpu", initialise=False, find_classes=False)
+        loaded = load()
+        arch = trace_architecture(loaded.module, loaded.input_size, name=loaded.name, num_classes=loaded.num_classes)
+        # a module given as the source is copied, so that it keeps its weights when the
+        # copy moves to the meta device
+        build = (functools.partial(copy.deepcopy, source) if isinstance(source, nn.Module)
+                 else lambda: load().module)
+    return with_lifetimes(arch, build, stages)
 
 
-def _rebuilt(build: Any, num_classes: int, copied: bool) -> LoadedNetwork:
-    """A network built again, with the classes its trace found; a module given as the source
-    is `copied`, so that it keeps its weights when the copy moves to the meta device."""
-    loaded = build()
-    module = copy.deepcopy(loaded.module) if copied else loaded.module
-    return dataclasses.replace(loaded, module=module, num_classes=num_classes)
+def _at_own_size(spec: dict[str, Any], input_size: Sequence[int] | None, num_classes: int | None) -> bool:
+    """Whether a spec is asked for at the input size and class count it records."""
+    return ((input_size is None or tuple(input_size) == tuple(spec["input_size"]))
+            and (num_classes is None or num_classes == int(spec["num_classes"])))
 
 
 def check_input_size(input_size: Sequence[int]) -> tuple[int, int, int]:

@@ -14,7 +14,6 @@ refused before a prediction is made for it.
 
 from __future__ import annotations
 
-import dataclasses
 import functools
 import json
 import os
@@ -28,7 +27,14 @@ import torch_pruning as tp
 import torchvision
 from torch import nn
 
-from perf4sight.architecture import Architecture, Layer, LayerShape, trace_architecture, with_layer_shapes
+from perf4sight.architecture import (
+    Architecture,
+    Layer,
+    LayerShape,
+    trace_architecture,
+    with_layer_shapes,
+    with_lifetimes,
+)
 from perf4sight.config import input_size_problem, is_positive_int, num_classes_problem
 from perf4sight.errors import NetworkError, clip
 from perf4sight.files import read_json, write_text
@@ -418,14 +424,16 @@ def spec_macs(spec: dict[str, Any]) -> int:
     return total
 
 
-def spec_architecture(spec: dict[str, Any]) -> Architecture:
-    """The complete architecture of a spec, without rebuilding it.
+def spec_architecture(spec: dict[str, Any], *, lifetimes: tuple[str, ...] = ()) -> Architecture:
+    """The complete architecture of a spec, without rebuilding it; with the tensor lifetimes
+    of the stages in `lifetimes` when they can be scaled from its base's.
 
-    The spec's base is traced once per process (cached); its layers' shapes are then
-    propagated to the channel counts that the spec's `layers` record. Should a layer of
-    the base have no channel rule, the spec is rebuilt from its `out_channels` and traced
-    instead; the rebuilt layers must then have the shapes the `layers` table records, or
-    the prediction would be for another network than the one the spec describes.
+    The spec's base is traced (and its lifetimes recorded) once per process (cached); its
+    layers' shapes and lifetimes are then propagated to the channel counts that the spec's
+    `layers` record. Should a layer of the base have no channel rule, the spec is rebuilt
+    from its `out_channels` and traced instead (without lifetimes); the rebuilt layers must
+    then have the shapes the `layers` table records, or the prediction would be for another
+    network than the one the spec describes.
     """
     template = _base_architecture(
         spec.get("torchvision"),
@@ -433,6 +441,7 @@ def spec_architecture(spec: dict[str, Any]) -> Architecture:
         spec.get("model_desc"),
         int(spec["num_classes"]),
         tuple(spec["input_size"]),
+        lifetimes,
     )
     shapes = {
         entry["name"]: LayerShape(tuple(entry["in"]), tuple(entry["out"]), entry.get("groups", 1))
@@ -494,17 +503,22 @@ def _check_against_base(spec: dict[str, Any], template: Architecture) -> None:
 
 
 def torchvision_architecture(
-    builder: str, kwargs: dict[str, Any], *, num_classes: int, input_size: Sequence[int]
+    builder: str, kwargs: dict[str, Any], *, num_classes: int, input_size: Sequence[int],
+    lifetimes: tuple[str, ...] = (),
 ) -> Architecture:
-    """The architecture of an unpruned torchvision network, traced once per process and
-    shared with the specs cut from it."""
-    return _base_architecture(builder, json.dumps(kwargs, sort_keys=True), None, num_classes, tuple(input_size))
+    """The architecture of an unpruned torchvision network (with the tensor lifetimes of the
+    stages in `lifetimes`), traced once per process and shared with the specs cut from it."""
+    return _base_architecture(builder, json.dumps(kwargs, sort_keys=True), None, num_classes, tuple(input_size),
+                              lifetimes)
 
 
 @functools.lru_cache(maxsize=32)
 def _base_architecture(
-    torchvision_name: str | None, kwargs_json: str, model_desc: str | None, num_classes: int, input_size: tuple[int, ...]
+    torchvision_name: str | None, kwargs_json: str, model_desc: str | None, num_classes: int,
+    input_size: tuple[int, ...], lifetimes: tuple[str, ...] = (),
 ) -> Architecture:
+    """A base network traced; with the tensor lifetimes of the stages in `lifetimes`
+    recorded against that trace (the base built again on the meta device for each recording)."""
     spec = {
         "name": torchvision_name or model_desc,
         "torchvision": torchvision_name,
@@ -512,15 +526,8 @@ def _base_architecture(
         "model_desc": model_desc,
         "num_classes": num_classes,
     }
+    if lifetimes:
+        traced = _base_architecture(torchvision_name, kwargs_json, model_desc, num_classes, input_size)
+        return with_lifetimes(traced, functools.partial(_base_module, spec, "meta", initialise=False), lifetimes)
     module = _base_module(spec, "cpu", initialise=False)
-    arch = trace_architecture(module, input_size, name=str(spec["name"]), num_classes=num_classes)
-    # the base built again, for the tensor lifetimes its pruned variants' are scaled from
-    return dataclasses.replace(arch, builder=functools.partial(_base_network, spec, input_size))
-
-
-def _base_network(spec: dict[str, Any], input_size: tuple[int, ...]) -> Any:
-    """The base network of `spec` on the meta device, as a `LoadedNetwork`."""
-    from perf4sight.networks.loader import LoadedNetwork
-
-    module = _base_module(spec, "meta", initialise=False)
-    return LoadedNetwork(module, input_size, int(spec["num_classes"]), str(spec["name"]))
+    return trace_architecture(module, input_size, name=str(spec["name"]), num_classes=num_classes)

@@ -35,7 +35,7 @@ def plan_variants(
 ) -> pd.DataFrame:
     """Feasible pruned variants, best predicted throughput (images per second) first; with
     `bound`, a variant's batch size is chosen by its memory bound (`Predictor.max_batch_size`)."""
-    from perf4sight.networks import ChannelPruner, load_architecture, load_network
+    from perf4sight.networks import ChannelPruner, load_network
 
     if not levels:
         raise UsageError("no pruning level given to plan")
@@ -47,7 +47,7 @@ def plan_variants(
         for level in levels:
             pruned = pruner.prune(level, meta=True)  # shapes are all a prediction needs
             arch = dataclasses.replace(
-                load_architecture(pruned.module, input_size=loaded.input_size, num_classes=loaded.num_classes),
+                predictor.describe(pruned.module, input_size=loaded.input_size, num_classes=loaded.num_classes),
                 name=f"{loaded.name}_{level:g}",
             )
             bar.advance(f"level {level:g}")

@@ -17,7 +17,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from perf4sight.architecture import Architecture
+from perf4sight.architecture import Architecture, Detail
 from perf4sight.config import TARGET_COLUMNS, check_batch_sizes, check_stage, is_positive_int
 from perf4sight.errors import DataNotFoundError, UsageError
 from perf4sight.fit import FittedModel, bound_factor, family_key, load_model
@@ -64,9 +64,12 @@ class Predictor:
         """The architecture of `network` (anything the network loader accepts, or an Architecture)."""
         if isinstance(network, Architecture):
             return network
+        from perf4sight.features import FEATURE_SETS
         from perf4sight.networks import load_architecture
 
-        return load_architecture(network, **load_options)
+        # what the models' feature sets need, and never less than every layer traced
+        needs = max(Detail.LAYERS, *(FEATURE_SETS[m.metadata["feature_set"]].needs for m in self.models.values()))
+        return load_architecture(network, needs=needs, stage=self.stage, **load_options)
 
     def predict(
         self,

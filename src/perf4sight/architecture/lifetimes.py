@@ -23,11 +23,12 @@ gets the same events with its own sizes (`resized`), without being built or run.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import gc
 import math
 import weakref
-from collections.abc import Callable, Iterator
-from dataclasses import dataclass, field
+from collections.abc import Callable, Iterable, Iterator
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -37,10 +38,11 @@ from torch.overrides import TorchFunctionMode
 from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_flatten
 
-from perf4sight.architecture import Architecture, LayerWatch
+from perf4sight.architecture.ir import Architecture, Scaling, Timeline
+from perf4sight.architecture.trace import LayerWatch
 from perf4sight.errors import NetworkError
 
-__all__ = ["Scaling", "Timeline", "ITERATIONS", "record_timeline", "resized", "timeline_of"]
+__all__ = ["ITERATIONS", "record_timeline", "resized", "with_lifetimes"]
 
 # The first iteration creates the momentum buffers; the second is the steady state.
 ITERATIONS = {"training": 2, "inference": 1}
@@ -63,46 +65,6 @@ _SCALAR_BYTES = 8
 _FORWARD_ORDER = (_OUT, *range(_IN, _IN + _MAX_INPUTS))
 _BACKWARD_ORDER = (*range(_IN, _IN + _MAX_INPUTS), _OUT)
 _FIXED_ORDER = (_WEIGHT, _OUT_CHANNELS, _IN_CHANNELS)
-
-
-@dataclass(frozen=True)
-class Scaling:
-    """How each event's size follows the channels of a traced architecture: the layer it
-    belongs to (-1: none, the inputs and the loss) and the quantity of that layer its fixed
-    and its per-sample bytes are a multiple of (`_quantities`' columns)."""
-
-    layer: np.ndarray
-    fixed_quantity: np.ndarray
-    per_sample_quantity: np.ndarray
-
-
-@dataclass(frozen=True)
-class Timeline:
-    """Allocations and frees in program order.
-
-    Event i allocates (`allocates[i]`) or frees storage `tensor[i]`; an allocation's size
-    in bytes is `fixed_bytes[i] + per_sample_bytes[i] * batch_size`. `scaling` (when
-    recorded against the network's traced architecture) says how the sizes follow its
-    channels, for its pruned variants (`resized`).
-    """
-
-    tensor: np.ndarray
-    allocates: np.ndarray
-    fixed_bytes: np.ndarray
-    per_sample_bytes: np.ndarray
-    scaling: Scaling | None = field(default=None, compare=False)
-    # The allocator's peaks (allocated, reserved) replayed at a batch size, kept for the
-    # next query of this timeline (`perf4sight.features.caching_allocator.replay_peaks`).
-    peaks: dict[int, tuple[int, int]] = field(default_factory=dict, compare=False, repr=False)
-
-    def sizes(self, batch_size: int) -> np.ndarray:
-        """Each event's size in bytes at `batch_size` (0 for a free)."""
-        return self.fixed_bytes + self.per_sample_bytes * batch_size
-
-    def same_events(self, other: Timeline) -> bool:
-        """Whether `other` holds the same events with the same sizes."""
-        return all(np.array_equal(getattr(self, f), getattr(other, f))
-                   for f in ("tensor", "allocates", "fixed_bytes", "per_sample_bytes"))
 
 
 def _quantities(arch: Architecture) -> np.ndarray:
@@ -331,17 +293,15 @@ def _optimizer_phase(recorder: _Recorder) -> Iterator[None]:
             handle.remove()
 
 
-def record_timeline(builder: Callable[[], Any], stage: str, template: Architecture | None = None) -> Timeline:
-    """The timeline for `stage`, any batch size, of the network `builder` builds (a
-    `LoadedNetwork`), built afresh for each recording: a used model holds gradients. With
-    `template`, the network's traced architecture, the timeline also says how its sizes
-    follow the channels (`Timeline.scaling`), when every allocation of a layer follows one
-    of the layer's quantities."""
+def record_timeline(build: Callable[[], torch.nn.Module], input_size: tuple[int, ...], num_classes: int,
+                    stage: str, arch: Architecture | None = None) -> Timeline:
+    """The timeline for `stage`, any batch size, of the network `build` makes on the meta
+    device, made afresh for each recording (a used model holds gradients). With `arch`, the
+    network's traced architecture, the timeline also says how its sizes follow the channels
+    (`Timeline.scaling`), when every allocation of a layer follows one of the layer's quantities."""
 
     def record(batch_size: int) -> _Recording:
-        network = builder()
-        module = network.module.to("meta")
-        return _record(module, tuple(network.input_size), network.num_classes, stage, batch_size, template)
+        return _record(build().to("meta"), input_size, num_classes, stage, batch_size, arch)
 
     small, large = (record(bs) for bs in _RECORDED_BS)
     pattern = [(number, allocates) for number, allocates, _ in small.events]
@@ -360,9 +320,9 @@ def record_timeline(builder: Callable[[], Any], stage: str, template: Architectu
         fixed_bytes=fixed,
         per_sample_bytes=per_sample,
     )
-    if template is None:
+    if arch is None:
         return timeline
-    scaling = _scaling(timeline, small.layers, small.backward, template)
+    scaling = _scaling(timeline, small.layers, small.backward, arch)
     return Timeline(timeline.tensor, timeline.allocates, fixed, per_sample, scaling)
 
 
@@ -393,21 +353,12 @@ def _scaling(timeline: Timeline, layers: list[int], backward: list[bool], templa
     return Scaling(rows, fixed_quantity, per_sample_quantity)
 
 
-# Timelines per builder and stage, kept while the builder lives (as long as its architecture):
-# a builder of a module given as the source holds that module, weights and all.
-_TIMELINES: weakref.WeakKeyDictionary[Callable[[], Any], dict[str, Timeline]] = weakref.WeakKeyDictionary()
-
-
-def timeline_of(builder: Callable[[], Any], stage: str, arch: Architecture) -> Timeline:
-    """The timeline of the network `builder` builds, whose architecture is `arch`, once per
-    builder and stage: for a network propagated from a traced one (a pruned variant of a
-    spec's base), its template's recording scaled to its channels, without building or
-    running it; else (or when the template's cannot be scaled) recorded against `arch`."""
-    known = _TIMELINES.setdefault(builder, {})
-    if stage not in known:
-        template = arch.template
-        scaled = None
-        if template is not None and template.builder is not None:
-            scaled = resized(timeline_of(template.builder, stage, template), template, arch)
-        known[stage] = scaled if scaled is not None else record_timeline(builder, stage, arch)
-    return known[stage]
+def with_lifetimes(arch: Architecture, build: Callable[[], torch.nn.Module], stages: Iterable[str]) -> Architecture:
+    """`arch` holding the tensor lifetimes of `stages` too: those it lacks are recorded from
+    the network `build` makes (whose traced architecture `arch` is), as plain data; those it
+    holds (scaled from its base's by `with_layer_shapes`) are kept."""
+    missing = [stage for stage in dict.fromkeys(stages) if stage not in arch.lifetimes]
+    if not missing:
+        return arch
+    recorded = {stage: record_timeline(build, arch.input_size, arch.num_classes, stage, arch) for stage in missing}
+    return dataclasses.replace(arch, lifetimes={**arch.lifetimes, **recorded})
