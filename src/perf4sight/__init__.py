@@ -19,6 +19,7 @@ _EXPORTS = {
     "run_config": "perf4sight.pipeline",
     "Architecture": "perf4sight.architecture",
     "Layer": "perf4sight.architecture",
+    "Detail": "perf4sight.architecture",
     "trace_architecture": "perf4sight.architecture",
     "load_network": "perf4sight.networks",
     "load_architecture": "perf4sight.networks",

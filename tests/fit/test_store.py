@@ -110,6 +110,7 @@ def test_a_model_fitted_on_features_computed_otherwise_is_refused(stored, tmp_pa
         table = paper(arch, batch_sizes, stage)
         return table * 1.01
 
+    changed.needs = paper.needs
     monkeypatch.setitem(FEATURE_SETS, "paper", changed)
     with pytest.raises(FittedModelError, match="fitted on 'paper' features as another version of the code computed"):
         load_model(tmp_path, stage="training", target="latency")

@@ -220,29 +220,29 @@ class _BackwardNodes(TorchFunctionMode):
 
 
 def _record(module: torch.nn.Module, input_size: tuple[int, ...], num_classes: int, stage: str,
-            batch_size: int, template: Architecture | None = None) -> _Recording:
+            batch_size: int, arch: Architecture | None = None) -> _Recording:
     """The events of `ITERATIONS[stage]` iterations at `batch_size`, the model's own tensors
-    first; attributed to the layers of `template` (the module's traced architecture) when given."""
+    first; attributed to the layers of `arch` (the module's traced architecture) when given."""
     # Tensors die when their last reference goes; a garbage collection in the middle would
     # free whatever cycles hold at a moment that depends on the process's history. (No
     # collection first: older garbage holds none of the tensors recorded here, and a full
     # collection costs more than the recording in a large process.)
     gc.disable()
     try:
-        return _run(module, input_size, num_classes, stage, batch_size, template)
+        return _run(module, input_size, num_classes, stage, batch_size, arch)
     finally:
         gc.enable()
 
 
 def _run(module: torch.nn.Module, input_size: tuple[int, ...], num_classes: int, stage: str,
-         batch_size: int, template: Architecture | None) -> _Recording:
+         batch_size: int, arch: Architecture | None) -> _Recording:
     from perf4sight.device.workload import iteration
 
-    if template is None:
+    if arch is None:
         recorder, attributing = _Recorder(), contextlib.ExitStack()
     else:
         by_name: dict[str, int] = {}
-        for index, layer in enumerate(template.layers):
+        for index, layer in enumerate(arch.layers):
             by_name.setdefault(layer.name, index)
         owners = {id(t): by_name.get(name, -1) for name, m in module.named_modules()
                   for t in (*m._parameters.values(), *m._buffers.values()) if t is not None}

@@ -221,7 +221,7 @@ def _feature_probe(feature_set: str, stage: str) -> tuple[tuple[float, ...], ...
 def _probe_features(features_of: Callable[..., pd.DataFrame], stage: str) -> pd.DataFrame:
     """The reference network's feature table, computed once per feature function and stage
     in a process (a predictor loads two models of one feature set)."""
-    arch = load_architecture(_probe_network(), input_size=_PROBE_INPUT)
+    arch = load_architecture(_probe_network(), input_size=_PROBE_INPUT, needs=features_of.needs, stage=stage)
     return features_of(arch, _PROBE_BATCH_SIZES, stage)
 
 
