@@ -21,7 +21,7 @@ from perf4sight.config import NetworkDatasetSettings, load_section
 from perf4sight.features import FEATURE_SETS
 from perf4sight.features.caching_allocator import AllocatorPeaks, replay, replay_peaks
 from perf4sight.features.network import network_features
-from perf4sight.features.replay import replay_features, replay_timeline
+from perf4sight.features.replay import replay_features
 from perf4sight.networks import build_from_spec, create_network_dataset, load_architecture, read_spec
 from perf4sight.networks.spec import _base_architecture
 
@@ -246,7 +246,7 @@ def _recorded(spec_path: Path, stage: str) -> Timeline:
 def _scaled_and_recorded(spec_path: Path, stage: str) -> tuple[Timeline, Timeline]:
     """The timeline the replay uses for a spec (its base's, scaled) and a fresh recording of
     the spec's own network, rebuilt."""
-    return replay_timeline(_with_lifetimes(spec_path, stage), stage), _recorded(spec_path, stage)
+    return _with_lifetimes(spec_path, stage).lifetimes[stage], _recorded(spec_path, stage)
 
 
 def test_a_pruned_variant_is_its_bases_recording_scaled(tmp_path, monkeypatch):
@@ -264,7 +264,7 @@ def test_a_pruned_variant_is_its_bases_recording_scaled(tmp_path, monkeypatch):
 
     monkeypatch.setattr(lifetimes, "record_timeline", counting)
     specs = sorted(tmp_path.glob("*.json"))
-    timelines = [replay_timeline(_with_lifetimes(path), "training") for path in specs]
+    timelines = [_with_lifetimes(path).lifetimes["training"] for path in specs]
     assert sorted(recorded) == sorted(["resnet18", str(EXAMPLES / "model_files" / "mobilenet_like.py")])  # bases only
     monkeypatch.setattr(lifetimes, "record_timeline", original)
     for path, scaled in zip(specs, timelines):
@@ -281,14 +281,14 @@ def test_a_name_and_its_specs_share_one_recording(tmp_path, monkeypatch):
     recorded = []
     original = lifetimes.record_timeline
     monkeypatch.setattr(lifetimes, "record_timeline", lambda *args: recorded.append(args) or original(*args))
-    replay_timeline(_with_lifetimes("squeezenet", input_size=(3, 32, 32), num_classes=10), "training")
-    replay_timeline(_with_lifetimes(tmp_path / "squeezenet_50.json"), "training")
+    _with_lifetimes("squeezenet", input_size=(3, 32, 32), num_classes=10)
+    assert "training" in _with_lifetimes(tmp_path / "squeezenet_50.json").lifetimes
     assert len(recorded) == 1
 
 
 def test_a_timeline_that_cannot_be_scaled_is_not_scaled():
     arch = _with_lifetimes("resnet18", input_size=(3, 32, 32), num_classes=10)
-    timeline = replay_timeline(arch, "training")
+    timeline = arch.lifetimes["training"]
     other = load_architecture("squeezenet", input_size=(3, 32, 32), num_classes=10)
     assert lifetimes.resized(timeline, arch, other) is None  # not a propagation of resnet18
     unscaled = Timeline(timeline.tensor, timeline.allocates, timeline.fixed_bytes, timeline.per_sample_bytes)

@@ -14,6 +14,7 @@ from sklearn.utils.validation import check_is_fitted
 from torch import nn
 
 from perf4sight.errors import ConfigError
+from perf4sight.architecture import Detail
 from perf4sight.features import FEATURE_SETS
 from perf4sight.fit import DEFAULT_METHOD, METHODS, PaperExtraTrees, resolve_method
 from perf4sight.fit.physical import PhysicalRegressor, ReplayRegressor
@@ -38,7 +39,7 @@ def _net(width: int) -> nn.Module:
 @pytest.fixture(scope="module")
 def features() -> dict[str, pd.DataFrame]:
     """Each physical method's features for two small networks at five batch sizes."""
-    archs = [load_architecture(_net(width), input_size=(3, 16, 16)) for width in (8, 16)]
+    archs = [load_architecture(_net(width), input_size=(3, 16, 16), needs=Detail.LIFETIMES) for width in (8, 16)]
     sizes = [2, 4, 8, 16, 32]
     return {
         feature_set: pd.concat([FEATURE_SETS[feature_set](arch, sizes, "training") for arch in archs],

@@ -116,7 +116,7 @@ def _timed(backend: Backend, step: Callable[[], None], iterations: int, warmup: 
 
 def iteration(model: nn.Module, stage: str, inputs: torch.Tensor, num_classes: int) -> Callable[[], None]:
     """One iteration of `stage` on `inputs`, as a function to call repeatedly: what is measured
-    (and what `perf4sight.features.lifetimes` replays on the meta device)."""
+    (and what `perf4sight.architecture.lifetimes` records on the meta device)."""
     if stage == "inference":
         model.eval()
 

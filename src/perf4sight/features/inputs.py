@@ -3,10 +3,12 @@ the stage and the batch sizes it is asked for."""
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable, Sequence
 from typing import TypeVar
 
 import numpy as np
+import pandas as pd
 
 from perf4sight.architecture import Architecture, Detail
 from perf4sight.config import check_batch_sizes, check_stage
@@ -14,17 +16,33 @@ from perf4sight.errors import NetworkError
 
 __all__ = ["checked_batch_sizes", "needs"]
 
-Function = TypeVar("Function", bound=Callable)
+Function = TypeVar("Function", bound=Callable[..., pd.DataFrame])
+
+# What a description lacking a detail is told to be loaded with.
+_MISSING = {
+    Detail.LAYERS: "every layer, and this is a spec's Conv2d/Linear table (load the network traced: "
+                   "load_architecture(..., needs=Detail.LAYERS))",
+    Detail.LIFETIMES: "the tensor lifetimes of its {stage} iteration, which this description does not hold "
+                      "(load it with them: load_architecture(..., needs=Detail.LIFETIMES, stage='{stage}'))",
+}
 
 
 def needs(detail: Detail) -> Callable[[Function], Function]:
-    """Declare, as the function's `needs` attribute, what a feature function reads from an
-    architecture: the loader then gives it a description that holds that much (and no more
-    than it must build)."""
+    """Declare what a feature function reads from an architecture, as its `needs` attribute
+    (the loader gives it a description holding that much, and builds no more), and refuse a
+    description that does not hold it, naming the network and how to load it."""
 
     def declare(function: Function) -> Function:
-        function.needs = detail  # type: ignore[attr-defined]
-        return function
+        @functools.wraps(function)
+        def checked(arch: Architecture, batch_sizes: Sequence[int], stage: str = "training") -> pd.DataFrame:
+            check_stage(stage, "stage")
+            if not arch.holds(detail, stage):
+                raise NetworkError(f"network '{arch.name}': {function.__name__} needs "
+                                   + _MISSING[detail].format(stage=stage))
+            return function(arch, batch_sizes, stage)
+
+        checked.needs = detail  # type: ignore[attr-defined]
+        return checked  # type: ignore[return-value]
 
     return declare
 

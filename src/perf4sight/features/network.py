@@ -116,11 +116,6 @@ def network_features(arch: Architecture, batch_sizes: Sequence[int], stage: str 
     Needs a complete architecture (every layer traced), not a spec's Conv2d/Linear table.
     """
     bs = checked_batch_sizes(arch, batch_sizes, stage)
-    if not arch.complete:
-        raise NetworkError(
-            f"network '{arch.name}': whole-network features need every layer; trace the built module "
-            "(perf4sight.architecture.trace_architecture) instead of reading a spec's layer table"
-        )
     if not arch.layers:
         raise NetworkError(f"network '{arch.name}': the architecture has no layers")
     training = stage == "training"

@@ -1,7 +1,7 @@
 """Whole-network features plus the CUDA caching allocator's peaks from a lifetime replay.
 
 `network_features` bounds what the allocator holds from above and below; the replay
-(`perf4sight.features.caching_allocator` over `perf4sight.features.lifetimes`) follows
+(`perf4sight.features.caching_allocator` over `perf4sight.architecture.lifetimes`) follows
 the iteration's tensors through the allocator's rules, so it sees what those bounds
 cannot: how much the order of sizes leaves cached but unused. It needs an architecture
 that holds the iteration's tensor lifetimes (`Detail.LIFETIMES`: loaded with them from a
@@ -14,13 +14,12 @@ from collections.abc import Sequence
 
 import pandas as pd
 
-from perf4sight.architecture import Architecture, Detail, Timeline
-from perf4sight.errors import NetworkError
+from perf4sight.architecture import Architecture, Detail
 from perf4sight.features.caching_allocator import replay_peaks
 from perf4sight.features.inputs import needs
 from perf4sight.features.network import network_features
 
-__all__ = ["replay_features", "replay_timeline"]
+__all__ = ["replay_features"]
 
 
 @needs(Detail.LIFETIMES)
@@ -28,19 +27,7 @@ def replay_features(arch: Architecture, batch_sizes: Sequence[int], stage: str =
     """`network_features` with `replay_allocated_bytes` (the peak of live tensors) and
     `replay_cached_bytes` (what the allocator holds beyond them at its peak), both
     non-decreasing in the batch size (`replay_peaks`)."""
-    timeline = replay_timeline(arch, stage)
+    timeline = arch.lifetimes[stage]
     table = network_features(arch, batch_sizes, stage)
     allocated, cached = replay_peaks(timeline, table["batch_size"].astype(int).tolist())
     return table.assign(replay_allocated_bytes=allocated, replay_cached_bytes=cached)
-
-
-def replay_timeline(arch: Architecture, stage: str) -> Timeline:
-    """The tensor lifetimes of `arch`'s `stage` iteration, which it must hold."""
-    timeline = arch.lifetimes.get(stage)
-    if timeline is None:
-        raise NetworkError(
-            f"network '{arch.name}': the allocator replay needs the tensor lifetimes of its {stage} iteration, "
-            "which this description does not hold (load it with them: "
-            f"load_architecture(..., needs=Detail.LIFETIMES, stage='{stage}'))"
-        )
-    return timeline
