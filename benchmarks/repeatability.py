@@ -22,7 +22,7 @@ import numpy as np
 import pandas as pd
 
 from perf4sight import console
-from perf4sight.config import TARGET_COLUMNS
+from perf4sight.device.definitions import TARGET_COLUMNS
 from perf4sight.device.logs import GT_SUFFIX
 from perf4sight.fit import architecture_name
 from perf4sight.fit.logs import read_gt_log

@@ -7,6 +7,8 @@ from pathlib import Path
 import typer
 
 from perf4sight.config import load_section
+from perf4sight.errors import in_settings
+from perf4sight.pipeline import check_section
 
 __all__ = ["register"]
 
@@ -21,4 +23,7 @@ def register(app: typer.Typer) -> None:
         """Fit the device's memory and latency models from its logs and evaluate them."""
         from perf4sight.fit import fingerprint_device
 
-        fingerprint_device(load_section(config, "fingerprint"))
+        settings = load_section(config, "fingerprint")
+        with in_settings("[fingerprint]"):
+            check_section("fingerprint", settings)
+            fingerprint_device(settings)

@@ -27,7 +27,7 @@ import os
 from pathlib import Path
 from typing import Any, Dict, List, Optional, Sequence, Tuple
 
-from .checks import MAX_BATCH_SIZE, is_positive_int
+from .definitions import MAX_BATCH_SIZE, is_positive_int
 from .errors import LogFormatError, clip
 from .files import write_text
 from .test_config import ProfileTest

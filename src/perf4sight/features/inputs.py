@@ -7,7 +7,7 @@ from collections.abc import Sequence
 import numpy as np
 
 from perf4sight.architecture import Architecture
-from perf4sight.config import check_batch_sizes, check_stage
+from perf4sight.device.definitions import check_batch_sizes, check_stage
 from perf4sight.errors import NetworkError
 
 __all__ = ["checked_batch_sizes"]
