@@ -48,7 +48,8 @@ def test_missing_column_names_file_and_line(tx2_dir, tmp_path):
 
 @pytest.mark.parametrize(
     ("field", "value", "message"),
-    [(0, "maybe", "passed='maybe'"), (3, "lots", "mem_used='lots'"), (8, "-4", "bs='-4'"), (3, "None", "mem_used='None'")],
+    [(0, "maybe", "passed='maybe'"), (3, "lots", "mem_used='lots'"), (8, "-4", "bs='-4'"), (8, "0x10", "bs='0x10'"),
+     (3, "None", "mem_used='None'")],
 )
 def test_malformed_row_names_file_and_line(tx2_dir, tmp_path, field, value, message):
     path = _copy(tx2_dir, "memory", "resnet18_0", tmp_path)

@@ -27,6 +27,7 @@ import os
 from pathlib import Path
 from typing import Any, Dict, List, Optional, Sequence, Tuple
 
+from .checks import parse_decimal
 from .definitions import MAX_BATCH_SIZE, is_positive_int
 from .errors import LogFormatError, clip
 from .files import write_text
@@ -59,10 +60,11 @@ GT_COLUMNS: Dict[str, List[str]] = {
     "memory": ["passed"] + _MEMORY_FIGURES + _PARAM_COLUMNS + ["mem_context", "status", "error"],
     "latency": ["passed", "latency"] + _PARAM_COLUMNS + ["latency_iters_ms", "cpu_elsewhere", "status", "error"],
 }
-# The columns that hold a Python literal (a number, a list, the `params` dict); every other
-# column holds text as written (names, the outcome, and any column of another tool).
+# The columns that hold a Python literal (a number, a list, the `params` dict); `bs` holds a
+# decimal numeral; every other column holds text as written (names, the outcome, and any
+# column of another tool).
 LITERAL_COLUMNS = frozenset(_MEMORY_FIGURES + ["latency", "mem_context", "latency_iters_ms", "cpu_elsewhere",
-                                               "bs", "params"])
+                                               "params"])
 # The spellings of "no value" in a literal column, compared stripped and lower-cased: the
 # original wrote None (and -1), pandas writes nan, other tools null or nothing.
 MISSING = frozenset(["", "none", "nan", "null", "-1"])
@@ -175,13 +177,16 @@ def _parse_journal(line: str, header: List[str], *, where: str) -> LogRow:
 
 def parse_field(name: str, text: str, *, where: str) -> Any:
     """The value of one field of column `name`, the one rule of both logs: `passed` is True
-    or False; a literal column (`LITERAL_COLUMNS`) holds a Python literal, or None for any
-    spelling in `MISSING`; any other column is text (None when empty)."""
+    or False; `bs` is a decimal numeral (None when it is not one: '0x10' is no batch size);
+    a literal column (`LITERAL_COLUMNS`) holds a Python literal, or None for any spelling
+    in `MISSING`; any other column is text (None when empty)."""
     word = text.strip()
     if name == "passed":
         if word.lower() not in ("true", "false"):
             raise LogFormatError("{}: passed={}, expected True or False".format(where, clip(repr(text))))
         return word.lower() == "true"
+    if name == "bs":
+        return parse_decimal(word)
     if name not in LITERAL_COLUMNS:
         return word or None
     if word.lower() in MISSING:
