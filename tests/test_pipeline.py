@@ -9,7 +9,7 @@ import pytest
 from perf4sight.config import SECTIONS, FingerprintSettings, NetworkDatasetSettings, ProfileSettings
 from perf4sight.device.test_config import read_test_config
 from perf4sight.errors import ArgumentError, ConfigError, in_settings
-from perf4sight.pipeline import check_section
+from perf4sight.pipeline import STAGE_CHECKS, check_section
 
 
 @pytest.mark.parametrize(("name", "settings", "message"), [
@@ -38,3 +38,7 @@ def test_an_error_that_names_its_own_file_is_not_placed_in_a_section(tmp_path):
     with pytest.raises(ConfigError, match=rf"^{path} \[tinynet\] bs: expected positive integers, got 0$"):
         with in_settings("config.ini: [profile]"):
             read_test_config(path)
+
+
+def test_every_section_has_its_stage_check():
+    assert set(STAGE_CHECKS) == set(SECTIONS)

@@ -2,15 +2,24 @@
 
 from __future__ import annotations
 
+import importlib
 import os
 from pathlib import Path
 from typing import Any
 
 from perf4sight import console
-from perf4sight.config import SECTIONS, Config, load_config
+from perf4sight.config import Config, load_config
 from perf4sight.errors import in_settings
 
-__all__ = ["check_section", "run_config"]
+__all__ = ["STAGE_CHECKS", "check_section", "run_config"]
+
+# The module of each section's stage that holds its one `check_settings` (imported when
+# used: each stage loads torch).
+STAGE_CHECKS = {
+    "create_network_dataset": "perf4sight.networks.network_dataset",
+    "profile": "perf4sight.profile.campaign",
+    "fingerprint": "perf4sight.fit.fingerprint",
+}
 
 
 def run_config(path: str | Path) -> Config:
@@ -56,23 +65,10 @@ def run_config(path: str | Path) -> Config:
 
 
 def check_section(name: str, settings: Any) -> None:
-    """The one check of a stage's settings (section `name` of `SECTIONS`), run before
-    anything of any stage: ArgumentError naming the key, which the caller places in its
-    file and section (`in_settings`)."""
-    if name == "create_network_dataset":
-        from perf4sight.networks.network_dataset import check_settings as check_networks
-
-        check_networks(settings)
-    elif name == "profile":
-        from perf4sight.profile.campaign import check_settings as check_profile
-
-        check_profile(settings)
-    elif name == "fingerprint":
-        from perf4sight.fit.fingerprint import check_settings as check_fingerprint
-
-        check_fingerprint(settings)
-    else:
-        raise ValueError(f"no section [{name}]; known: {', '.join(SECTIONS)}")
+    """The one check of a stage's settings (section `name`), run before anything of any
+    stage: ArgumentError naming the key, which the caller places in its file and section
+    (`in_settings`)."""
+    importlib.import_module(STAGE_CHECKS[name]).check_settings(settings)
 
 
 def _print_outputs(outputs: list[tuple[str, Path]]) -> None:

@@ -8,7 +8,6 @@ import typer
 
 from perf4sight.config import load_section
 from perf4sight.errors import in_settings
-from perf4sight.pipeline import check_section
 
 __all__ = ["register"]
 
@@ -25,5 +24,4 @@ def register(app: typer.Typer) -> None:
 
         settings = load_section(config, "fingerprint")
         with in_settings("[fingerprint]"):
-            check_section("fingerprint", settings)
             fingerprint_device(settings)

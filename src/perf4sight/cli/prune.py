@@ -12,7 +12,6 @@ from perf4sight import console
 from perf4sight.config import NetworkDatasetSettings
 from perf4sight.device.checks import parse_decimal
 from perf4sight.errors import ConfigError, NetworkError, clip, in_settings
-from perf4sight.pipeline import check_section
 
 __all__ = ["register", "parse_levels", "parse_input_size"]
 
@@ -88,7 +87,6 @@ def register(app: typer.Typer) -> None:
             write_model_files=write_model_files,
         )
         with in_settings("[create_network_dataset]"):
-            check_section("create_network_dataset", settings)
             manifest = create_network_dataset(settings)
         console.print_table(
             f"pruned networks ({out})",
