@@ -15,7 +15,6 @@ bring the two closer.
 from __future__ import annotations
 
 import argparse
-import ast
 import sys
 from pathlib import Path
 
@@ -23,7 +22,7 @@ import numpy as np
 import pandas as pd
 
 from perf4sight import console
-from perf4sight.config import TARGET_COLUMNS
+from perf4sight.device.definitions import TARGET_COLUMNS
 from perf4sight.device.logs import GT_SUFFIX
 from perf4sight.fit import architecture_name
 from perf4sight.fit.logs import read_gt_log
@@ -48,12 +47,13 @@ def passed_rows(log_dir: Path, variable: str) -> pd.DataFrame:
     return pd.concat(frames, ignore_index=True).drop_duplicates(["model", "stage", "bs"])
 
 
-def _spread_pct(text: object) -> float:
-    """Coefficient of variation (%) of one test's timed iterations, NaN when fewer than two."""
-    if not isinstance(text, str) or not text.strip():
+def _spread_pct(times: object) -> float:
+    """Coefficient of variation (%) of one test's timed iterations (the log's list), NaN when
+    fewer than two."""
+    if not isinstance(times, list) or len(times) < 2:
         return np.nan
-    times = np.asarray(ast.literal_eval(text), dtype=float)
-    return float(100 * times.std() / times.mean()) if times.size > 1 else np.nan
+    values = np.asarray(times, dtype=float)
+    return float(100 * values.std() / values.mean())
 
 
 def compare(first: Path, second: Path, variable: str, stage: str | None = None) -> tuple[pd.DataFrame, list[float]]:

@@ -15,6 +15,11 @@ from typing import Any
 __version__ = version("perf4sight")
 
 _EXPORTS = {
+    # the workload's names, defined once on the device side
+    "STAGES": "perf4sight.device.definitions",
+    "TARGET_COLUMNS": "perf4sight.device.definitions",
+    "TARGET_UNITS": "perf4sight.device.definitions",
+    "DATASETS": "perf4sight.device.definitions",
     "load_config": "perf4sight.config",
     "run_config": "perf4sight.pipeline",
     "Architecture": "perf4sight.architecture",

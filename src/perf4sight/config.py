@@ -10,8 +10,8 @@ output paths a config names are checked when it is read, before any stage runs: 
 where a file is to be written (or a file where a folder is) would otherwise fail after
 hours of profiling.
 
-The ceilings below bound every number that enters from a config, a command line or a
-file: far above any device's reach, low enough that no computation overflows.
+The names of the workload (stages, targets, datasets) and the checks of its values are
+not the config file's: they are in `perf4sight.device.definitions`.
 """
 
 from __future__ import annotations
@@ -25,9 +25,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Union
 
-from perf4sight.device.checks import MAX_BATCH_SIZE, check_batch_sizes, is_positive_int, parse_decimal, read_ini
-from perf4sight.device.test_config import STAGES, TARGET_COLUMNS
-from perf4sight.errors import ConfigError, clip
+from perf4sight.device.checks import read_ini
+from perf4sight.errors import ArgumentError, ConfigError, clip
 
 __all__ = [
     "NetworkDatasetSettings",
@@ -35,30 +34,12 @@ __all__ = [
     "FingerprintSettings",
     "Config",
     "SECTIONS",
-    "STAGES",
-    "TARGET_COLUMNS",
-    "MAX_BATCH_SIZE",
-    "MAX_CLASSES",
-    "MAX_INPUT_EXTENT",
     "OUTPUT_PATHS",
-    "check_batch_sizes",
     "check_output_path",
-    "input_size_problem",
-    "num_classes_problem",
-    "parse_decimal",
-    "check_stage",
-    "is_positive_int",
     "load_config",
     "load_section",
     "parse_section",
-    "read_ini",
 ]
-
-
-# Ceilings (README, "Checks and limits"), beside MAX_BATCH_SIZE (perf4sight.device.checks): the
-# largest class count and input channels, height or width accepted anywhere.
-MAX_CLASSES = 10**7
-MAX_INPUT_EXTENT = 2**14
 
 
 @dataclass(frozen=True)
@@ -166,44 +147,21 @@ class Config:
         return [name for name in SECTIONS if getattr(self, name) is not None]
 
 
-def input_size_problem(value: object, name: str = "input_size") -> str | None:
-    """Why `value` (named `name` in the message) is no input size, three positive integers
-    up to MAX_INPUT_EXTENT (channels, height, width); None when it is one."""
-    if isinstance(value, (list, tuple)) and len(value) == 3 and all(
-            is_positive_int(extent) and extent <= MAX_INPUT_EXTENT for extent in value):
-        return None
-    return f"{name} {clip(repr(value))} is not three positive integers up to {MAX_INPUT_EXTENT} (channels, height, width)"
-
-
-def num_classes_problem(value: object) -> str | None:
-    """Why `value` is no class count, a positive integer up to MAX_CLASSES; None when it is one."""
-    if is_positive_int(value) and value <= MAX_CLASSES:  # type: ignore[operator]
-        return None
-    return f"num_classes {clip(repr(value))} is not a positive integer up to {MAX_CLASSES}"
-
-
 def check_output_path(path: Path, kind: str, where: str) -> None:
     """Refuse an output `path` that cannot become a `kind` ('folder' or 'file'): something of
     the other kind in its place, a file where one of its parent folders would be, or a
-    parent that cannot be written. Nothing is created."""
+    parent that cannot be written (ArgumentError naming `where`). Nothing is created."""
     if path.exists() and path.is_dir() != (kind == "folder"):
         other = "folder" if path.is_dir() else "file"
-        raise ConfigError(f"{where}: {clip(str(path))} is a {other}; a {kind} is written there")
+        raise ArgumentError(f"{where}: {clip(str(path))} is a {other}; a {kind} is written there")
     parent = path if kind == "folder" else path.parent
     for ancestor in (parent, *parent.parents):
         if ancestor.exists():
             if not ancestor.is_dir():
-                raise ConfigError(f"{where}: {clip(str(ancestor))} is a file, not a folder to write {clip(str(path))} in")
+                raise ArgumentError(f"{where}: {clip(str(ancestor))} is a file, not a folder to write {clip(str(path))} in")
             if not os.access(ancestor, os.W_OK | os.X_OK) and not (ancestor == path and kind == "folder"):
-                raise ConfigError(f"{where}: {clip(str(ancestor))} cannot be written to")
+                raise ArgumentError(f"{where}: {clip(str(ancestor))} cannot be written to")
             return
-
-
-def check_stage(stage: object, where: str, error: type[Exception] = ConfigError) -> None:
-    """Raise `error` naming `where` the stage came from (a config key, an option, an
-    argument) unless it is one of STAGES: each entry point refuses it in the same words."""
-    if stage not in STAGES:
-        raise error(f"{where}: '{stage}' is not one of {', '.join(STAGES)}")
 
 
 def load_config(path: str | Path) -> Config:

@@ -8,6 +8,8 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
+from perf4sight.device.logs import read_journal, write_gt
+from perf4sight.device.test_config import ProfileTest
 from perf4sight.errors import DataNotFoundError, LogFormatError
 from perf4sight.fit import find_logs, read_gt_log, read_logs
 
@@ -46,7 +48,8 @@ def test_missing_column_names_file_and_line(tx2_dir, tmp_path):
 
 @pytest.mark.parametrize(
     ("field", "value", "message"),
-    [(0, "maybe", "passed='maybe'"), (3, "lots", "mem_used='lots'"), (8, "-4", "bs='-4'"), (3, "None", "mem_used='None'")],
+    [(0, "maybe", "passed='maybe'"), (3, "lots", "mem_used='lots'"), (8, "-4", "bs='-4'"), (8, "0x10", "bs='0x10'"),
+     (3, "None", "mem_used='None'")],
 )
 def test_malformed_row_names_file_and_line(tx2_dir, tmp_path, field, value, message):
     path = _copy(tx2_dir, "memory", "resnet18_0", tmp_path)
@@ -86,7 +89,7 @@ def test_a_network_without_logs_is_named_with_those_there(tx2_dir):
 def test_a_log_that_is_not_text_names_the_file(tmp_path):
     path = tmp_path / "squeezenet_0-gt.csv"
     path.write_bytes("passed|bs|model|latency\nTrue|2|squeezenet_0|1.0\n".encode("utf-16"))
-    with pytest.raises(LogFormatError, match=rf"{path}: not UTF-8 text"):
+    with pytest.raises(LogFormatError, match=rf"{path}: line 1: not UTF-8 text"):
         read_gt_log(path, ["latency"])
 
 
@@ -117,3 +120,29 @@ def test_a_folder_in_a_logs_place_is_an_error(tx2_dir, tmp_path):
     (tmp_path / "squeezenet_0-gt.csv").mkdir()
     with pytest.raises(LogFormatError, match=r"squeezenet_0-gt\.csv: not a file; a profiling log is expected there"):
         find_logs(["squeezenet"], [0], [tmp_path])
+
+
+@pytest.mark.parametrize("spelling", ["", "None", "none", "nan", "NaN", "null", "-1", " -1 "])
+def test_the_journal_and_the_gt_log_read_every_missing_spelling_alike(tmp_path, spelling):
+    """A failed row's missing value reads as missing from the device's journal (resuming) and
+    from the -gt file written from it (fingerprinting); a passed row without one is refused
+    by the host, naming the file and line."""
+    params = ProfileTest("memory", 4, "cifar10", "tinynet", "training", "/models/tinynet_50.py").params()
+    journal = tmp_path / "memory" / "tinynet_50.csv"
+    journal.parent.mkdir()
+    header = "passed|mem_alloc|mem_reserved|mem_used|mem_avail|free|capacity|mem_context|status|error|params"
+    journal.write_text(f"{header}\nFalse|{spelling}|1.0|{spelling}|||||error|out of memory|{params!r}\n")
+    assert read_journal(journal)[0]["mem_used"] is None
+    gt = write_gt(journal, "memory")
+    frame = read_gt_log(gt, ["mem_used"])
+    assert frame["mem_used"].isna().all() and frame["mem_reserved"].tolist() == [1.0]
+    # the -gt file as the original wrote it: the spelling itself in the field
+    lines = gt.read_text().splitlines()
+    fields = lines[1].split("|")
+    fields[3] = spelling
+    gt.write_text("\n".join([lines[0], "|".join(fields)]) + "\n")
+    assert read_gt_log(gt, ["mem_used"])["mem_used"].isna().all()
+    fields[0] = "True"
+    gt.write_text("\n".join([lines[0], "|".join(fields)]) + "\n")
+    with pytest.raises(LogFormatError, match=rf"{gt}: line 2: mem_used=.*expected a number"):
+        read_gt_log(gt, ["mem_used"])

@@ -16,7 +16,7 @@ from perf4sight.fit import (
     PaperExtraTrees,
     build_dataset,
     load_model,
-    model_path,
+    stored_model_path,
     read_logs,
     save_model,
 )
@@ -43,7 +43,7 @@ def stored(dataset, tmp_path):
 
 def test_round_trip_keeps_predictions_and_metadata(dataset, stored, tmp_path, tx2_dir):
     estimator, path = stored
-    assert path == model_path(tmp_path, "training", "latency") == tmp_path / "training_latency.skops"
+    assert path == stored_model_path(tmp_path, "training", "latency") == tmp_path / "training_latency.skops"
     assert zipfile.is_zipfile(path)  # skops' format, not a pickle
     model = load_model(tmp_path, stage="training", target="latency")
     np.testing.assert_array_equal(model.estimator.predict(dataset.features), estimator.predict(dataset.features))
@@ -82,8 +82,8 @@ def test_a_stored_calibration_corrects_its_family_only(dataset, tmp_path, tx2_di
 def test_another_stage_or_target_is_refused(stored, tmp_path):
     with pytest.raises(DataNotFoundError, match="training_mem_used.skops"):
         load_model(tmp_path, stage="training", target="mem_used")
-    path = model_path(tmp_path, "training", "latency")
-    inference = model_path(tmp_path, "inference", "latency")
+    path = stored_model_path(tmp_path, "training", "latency")
+    inference = stored_model_path(tmp_path, "inference", "latency")
     path.rename(inference)
     path.with_suffix(".json").rename(inference.with_suffix(".json"))
     with pytest.raises(FittedModelError, match="fitted for stage 'training', this run needs 'inference'"):
@@ -127,7 +127,7 @@ def test_a_replaced_model_file_is_refused(dataset, stored, tmp_path):
 def test_a_model_without_its_metadata_is_refused(stored, tmp_path):
     """A fit stopped between its two files leaves the model without metadata: unusable,
     so fingerprinting refits it (a missing model would send the user to fit it first)."""
-    path = model_path(tmp_path, "training", "latency")
+    path = stored_model_path(tmp_path, "training", "latency")
     path.with_suffix(".json").unlink()
     with pytest.raises(FittedModelError, match="training_latency.json is missing; fingerprint again to refit"):
         load_model(tmp_path, stage="training", target="latency")

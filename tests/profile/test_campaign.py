@@ -20,7 +20,8 @@ import torchvision
 from perf4sight.cli import main
 from perf4sight.config import NetworkDatasetSettings, ProfileSettings, load_config
 from perf4sight.device.logs import GT_COLUMNS
-from perf4sight.errors import ConfigError, NetworkError
+from perf4sight.device.backends import make_backend
+from perf4sight.errors import ArgumentError, ConfigError, NetworkError
 from perf4sight.networks import create_network_dataset, spec_from_module, write_spec
 from perf4sight.profile import (
     profile_campaign,
@@ -265,7 +266,7 @@ def test_worker_that_does_not_start_in_time_stops_the_campaign(
     monkeypatch.setattr("perf4sight.device.worker._START_TIMEOUT_S", 0.01)  # torch alone takes longer
     test_config = write_test_config(tmp_path / "t.ini", [model_dir / "tinynet_0.py"], [2], test_var=("memory",))
     log_dir = tmp_path / "logs"
-    with pytest.raises(ConfigError, match=r"^\[profile\] device = cpu: the worker could not start: "
+    with pytest.raises(ConfigError, match=r"^device = cpu: the worker could not start: "
                                           r"no answer within 0\.01 s") as info:
         profile_campaign(read_test_config(test_config), log_dir=log_dir, iterations=1, save=save)
     assert str(info.value).endswith(f"; its output is in {log_dir / 'worker.log'}" if save else "0.01 s")
@@ -376,3 +377,18 @@ def test_a_spec_wider_than_its_base_stops_the_campaign_before_any_test(tmp_path:
     with pytest.raises(NetworkError, match="features.0"):
         profile_campaign(read_test_config(config), log_dir=log_dir)
     assert not log_dir.exists()
+
+
+def test_a_backend_error_names_its_argument_and_the_pipeline_adds_file_and_section(
+    tmp_path: Path, model_dir: Path, write_test_config, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Called from Python, the backend speaks of its argument; run from a config, the same
+    error is one line that names the file and section too."""
+    if torch.cuda.is_available():
+        pytest.skip("CUDA is available here")
+    with pytest.raises(ArgumentError, match=r"^device = cuda: CUDA is not available on this machine$"):
+        make_backend("cuda").setup()
+    test_config = write_test_config(tmp_path / "t.ini", [model_dir / "tinynet_0.py"], [2], test_var=("memory",))
+    config = _run_config(tmp_path, test_config, tmp_path / "logs", "device = cuda\nsave = False\n")
+    assert main(["--quiet", "run", "--config", str(config)]) == 2
+    assert f"error: {config}: [profile] device = cuda: CUDA is not available on this machine" in _one_error_line(capsys)

@@ -96,7 +96,7 @@ def test_malformed_row_names_file_and_line(tmp_path: Path) -> None:
     with pytest.raises(LogFormatError, match=r"x.csv: line 2: params lacks"):
         read_journal(path)
     path.write_text("passed|mem_used|params\nmaybe|1.0|{}\n")
-    with pytest.raises(LogFormatError, match=r"line 2: passed must be True or False"):
+    with pytest.raises(LogFormatError, match=r"line 2: passed='maybe', expected True or False"):
         read_journal(path)
 
 

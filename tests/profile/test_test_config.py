@@ -153,7 +153,7 @@ def test_create_config_rejects_an_empty_list(
 def test_create_config_rejects_a_non_positive_batch_size(tmp_path: Path, model_dir: Path) -> None:
     settings = ProfileSettings(network=["tinynet"], bs=[2, 0], local_model_loc=model_dir,
                                test_config=tmp_path / "t.ini")
-    with pytest.raises(ConfigError, match=r"^\[profile\] bs: expected positive integers, got 0$"):
+    with pytest.raises(ConfigError, match=r"^bs: expected positive integers, got 0$"):
         create_test_config(settings)
     assert not settings.test_config.exists()
 

@@ -7,6 +7,7 @@ from pathlib import Path
 import typer
 
 from perf4sight.config import load_section
+from perf4sight.errors import in_settings
 
 __all__ = ["register"]
 
@@ -21,4 +22,6 @@ def register(app: typer.Typer) -> None:
         """Fit the device's memory and latency models from its logs and evaluate them."""
         from perf4sight.fit import fingerprint_device
 
-        fingerprint_device(load_section(config, "fingerprint"))
+        settings = load_section(config, "fingerprint")
+        with in_settings("[fingerprint]"):
+            fingerprint_device(settings)

@@ -10,7 +10,8 @@ import typer
 
 from perf4sight import console
 from perf4sight.cli.prune import parse_input_size, parse_levels
-from perf4sight.config import check_batch_sizes, parse_decimal
+from perf4sight.device.checks import parse_decimal
+from perf4sight.device.definitions import check_batch_sizes
 from perf4sight.errors import UsageError, clip
 
 if TYPE_CHECKING:

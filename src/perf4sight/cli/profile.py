@@ -8,6 +8,7 @@ import typer
 
 from perf4sight import console
 from perf4sight.config import ProfileSettings, load_section
+from perf4sight.errors import in_settings
 
 __all__ = ["register"]
 
@@ -30,7 +31,9 @@ def register(app: typer.Typer) -> None:
         """On the host: write the test config listing the models of [profile] network."""
         from perf4sight.profile import create_test_config
 
-        path = create_test_config(_settings(config))
+        settings = _settings(config)
+        with in_settings("[profile]"):
+            path = create_test_config(settings)
         console.info(f"test config written to {path}; copy it to the device with the models")
 
     @profile_app.command("run")
@@ -38,7 +41,9 @@ def register(app: typer.Typer) -> None:
         """On the device: run the test config named by [profile] test_config."""
         from perf4sight.profile import run_test_config
 
-        run_test_config(_settings(config))
+        settings = _settings(config)
+        with in_settings("[profile]"):
+            run_test_config(settings)
 
     @profile_app.command("bundle")
     def bundle(

@@ -9,8 +9,9 @@ from pathlib import Path
 import typer
 
 from perf4sight import console
-from perf4sight.config import NetworkDatasetSettings, parse_decimal
-from perf4sight.errors import ConfigError, NetworkError, clip
+from perf4sight.config import NetworkDatasetSettings
+from perf4sight.device.checks import parse_decimal
+from perf4sight.errors import ConfigError, NetworkError, clip, in_settings
 
 __all__ = ["register", "parse_levels", "parse_input_size"]
 
@@ -85,7 +86,8 @@ def register(app: typer.Typer) -> None:
             num_classes=num_classes,
             write_model_files=write_model_files,
         )
-        manifest = create_network_dataset(settings)
+        with in_settings("[create_network_dataset]"):
+            manifest = create_network_dataset(settings)
         console.print_table(
             f"pruned networks ({out})",
             ["name", "target level", "level reached", "params", "MMACs"],

@@ -8,6 +8,6 @@ the host, so the same files run as `perf4sight.device` under `perf4sight profile
 copied by `perf4sight profile bundle`, as the top-level package of a bundle on a device
 where perf4sight is not installed.
 
-This module imports nothing, so that the host can read the log layout or the test
-config rules without importing torch.
+This module imports nothing, so that the host can read the workload's names
+(`definitions`), the log layout or the test config rules without importing torch.
 """

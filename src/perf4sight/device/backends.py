@@ -19,7 +19,7 @@ from typing import Any, Callable, Dict, List, NamedTuple, Optional, Tuple, Type,
 import torch
 from torch import nn
 
-from .errors import ConfigError
+from .errors import ArgumentError
 from .memory import PeakSampler, ResidentPeak, UnifiedMemoryMeter, fix_malloc_mmap_threshold, release_free_memory
 from .system import BYTES_PER_MIB, read_meminfo, system_memory_mib
 
@@ -165,10 +165,10 @@ class _TorchCudaBackend(Backend):
 
     def _check_cuda(self) -> None:
         if not torch.cuda.is_available():
-            raise ConfigError("[profile] device = {}: CUDA is not available on this machine".format(self.name))
+            raise ArgumentError("device = {}: CUDA is not available on this machine".format(self.name))
         if not 0 <= self.gpu_id < torch.cuda.device_count():
-            raise ConfigError(
-                "[profile] gpu_id = {}: only {} CUDA device(s) visible (CUDA_VISIBLE_DEVICES={})".format(
+            raise ArgumentError(
+                "gpu_id = {}: only {} CUDA device(s) visible (CUDA_VISIBLE_DEVICES={})".format(
                     self.gpu_id, torch.cuda.device_count(), os.environ.get("CUDA_VISIBLE_DEVICES", "unset"))
             )
 
@@ -234,7 +234,7 @@ class _DeviceMemory:
             pynvml.nvmlInit()
             self.handle = pynvml.nvmlDeviceGetHandleByIndex(_nvml_index(gpu_id))
         elif tuple(int(part) for part in re.findall(r"\d+", torch.__version__)[:2]) < (1, 11):
-            raise ConfigError("[profile] device = cuda: reading the GPU's memory needs pynvml "
+            raise ArgumentError("device = cuda: reading the GPU's memory needs pynvml "
                               "(pip install nvidia-ml-py) or PyTorch >= 1.11")
         self.gpu_id = gpu_id
 
@@ -344,11 +344,11 @@ DEVICE_ALIASES = {"tx2": "jetson", "2080ti": "cuda", "gpu": "cuda"}
 
 
 def backend_name(device: str) -> str:
-    """The backend for a device name or alias; ConfigError for an unknown one."""
+    """The backend for a device name or alias; ArgumentError for an unknown one."""
     name = DEVICE_ALIASES.get(device.lower(), device.lower())
     if name not in BACKENDS:
         known = ", ".join(list(BACKENDS) + list(DEVICE_ALIASES))
-        raise ConfigError("[profile] device: unknown device {!r}; expected one of {}".format(device, known))
+        raise ArgumentError("device: unknown device {!r}; expected one of {}".format(device, known))
     return name
 
 

@@ -15,10 +15,10 @@ from typing import Any, Callable, Dict, List, Optional, Sequence
 
 from . import console as plain_console
 from .backends import backend_name
-from .checks import is_positive_int
+from .definitions import is_positive_int
 from .contention import BUSY_ELSEWHERE_WARNING
 from .environment import environment_record, write_environment
-from .errors import ConfigError
+from .errors import ArgumentError
 from .lock import LogFolderLock
 from .logs import LogRow, append_gt_row, append_row, journal_path, read_journal, write_gt
 from .models import check_model_files
@@ -178,9 +178,9 @@ def _record_environment(worker: WorkerProcess, settings: Dict[str, Any], log_dir
 def check_run(iterations: int, warmup: int, memory_limit_mib: Optional[int]) -> None:
     """Refuse run settings no campaign can use."""
     if iterations < 1 or warmup < 0:
-        raise ConfigError("[profile] iterations >= 1 and warmup >= 0 needed, got {}, {}".format(iterations, warmup))
+        raise ArgumentError("iterations >= 1 and warmup >= 0 needed, got {}, {}".format(iterations, warmup))
     if memory_limit_mib is not None and not is_positive_int(memory_limit_mib):
-        raise ConfigError("[profile] memory_limit_mib: expected a positive integer (MiB), got {!r}".format(
+        raise ArgumentError("memory_limit_mib: expected a positive integer (MiB), got {!r}".format(
             memory_limit_mib))
 
 

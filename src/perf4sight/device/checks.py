@@ -1,39 +1,15 @@
-"""Checks of values read from config files and test configs, one rule each, shared by
-the host's config reader and the device's test config reader."""
+"""Reading config files and test configs, one rule each, shared by the host's config
+reader and the device's test config reader (the checks of the values they hold are in
+`definitions`)."""
 
 import configparser
-import numbers
 import re
 from pathlib import Path
-from typing import Iterable, List, Optional, Type
+from typing import Optional
 
 from .errors import ConfigError, clip
 
-__all__ = ["MAX_BATCH_SIZE", "is_positive_int", "check_batch_sizes", "parse_decimal", "read_ini"]
-
-# The largest batch size accepted anywhere (README, "Checks and limits").
-MAX_BATCH_SIZE = 2**20
-
-
-def is_positive_int(value: object) -> bool:
-    """Whether `value` is an integer of 1 or more, numpy's included (a bool, though an int, is not)."""
-    return isinstance(value, numbers.Integral) and not isinstance(value, bool) and value > 0
-
-
-def check_batch_sizes(values: Iterable[object], where: str, error: Type[Exception] = ConfigError) -> List[int]:
-    """`values` as ints, if there is at least one and each is a positive integer up to
-    MAX_BATCH_SIZE; else `error` naming `where` they came from. A float is refused, not
-    truncated: 1.5 is no batch size."""
-    sizes = list(values)
-    if not sizes:
-        raise error("{}: empty list; expected positive integers".format(where))
-    for value in sizes:
-        if not is_positive_int(value):
-            raise error("{}: expected positive integers, got {}".format(where, clip(repr(value))))
-        if value > MAX_BATCH_SIZE:
-            raise error("{}: {} is above the largest batch size, {}".format(where, clip(repr(value)), MAX_BATCH_SIZE))
-    return [int(value) for value in sizes]
-
+__all__ = ["parse_decimal", "read_ini"]
 
 def parse_decimal(text: str) -> Optional[int]:
     """The integer an ASCII decimal numeral writes (surrounding blanks allowed), or None:

@@ -4,11 +4,19 @@
 Each subclasses a built-in exception so that callers can catch it without importing
 perf4sight; the CLI and the bundle's runner turn any of them into one line on stderr and
 exit code 2.
+
+A library function's check names its own argument (`device = cuda: ...`), raising
+`ArgumentError`; the entry point that read the value from a config file or a command
+line adds where it came from with `in_settings` (`config.ini: [profile] device = cuda: ...`).
 """
+
+from contextlib import contextmanager
+from typing import Iterator
 
 __all__ = [
     "Perf4sightError",
     "ConfigError",
+    "ArgumentError",
     "NetworkError",
     "ModelFileError",
     "LogFormatError",
@@ -17,6 +25,7 @@ __all__ = [
     "UsageError",
     "LogFolderBusyError",
     "clip",
+    "in_settings",
 ]
 
 # The longest value an error message quotes: a message is one line a person reads, and a
@@ -38,6 +47,21 @@ class Perf4sightError(Exception):
 
 class ConfigError(Perf4sightError, ValueError):
     """A config file, section, key or value is wrong."""
+
+
+class ArgumentError(ConfigError):
+    """A library function's argument is wrong; the message names the argument, as the
+    config key it is read from, and `in_settings` adds the file and section."""
+
+
+@contextmanager
+def in_settings(where: str) -> Iterator[None]:
+    """Prefix `where` (a config file and section, `config.ini: [profile]`) to any
+    ArgumentError raised inside: the one place an argument's origin is added."""
+    try:
+        yield
+    except ArgumentError as exc:
+        raise ConfigError("{} {}".format(where, exc)) from None
 
 
 class NetworkError(Perf4sightError, ValueError):

@@ -15,14 +15,21 @@ an exception such as out of memory; `crashed` when the worker died; `skipped` fo
 batch size not run after a smaller one failed under till_first_fail) and `error`. Rows
 are appended in the columns of the file's own header, so a journal begun by a version
 with fewer columns stays readable when resumed.
+
+Both files are read field by field with one rule (`parse_field`): the journal when a
+campaign resumes, the `-gt.csv` by fingerprinting on the host (`read_gt`), so that the two
+agree on every spelling of a missing value (`MISSING`).
 """
 
 import ast
+import math
 import os
 from pathlib import Path
-from typing import Any, Dict, List, Optional
+from typing import Any, Dict, List, Optional, Sequence, Tuple
 
-from .errors import LogFormatError
+from .checks import parse_decimal
+from .definitions import MAX_BATCH_SIZE, is_positive_int
+from .errors import LogFormatError, clip
 from .files import write_text
 from .test_config import ProfileTest
 
@@ -30,9 +37,13 @@ __all__ = [
     "COLUMNS",
     "GT_COLUMNS",
     "GT_SUFFIX",
+    "MISSING",
+    "REQUIRED_COLUMNS",
     "LogRow",
     "journal_path",
     "gt_path",
+    "parse_field",
+    "read_gt",
     "read_journal",
     "append_gt_row",
     "append_row",
@@ -49,6 +60,16 @@ GT_COLUMNS: Dict[str, List[str]] = {
     "memory": ["passed"] + _MEMORY_FIGURES + _PARAM_COLUMNS + ["mem_context", "status", "error"],
     "latency": ["passed", "latency"] + _PARAM_COLUMNS + ["latency_iters_ms", "cpu_elsewhere", "status", "error"],
 }
+# The columns that hold a Python literal (a number, a list, the `params` dict); `bs` holds a
+# decimal numeral; every other column holds text as written (names, the outcome, and any
+# column of another tool).
+LITERAL_COLUMNS = frozenset(_MEMORY_FIGURES + ["latency", "mem_context", "latency_iters_ms", "cpu_elsewhere",
+                                               "params"])
+# The spellings of "no value" in a literal column, compared stripped and lower-cased: the
+# original wrote None (and -1), pandas writes nan, other tools null or nothing.
+MISSING = frozenset(["", "none", "nan", "null", "-1"])
+# The columns every `-gt.csv` has, whoever wrote it (the original's included).
+REQUIRED_COLUMNS = ("passed", "bs", "model")
 SEPARATOR = "|"
 # `<model>-gt.csv`: the expanded log that fingerprinting reads.
 GT_SUFFIX = "-gt.csv"
@@ -83,53 +104,97 @@ def read_journal(path: Path, *, repair: bool = False) -> List[LogRow]:
         return []
     header = lines[0].split(SEPARATOR)
     if header[0] != "passed" or header[-1] != "params":
-        raise LogFormatError(f"{path}: line 1: expected a header 'passed|...|params', got {lines[0]!r}")
+        raise LogFormatError("{}: line 1: expected a header 'passed|...|params', got {!r}".format(path, lines[0]))
     rows = []
     for number, line in enumerate(lines[1:], start=2):
         if line.strip():
-            rows.append(_parse(line, header, where=f"{path}: line {number}"))
+            rows.append(_parse_journal(line, header, where="{}: line {}".format(path, number)))
     return rows
 
 
+def read_gt(path: Path, targets: Sequence[str]) -> Tuple[List[str], List[LogRow]]:
+    """The header and rows of a `-gt.csv` (ours or the original's), each field read by
+    `parse_field`. Every row is checked against what fingerprinting relies on: a batch
+    size, a model and, on a passed row, a number for each of `targets` (a failed row,
+    usually out of memory, may leave them missing: None). LogFormatError names the file and
+    line of the first problem."""
+    path = Path(path)
+    lines = _decode(path.read_bytes(), path).splitlines()
+    if not lines:
+        raise LogFormatError("{}: empty file, expected a '|'-separated header".format(path))
+    header = [name.strip() for name in lines[0].split(SEPARATOR)]
+    for column in tuple(REQUIRED_COLUMNS) + tuple(targets):
+        if column not in header:
+            raise LogFormatError("{}: line 1: missing column '{}' (columns: {})".format(
+                path, column, ", ".join(header)))
+    rows = []
+    for number, line in enumerate(lines[1:], start=2):
+        if not line.strip(SEPARATOR + " \t"):
+            continue
+        where = "{}: line {}".format(path, number)
+        fields = line.split(SEPARATOR)
+        if len(fields) != len(header):
+            raise LogFormatError("{}: {} fields, the header has {}".format(where, len(fields), len(header)))
+        row = {name: parse_field(name, text, where=where) for name, text in zip(header, fields)}
+        text = dict(zip(header, fields))
+        if not (is_positive_int(row["bs"]) and row["bs"] <= MAX_BATCH_SIZE):
+            raise LogFormatError("{}: bs={}, expected a positive integer up to {}".format(
+                where, clip(repr(text["bs"])), MAX_BATCH_SIZE))
+        if row["model"] is None:
+            raise LogFormatError("{}: empty 'model'".format(where))
+        for target in targets:
+            value = row[target]
+            number_ok = isinstance(value, (int, float)) and not isinstance(value, bool)
+            if not (number_ok or value is None) or (row["passed"] and not (number_ok and math.isfinite(value))):
+                raise LogFormatError("{}: {}={}, expected a number".format(where, target, clip(repr(text[target]))))
+        rows.append(row)
+    return header, rows
+
+
 def _decode(data: bytes, path: Path) -> str:
-    """The journal's text; LogFormatError naming the line when it is not UTF-8 (perf4sight
+    """The log's text; LogFormatError naming the line when it is not UTF-8 (perf4sight
     writes UTF-8, so another encoding means a foreign or damaged file)."""
     try:
         return data.decode("utf-8")
     except UnicodeDecodeError as exc:
         line = data.count(b"\n", 0, exc.start) + 1
-        raise LogFormatError(f"{path}: line {line}: not UTF-8 text ({exc.reason})") from None
+        raise LogFormatError("{}: line {}: not UTF-8 text ({})".format(path, line, exc.reason)) from None
 
 
-def _parse(line: str, header: List[str], *, where: str) -> LogRow:
+def _parse_journal(line: str, header: List[str], *, where: str) -> LogRow:
     fields = line.split(SEPARATOR)
     if len(fields) < len(header):
-        raise LogFormatError(f"{where}: {len(fields)} fields, the header has {len(header)}")
+        raise LogFormatError("{}: {} fields, the header has {}".format(where, len(fields), len(header)))
     # params is last and may itself contain the separator
     fields = fields[: len(header) - 1] + [SEPARATOR.join(fields[len(header) - 1:])]
-    row: LogRow = {}
-    for name, text in zip(header, fields):
-        row[name] = _value(name, text, where=where)
+    row = {name: parse_field(name, text, where=where) for name, text in zip(header, fields)}
     try:
         ProfileTest.from_params(row["params"])
     except (KeyError, ValueError, TypeError) as exc:
-        raise LogFormatError(f"{where}: params lacks or mangles {exc}") from None
+        raise LogFormatError("{}: params lacks or mangles {}".format(where, exc)) from None
     return row
 
 
-def _value(name: str, text: str, *, where: str) -> Any:
-    if name in ("status", "error"):
-        return text or None
+def parse_field(name: str, text: str, *, where: str) -> Any:
+    """The value of one field of column `name`, the one rule of both logs: `passed` is True
+    or False; `bs` is a decimal numeral (None when it is not one: '0x10' is no batch size);
+    a literal column (`LITERAL_COLUMNS`) holds a Python literal, or None for any spelling
+    in `MISSING`; any other column is text (None when empty)."""
+    word = text.strip()
     if name == "passed":
-        if text not in ("True", "False"):
-            raise LogFormatError(f"{where}: passed must be True or False, got {text!r}")
-        return text == "True"
-    if text in ("", "None", "-1"):
+        if word.lower() not in ("true", "false"):
+            raise LogFormatError("{}: passed={}, expected True or False".format(where, clip(repr(text))))
+        return word.lower() == "true"
+    if name == "bs":
+        return parse_decimal(word)
+    if name not in LITERAL_COLUMNS:
+        return word or None
+    if word.lower() in MISSING:
         return None
     try:
-        return ast.literal_eval(text)
+        return ast.literal_eval(word)
     except (ValueError, SyntaxError, TypeError, MemoryError, RecursionError):
-        raise LogFormatError(f"{where}: column {name}: not a literal: {text[:80]!r}") from None
+        raise LogFormatError("{}: {}={}, expected a Python literal".format(where, name, clip(repr(text)))) from None
 
 
 def append_row(path: Path, test_var: str, row: LogRow) -> None:

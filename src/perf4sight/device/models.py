@@ -17,9 +17,9 @@ from typing import Any, Callable, NamedTuple, Optional, Sequence, Tuple, Union
 
 from torch import nn
 
-from .checks import is_positive_int
 from .errors import ConfigError, ModelFileError
-from .test_config import DATASETS, ProfileTest
+from .definitions import DATASETS, is_positive_int
+from .test_config import ProfileTest
 
 __all__ = [
     "LoadedModel", "call_factory", "check_model_files", "exec_model_file", "import_loader", "load_model_file",

@@ -10,42 +10,15 @@ import ast
 import configparser
 import itertools
 from pathlib import Path
-from typing import Any, Dict, List, NamedTuple, Optional, Sequence, Tuple, Union
+from typing import Any, Dict, List, NamedTuple, Tuple, Union
 
-from .checks import check_batch_sizes, read_ini
+from .checks import read_ini
+from .definitions import DATASETS, STAGES, TEST_VARIABLES, check_batch_sizes, check_choices
 from .errors import ConfigError
 
-__all__ = [
-    "DATASETS",
-    "STAGES",
-    "TARGET_COLUMNS",
-    "TEST_VARIABLES",
-    "ProfileTest",
-    "check_choices",
-    "dataset_load_options",
-    "read_test_config",
-]
+__all__ = ["ProfileTest", "read_test_config"]
 
-# The stages a network is profiled and modelled in.
-STAGES = ("training", "inference")
-# What is profiled (a test config's `test_var`, a log folder) and the log column its model predicts.
-TARGET_COLUMNS = {"memory": "mem_used", "latency": "latency"}
-TEST_VARIABLES = tuple(TARGET_COLUMNS)
-# dataset name -> (input size C,H,W, classes); 'spec' takes both from the model itself.
-DATASETS: Dict[str, Optional[Tuple[Tuple[int, int, int], int]]] = {
-    "spec": None,
-    "imagenet": ((3, 224, 224), 1000),
-    "cifar10": ((3, 32, 32), 10),
-    "cifar100": ((3, 32, 32), 100),
-}
 KEYS = ("test_var", "bs", "dataset", "net_name", "exec_stage", "model")
-
-
-def dataset_load_options(dataset: str) -> Dict[str, Any]:
-    """The network loader's `input_size` and `num_classes` for a `DATASETS` name (none
-    for `spec`: the model's own): what a test ran at, for the profiler and for fitting."""
-    shape = DATASETS[dataset]
-    return {} if shape is None else {"input_size": shape[0], "num_classes": shape[1]}
 
 
 class ProfileTest(NamedTuple):
@@ -137,17 +110,8 @@ def _read_section(section: configparser.SectionProxy, *, where: str) -> Dict[str
         bad = [v for v in values[key] if not isinstance(v, str) or not v]
         if bad:
             raise ConfigError("{} {}: expected strings, got {!r}".format(where, key, bad[0]))
-    check_batch_sizes(values["bs"], "{} bs".format(where))
-    check_choices("{} test_var".format(where), values["test_var"], TEST_VARIABLES)
-    check_choices("{} exec_stage".format(where), values["exec_stage"], STAGES)
-    check_choices("{} dataset".format(where), values["dataset"], tuple(DATASETS))
+    check_batch_sizes(values["bs"], "{} bs".format(where), ConfigError)
+    check_choices("{} test_var".format(where), values["test_var"], TEST_VARIABLES, ConfigError)
+    check_choices("{} exec_stage".format(where), values["exec_stage"], STAGES, ConfigError)
+    check_choices("{} dataset".format(where), values["dataset"], tuple(DATASETS), ConfigError)
     return values
-
-
-def check_choices(where: str, values: Sequence[Any], allowed: Sequence[str]) -> None:
-    """Known values, at least one: an empty list would make a test config with no tests."""
-    if not values:
-        raise ConfigError("{}: empty list; expected one or more of {}".format(where, ", ".join(allowed)))
-    for value in values:
-        if value not in allowed:
-            raise ConfigError("{}: unknown value {!r}; expected one of {}".format(where, value, ", ".join(allowed)))

@@ -19,7 +19,7 @@ import time
 from pathlib import Path
 from typing import IO, TYPE_CHECKING, Any, Dict, List, Optional
 
-from .errors import ConfigError, Perf4sightError
+from .errors import ArgumentError, Perf4sightError
 from .system import rss_mib
 from .test_config import ProfileTest
 
@@ -75,7 +75,7 @@ class WorkerProcess:
         """Start the worker and wait until its device is ready; returns its facts.
 
         A worker that dies or hangs before its first test is no test's failure and would
-        fail the same way for every test, so it is a ConfigError naming the likely key.
+        fail the same way for every test, so it is an ArgumentError naming the likely key.
         """
         read_fd, write_fd = os.pipe()
         log = open(str(self.log_path), "ab") if self.log_path is not None else subprocess.DEVNULL
@@ -94,15 +94,15 @@ class WorkerProcess:
         try:
             reply = self._receive(timeout_s=_START_TIMEOUT_S)
         except WorkerCrashed as exc:
-            raise ConfigError(self._start_failure(exc)) from None
+            raise ArgumentError(self._start_failure(exc)) from None
         if "fatal" in reply:
             self.stop()
-            raise ConfigError(reply["fatal"])
+            raise ArgumentError(reply["fatal"])
         self.facts = reply["facts"]
         return self.facts
 
     def run(self, test: ProfileTest, *, iterations: int, warmup: int) -> "TestOutcome":
-        """Run one test; raises WorkerCrashed when the worker dies meanwhile (ConfigError
+        """Run one test; raises WorkerCrashed when the worker dies meanwhile (ArgumentError
         when a fresh one cannot start, see `start`)."""
         from .workload import TestOutcome  # imports torch: not at the top, see `main`
 
@@ -142,11 +142,11 @@ class WorkerProcess:
     def _start_failure(self, exc: WorkerCrashed) -> str:
         if isinstance(exc, MemoryLimitExceeded):
             return (
-                "[profile] memory_limit_mib = {}: the worker went over it while starting, before any "
+                "memory_limit_mib = {}: the worker went over it while starting, before any "
                 "test ({}); the limit must leave room for Python and torch".format(self.memory_limit_mib, exc)
             )
         output = "; its output is in {}".format(self.log_path) if self.log_path is not None else ""
-        return "[profile] device = {}: the worker could not start: {}{}".format(self.options["device"], exc, output)
+        return "device = {}: the worker could not start: {}{}".format(self.options["device"], exc, output)
 
     def _watch_memory(self) -> None:
         if self.memory_limit_mib is None or self._proc is None:
@@ -236,7 +236,7 @@ def main(argv: Optional[List[str]] = None) -> int:
             results.write(json.dumps({"fatal": str(exc)}) + "\n")
             return 2
         except Exception as exc:  # a driver or library that fails to start: the device's setup
-            message = "[profile] device = {}: cannot set up: {}: {}".format(options["device"], type(exc).__name__, exc)
+            message = "device = {}: cannot set up: {}: {}".format(options["device"], type(exc).__name__, exc)
             results.write(json.dumps({"fatal": message}) + "\n")
             return 2
         results.write(json.dumps({"facts": facts}) + "\n")

@@ -11,7 +11,7 @@ import numpy as np
 import pandas as pd
 
 from perf4sight.architecture import Architecture, Detail
-from perf4sight.config import check_batch_sizes, check_stage
+from perf4sight.device.definitions import check_batch_sizes, check_stage
 from perf4sight.errors import NetworkError
 
 __all__ = ["checked_batch_sizes", "needs"]

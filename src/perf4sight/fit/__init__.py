@@ -18,7 +18,7 @@ from perf4sight.fit.methods import (
 )
 from perf4sight.fit.physical import PhysicalRegressor, ReplayRegressor
 from perf4sight.fit.report import mape_pct, summarise
-from perf4sight.fit.store import FittedModel, load_model, model_path, save_model
+from perf4sight.fit.store import FittedModel, load_model, save_model, stored_model_path
 
 __all__ = [
     "ArchitectureCatalog",
@@ -47,7 +47,7 @@ __all__ = [
     "network_weights",
     "load_model",
     "mape_pct",
-    "model_path",
+    "stored_model_path",
     "predict_calibrated",
     "predict_rows",
     "read_gt_log",

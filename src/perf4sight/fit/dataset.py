@@ -17,7 +17,7 @@ import pandas as pd
 
 from perf4sight import console
 from perf4sight.architecture import Architecture, Detail
-from perf4sight.device.test_config import DATASETS, dataset_load_options
+from perf4sight.device.definitions import DATASETS, dataset_load_options
 from perf4sight.errors import DataNotFoundError, LogFormatError
 from perf4sight.features import FEATURE_SETS
 from perf4sight.fit.calibration import family_key

@@ -23,8 +23,9 @@ from typing import Any
 import pandas as pd
 
 from perf4sight import console
-from perf4sight.config import TARGET_COLUMNS, FingerprintSettings, check_stage
-from perf4sight.errors import ConfigError, FittedModelError, LogFormatError
+from perf4sight.config import FingerprintSettings
+from perf4sight.device.definitions import TARGET_COLUMNS, check_stage
+from perf4sight.errors import ArgumentError, FittedModelError, LogFormatError
 from perf4sight.fit.bound import bound_factor, held_out_ratio
 from perf4sight.fit.calibration import FamilyCalibration
 from perf4sight.fit.choice import choose_method
@@ -39,7 +40,7 @@ from perf4sight.fit.methods import (
     resolve_method,
 )
 from perf4sight.fit.report import print_report, summarise, write_report
-from perf4sight.fit.store import FittedModel, load_model, model_path, save_model
+from perf4sight.fit.store import FittedModel, load_model, save_model, stored_model_path
 
 __all__ = ["TARGETS", "Target", "check_settings", "fingerprint_device"]
 
@@ -60,7 +61,7 @@ def _log_dirs(settings: FingerprintSettings, kind: str, *, evaluation: bool) -> 
     dirs = (getattr(settings, f"eval_{kind}_logs") or train_dirs) if evaluation else train_dirs
     if not dirs:
         key = f"eval_{kind}_logs or {kind}_logs" if evaluation else f"{kind}_logs"
-        raise ConfigError(f"[fingerprint] {key}: no log folder given for the {kind} model")
+        raise ArgumentError(f"{key}: no log folder given for the {kind} model")
     return dirs
 
 
@@ -72,7 +73,7 @@ def _dataset(settings: FingerprintSettings, target: Target, feature_set: str, ca
 
 
 def _train(settings: FingerprintSettings, target: Target, method: str, catalog: ArchitectureCatalog) -> None:
-    path = model_path(settings.model_storedir, settings.stage, target.column)
+    path = stored_model_path(settings.model_storedir, settings.stage, target.column)
     if path.is_file() and not settings.overwrite:
         try:
             load_model(settings.model_storedir, stage=settings.stage, target=target.column)
@@ -111,7 +112,7 @@ def _check_positive(dataset: Dataset, target: Target) -> None:
     if len(bad):
         first = bad.iloc[0]
         raise LogFormatError(
-            f"[fingerprint] {target.kind}_logs: {len(bad)} passed runs measured {target.column} <= 0 (first: "
+            f"{target.kind}_logs: {len(bad)} passed runs measured {target.column} <= 0 (first: "
             f"{first['model']} at batch size {first['batch_size']}: {first['measured']:g}); the models need "
             "positive measurements: profile those runs again"
         )
@@ -132,18 +133,18 @@ def check_settings(settings: FingerprintSettings) -> str:
     """Refuse values no fit could use (before a config's earlier stages run for nothing);
     returns the method's key."""
     method = resolve_method(settings.method)
-    check_stage(settings.stage, "[fingerprint] stage")
+    check_stage(settings.stage, "stage")
     enabled = [t.kind for t in TARGETS if getattr(settings, f"{t.kind}_model")]
     if not enabled:
-        raise ConfigError("[fingerprint] memory_model and latency_model are both False: nothing to fit or evaluate")
+        raise ArgumentError("memory_model and latency_model are both False: nothing to fit or evaluate")
     if not settings.evaluate:
         for key in ("train_nets", "train_logs"):
             if not getattr(settings, key):
-                raise ConfigError(f"[fingerprint] {key}: empty list; the models are fitted on these")
+                raise ArgumentError(f"{key}: empty list; the models are fitted on these")
     elif not settings.eval_logs:
-        raise ConfigError("[fingerprint] eval_logs: empty list with evaluate = True: nothing to evaluate")
+        raise ArgumentError("eval_logs: empty list with evaluate = True: nothing to evaluate")
     elif not (settings.eval_nets or settings.train_nets):
-        raise ConfigError("[fingerprint] eval_nets: empty list, and so is train_nets: no network to evaluate")
+        raise ArgumentError("eval_nets: empty list, and so is train_nets: no network to evaluate")
     for kind in enabled:
         if not settings.evaluate:
             _log_dirs(settings, kind, evaluation=False)
@@ -163,7 +164,7 @@ def fingerprint_device(settings: FingerprintSettings) -> dict[str, Any]:
     catalog = ArchitectureCatalog(settings.pruned_models_storedir)
     enabled = [t for t in TARGETS if getattr(settings, f"{t.kind}_model")]
     if not settings.pruned_models_storedir.is_dir():  # made by a config's pruning: checked now, not before
-        raise ConfigError(f"[fingerprint] pruned_models_storedir: folder not found: {settings.pruned_models_storedir}")
+        raise ArgumentError(f"pruned_models_storedir: folder not found: {settings.pruned_models_storedir}")
     for target in enabled if settings.eval_logs else ():  # a misspelt eval_nets is refused before any fit
         find_logs(settings.eval_nets or settings.train_nets, settings.eval_logs,
                   _log_dirs(settings, target.kind, evaluation=True))

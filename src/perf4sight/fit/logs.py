@@ -9,7 +9,6 @@ one folder) is counted once with a warning, and a folder where a log should be i
 
 from __future__ import annotations
 
-import csv
 import math
 from collections.abc import Sequence
 from pathlib import Path
@@ -17,17 +16,14 @@ from pathlib import Path
 import pandas as pd
 
 from perf4sight import console
-from perf4sight.config import MAX_BATCH_SIZE, parse_decimal
-from perf4sight.device.logs import GT_SUFFIX
-from perf4sight.errors import DataNotFoundError, LogFormatError, clip
+from perf4sight.device.logs import GT_SUFFIX, REQUIRED_COLUMNS, read_gt
+from perf4sight.errors import DataNotFoundError, LogFormatError
 
 __all__ = ["REQUIRED_COLUMNS", "gt_log_path", "find_logs", "read_gt_log", "read_logs"]
 
-REQUIRED_COLUMNS = ("passed", "bs", "model")
 # The columns that tell one test from another, where the log has them: a second row with
 # the same values is the same test measured again.
 TEST_COLUMNS = ("model", "bs", "stage", "dataset")
-_MISSING = {"", "none", "nan", "null"}
 
 
 def gt_log_path(log_dir: str | Path, net: str, level: int | str) -> Path:
@@ -68,63 +64,16 @@ def find_logs(nets: Sequence[str], levels: Sequence[int], log_dirs: Sequence[str
     return found
 
 
-def _bool(text: str) -> bool | None:
-    return {"true": True, "false": False}.get(text.strip().lower())
-
-
-def _number(text: str) -> float | None:
-    """A float, NaN for an empty or 'None' field, or None when the text is not a number."""
-    if text.strip().lower() in _MISSING:
-        return math.nan
-    try:
-        return float(text)
-    except ValueError:
-        return None
-
-
 def read_gt_log(path: str | Path, targets: Sequence[str]) -> pd.DataFrame:
-    """One log as a DataFrame with `passed` (bool), `bs` (int), `model` (str) and `targets` (float).
-
-    A passed row must have a value for every target; a failed row (usually out of memory)
-    may leave them empty. Other columns are kept as text. Raises LogFormatError naming the
-    file and line of the first problem.
-    """
-    path = Path(path)
-    try:
-        with path.open(newline="", encoding="utf-8") as handle:
-            rows = list(csv.reader(handle, delimiter="|"))
-    except UnicodeDecodeError as exc:
-        raise LogFormatError(f"{path}: not UTF-8 text (byte {exc.start}); is it a profiling log?") from None
-    if not rows:
-        raise LogFormatError(f"{path}: empty file, expected a '|'-separated header")
-    header = [name.strip() for name in rows[0]]
-    for column in (*REQUIRED_COLUMNS, *targets):
-        if column not in header:
-            raise LogFormatError(f"{path}: line 1: missing column '{column}' (columns: {', '.join(header)})")
-    records = []
-    for line, row in enumerate(rows[1:], start=2):
-        if not any(field.strip() for field in row):
-            continue
-        if len(row) != len(header):
-            raise LogFormatError(f"{path}: line {line}: {len(row)} fields, the header has {len(header)}")
-        record = dict(zip(header, row))
-        passed = _bool(record["passed"])
-        if passed is None:
-            raise LogFormatError(f"{path}: line {line}: passed={record['passed']!r}, expected True or False")
-        bs = parse_decimal(record["bs"])
-        if bs is None or not 1 <= bs <= MAX_BATCH_SIZE:
-            raise LogFormatError(f"{path}: line {line}: bs={clip(repr(record['bs']))}, expected a positive "
-                                 f"integer up to {MAX_BATCH_SIZE}")
-        if not record["model"].strip():
-            raise LogFormatError(f"{path}: line {line}: empty 'model'")
-        record.update(passed=passed, bs=bs, model=record["model"].strip())
-        for target in targets:
-            value = _number(record[target])
-            if value is None or (passed and not math.isfinite(value)):
-                raise LogFormatError(f"{path}: line {line}: {target}={clip(repr(record[target]))}, expected a number")
-            record[target] = value
-        records.append(record)
-    return pd.DataFrame.from_records(records, columns=header)
+    """One log as a DataFrame with `passed` (bool), `bs` (int), `model` (str) and `targets`
+    (float, NaN where a failed row has none), read and checked by the device's `read_gt`
+    (the one reader of a `-gt.csv`). Raises LogFormatError naming the file and line of the
+    first problem."""
+    header, rows = read_gt(Path(path), targets)
+    for row in rows:
+        row.update((target, math.nan if row[target] is None else float(row[target])) for target in targets)
+    frame = pd.DataFrame.from_records(rows, columns=header)
+    return frame.astype({"passed": bool, "bs": int}) if rows else frame
 
 
 def _repeated_tests(frame: pd.DataFrame) -> pd.Series:

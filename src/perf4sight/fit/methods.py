@@ -17,7 +17,7 @@ from sklearn.base import BaseEstimator, RegressorMixin
 from sklearn.ensemble import ExtraTreesRegressor
 from sklearn.utils.validation import check_is_fitted, has_fit_parameter, validate_data
 
-from perf4sight.errors import ConfigError
+from perf4sight.errors import ArgumentError
 from perf4sight.fit.dataset import Dataset
 from perf4sight.fit.physical import PhysicalRegressor, ReplayRegressor
 
@@ -90,7 +90,7 @@ def resolve_method(name: str) -> str:
     """The METHODS key a config's `method` means, or DEFAULT_METHOD (chosen when fitting)."""
     if name != DEFAULT_METHOD and name not in METHODS:
         known = ", ".join((DEFAULT_METHOD, *METHODS))
-        raise ConfigError(f"[fingerprint] method: unknown method '{name}'; known: {known}")
+        raise ArgumentError(f"method: unknown method '{name}'; known: {known}")
     return name
 
 

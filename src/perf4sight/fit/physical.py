@@ -41,7 +41,7 @@ from scipy.optimize import least_squares, nnls
 from sklearn.base import BaseEstimator, RegressorMixin
 from sklearn.utils.validation import check_is_fitted
 
-from perf4sight.config import TARGET_COLUMNS
+from perf4sight.device.definitions import TARGET_COLUMNS
 from perf4sight.errors import ConfigError
 
 __all__ = [

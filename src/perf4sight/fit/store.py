@@ -44,7 +44,7 @@ from perf4sight.fit.methods import METHODS, trusted_types
 from perf4sight.files import read_json, replaced, write_text
 from perf4sight.networks import load_architecture
 
-__all__ = ["FittedModel", "library_versions", "model_path", "save_model", "load_model"]
+__all__ = ["FittedModel", "library_versions", "stored_model_path", "save_model", "load_model"]
 
 _FORMAT = 6  # 5: the reference network's features are stored (`feature_probe`); 6: the estimator's identity
 # The attribute of a stored estimator that names what it was fitted for (`_identity`).
@@ -59,7 +59,7 @@ def library_versions() -> dict[str, str]:
     return {name: version(name) for name in ("scikit-learn", "skops", "numpy", "perf4sight")}
 
 
-def model_path(storedir: str | Path, stage: str, target: str) -> Path:
+def stored_model_path(storedir: str | Path, stage: str, target: str) -> Path:
     """Where the model for `stage` and `target` lives (its metadata is beside it, `.json`)."""
     return Path(storedir) / f"{stage}_{target}.skops"
 
@@ -241,7 +241,7 @@ def save_model(estimator: Any, *, method: str, storedir: str | Path, stage: str,
     (`held_out_ratio`'s) turns the model's predictions into bounds; `calibration` corrects
     queries of the profiled families; `method_choice` (`MethodChoice.as_dict`) says why
     `method = default` chose this method."""
-    path = model_path(storedir, stage, target)
+    path = stored_model_path(storedir, stage, target)
     path.parent.mkdir(parents=True, exist_ok=True)
     feature_set = type(estimator).feature_set
     labelled = copy.copy(estimator)  # the caller's estimator is left as it was
@@ -278,7 +278,7 @@ def load_model(storedir: str | Path, *, stage: str, target: str) -> FittedModel:
 
     DataNotFoundError when neither file of the pair is there (no such model was fitted);
     FittedModelError for anything else that is not a whole, matching pair."""
-    path = model_path(storedir, stage, target)
+    path = stored_model_path(storedir, stage, target)
     meta_path = path.with_suffix(".json")
     present = [p for p in (path, meta_path) if p.exists() or p.is_symlink()]
     if not present:

@@ -1,6 +1,6 @@
 """Networks: load from a name, spec, model file or module; prune; architecture specs."""
 
-from perf4sight.networks.dataset import MANIFEST_COLUMNS, MANIFEST_FILE, create_network_dataset
+from perf4sight.networks.network_dataset import MANIFEST_COLUMNS, MANIFEST_FILE, create_network_dataset
 from perf4sight.networks.loader import LoadedNetwork, load_architecture, load_network
 from perf4sight.networks.model_writer import CHECKED_STACKS, model_file_source, write_model_file
 from perf4sight.networks.pruning import MAX_LEVEL, MODES, ChannelPruner, PrunedNetwork, prune_network

@@ -18,7 +18,7 @@ from typing import Any
 from torch import nn
 
 from perf4sight.architecture import Architecture, Detail, output_shape, trace_architecture, with_lifetimes
-from perf4sight.config import input_size_problem, num_classes_problem
+from perf4sight.device.definitions import input_size_problem, num_classes_problem
 from perf4sight.errors import NetworkError
 from perf4sight.networks.model_file import build_from_file, is_model_file, split_model_source
 from perf4sight.networks.registry import (

@@ -35,7 +35,7 @@ from perf4sight.architecture import (
     with_layer_shapes,
     with_lifetimes,
 )
-from perf4sight.config import input_size_problem, is_positive_int, num_classes_problem
+from perf4sight.device.definitions import input_size_problem, is_positive_int, num_classes_problem
 from perf4sight.errors import NetworkError, clip
 from perf4sight.files import read_json, write_text
 from perf4sight.networks.model_file import build_from_file, split_model_source

@@ -18,7 +18,7 @@ import numpy as np
 import pandas as pd
 
 from perf4sight.architecture import Architecture, Detail
-from perf4sight.config import TARGET_COLUMNS, check_batch_sizes, check_stage, is_positive_int
+from perf4sight.device.definitions import TARGET_COLUMNS, check_batch_sizes, check_stage, is_positive_int
 from perf4sight.errors import DataNotFoundError, UsageError
 from perf4sight.fit import FittedModel, bound_factor, family_key, load_model
 

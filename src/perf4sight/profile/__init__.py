@@ -10,7 +10,8 @@ loader (specs, torchvision names), `profile_from_settings` does both, and
 from perf4sight.device.backends import BACKENDS, DEVICE_ALIASES, MemoryFigures, make_backend
 from perf4sight.device.campaign import CampaignSummary, TestResult
 from perf4sight.device.logs import read_journal
-from perf4sight.device.test_config import DATASETS, ProfileTest, read_test_config
+from perf4sight.device.definitions import DATASETS
+from perf4sight.device.test_config import ProfileTest, read_test_config
 from perf4sight.profile.bundle import write_bundle
 from perf4sight.profile.campaign import profile_campaign, profile_from_settings, run_test_config
 from perf4sight.profile.test_config import create_test_config

@@ -17,11 +17,10 @@ from pathlib import Path
 from perf4sight import __version__, console
 from perf4sight.config import Config, ProfileSettings, load_config
 from perf4sight.device import runner
-from perf4sight.device.backends import backend_name
-from perf4sight.device.campaign import check_run
-from perf4sight.errors import ConfigError
+from perf4sight.errors import ConfigError, in_settings
 from perf4sight.files import write_text
-from perf4sight.profile.test_config import check_test_settings, find_model_files, network_models, test_config_text
+from perf4sight.profile.campaign import check_settings
+from perf4sight.profile.test_config import find_model_files, network_models, test_config_text
 
 __all__ = ["PACKAGE", "RUNNER", "TEST_CONFIG", "MODELS", "write_bundle"]
 
@@ -59,15 +58,17 @@ def write_bundle(config_path: str | Path, out: str | Path) -> Path:
     if config.profile is None:
         raise ConfigError(f"{config_path}: no [profile] section")
     settings = _with_models(config)
-    check_test_settings(settings)
-    backend_name(settings.device)
-    check_run(settings.iterations, settings.warmup, settings.memory_limit_mib)
+    with in_settings("[profile]"):
+        check_settings(settings, test_config=True)
     assert settings.local_model_loc is not None  # _with_models sets it
-    _make_specs(config, settings)
+    with in_settings("[create_network_dataset]"):
+        _make_specs(config, settings)
     out = Path(out)
     (out / MODELS).mkdir(parents=True, exist_ok=True)
     models: dict[str, list[str]] = {}
-    for network, files in network_models(settings, settings.local_model_loc).items():
+    with in_settings("[profile]"):
+        found = network_models(settings, settings.local_model_loc)
+    for network, files in found.items():
         models[network] = [_bundle_model(network, path, settings, out) for path in files]
     write_text(out / TEST_CONFIG, test_config_text(settings, models))
     _copy_device_package(out / PACKAGE)

@@ -13,7 +13,7 @@ from perf4sight.device.campaign import CampaignSummary, check_run
 from perf4sight.device.campaign import profile_campaign as device_campaign
 from perf4sight.device.test_config import ProfileTest, read_test_config
 from perf4sight.profile.models import LOADER, check_models
-from perf4sight.profile.test_config import check_test_settings, create_test_config
+from perf4sight.profile.test_config import check_test_config_keys, create_test_config
 
 __all__ = ["check_settings", "profile_campaign", "run_test_config", "profile_from_settings"]
 
@@ -24,17 +24,19 @@ def profile_campaign(tests: Sequence[ProfileTest], **options: Any) -> CampaignSu
     return device_campaign(tests, loader=LOADER, check_models=check_models, console=console, **options)
 
 
-def check_settings(settings: ProfileSettings) -> None:
-    """Refuse [profile] values that would stop the section part-way (a config's earlier
-    stages would have run for nothing)."""
-    if settings.network and settings.create_config:
-        check_test_settings(settings)
+def check_settings(settings: ProfileSettings, *, test_config: bool | None = None) -> None:
+    """The profile stage's check: refuse values that would stop it part-way (a config's
+    earlier stages would have run for nothing). The keys of the test config to be made are
+    checked when `test_config` is True (by default, when the settings list networks and
+    `create_config` is on), then the run keys. ArgumentError names the key."""
+    if test_config if test_config is not None else bool(settings.network and settings.create_config):
+        check_test_config_keys(settings)
     backend_name(settings.device)
     check_run(settings.iterations, settings.warmup, settings.memory_limit_mib)
 
 
 def run_test_config(settings: ProfileSettings) -> CampaignSummary:
-    """Run the test config named by `settings.test_config` with the [profile] run keys."""
+    """Run the test config named by `settings.test_config` with the profile run keys."""
     return profile_campaign(
         read_test_config(settings.test_config),
         log_dir=settings.log_dir,

@@ -13,12 +13,11 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from perf4sight.config import ProfileSettings
-from perf4sight.device.checks import check_batch_sizes
-from perf4sight.device.test_config import DATASETS, STAGES, TEST_VARIABLES, check_choices
-from perf4sight.errors import ConfigError
+from perf4sight.device.definitions import DATASETS, STAGES, TEST_VARIABLES, check_batch_sizes, check_choices
+from perf4sight.errors import ArgumentError
 from perf4sight.files import write_text
 
-__all__ = ["check_test_settings", "create_test_config", "find_model_files", "network_models", "test_config_text"]
+__all__ = ["check_test_config_keys", "create_test_config", "find_model_files", "network_models", "test_config_text"]
 
 _MODEL_SUFFIXES = (".py", ".json")
 
@@ -44,28 +43,29 @@ def _level_key(level: str) -> tuple[int, float, str]:
         return (1, 0.0, level)
 
 
-def check_test_settings(settings: ProfileSettings) -> None:
-    """Refuse [profile] values no test config can hold (the models are looked up later)."""
+def check_test_config_keys(settings: ProfileSettings) -> None:
+    """Refuse profile settings no test config can hold (the models are looked up later): the
+    part of the profile stage's check (`campaign.check_settings`) that making one needs."""
     if not settings.network:
-        raise ConfigError("[profile] network: no network listed to create a test config for")
-    check_choices("[profile] profile_variables", settings.profile_variables, TEST_VARIABLES)
-    check_choices("[profile] stage", settings.stage, STAGES)
-    check_choices("[profile] dataset", [settings.dataset], tuple(DATASETS))
-    check_batch_sizes(settings.bs, "[profile] bs")
+        raise ArgumentError("network: no network listed to create a test config for")
+    check_choices("profile_variables", settings.profile_variables, TEST_VARIABLES)
+    check_choices("stage", settings.stage, STAGES)
+    check_choices("dataset", [settings.dataset], tuple(DATASETS))
+    check_batch_sizes(settings.bs, "bs")
     if settings.local_model_loc is None:
-        raise ConfigError("[profile] local_model_loc: needed to find the models of the test config")
+        raise ArgumentError("local_model_loc: needed to find the models of the test config")
 
 
 def network_models(settings: ProfileSettings, local: Path) -> dict[str, list[Path]]:
-    """The model files of each [profile] network in `local`; ConfigError for a network with none."""
+    """The model files of each [profile] network in `local`; ArgumentError for a network with none."""
     if not local.is_dir():
-        raise ConfigError(f"[profile] local_model_loc: directory not found: {local}")
+        raise ArgumentError(f"local_model_loc: directory not found: {local}")
     models = {}
     for network in settings.network:
         files = find_model_files(local, network)
         if not files:
-            raise ConfigError(
-                f"[profile] network '{network}': no model file {network}_<level>.py or .json "
+            raise ArgumentError(
+                f"network '{network}': no model file {network}_<level>.py or .json "
                 f"in local_model_loc {local}"
             )
         models[network] = files
@@ -74,8 +74,8 @@ def network_models(settings: ProfileSettings, local: Path) -> dict[str, list[Pat
 
 def create_test_config(settings: ProfileSettings) -> Path:
     """Write the test config for `settings.network` to `settings.test_config`; returns its path."""
-    check_test_settings(settings)
-    assert settings.local_model_loc is not None  # check_test_settings refuses a missing one
+    check_test_config_keys(settings)
+    assert settings.local_model_loc is not None  # check_test_config_keys refuses a missing one
     device_dir = settings.device_model_loc
     models = {
         network: [str(device_dir / f.name) if device_dir is not None else str(f) for f in files]

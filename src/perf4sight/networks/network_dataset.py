@@ -22,7 +22,7 @@ from torch import nn
 
 from perf4sight import console
 from perf4sight.config import NetworkDatasetSettings, check_output_path
-from perf4sight.errors import ConfigError, DataNotFoundError, NetworkError, clip
+from perf4sight.errors import ArgumentError, DataNotFoundError, NetworkError, clip
 from perf4sight.files import remove_stale_temporaries, write_text
 from perf4sight.networks.loader import check_input_size, check_num_classes, load_network
 from perf4sight.networks.model_file import is_model_file, split_model_source
@@ -35,21 +35,20 @@ __all__ = ["MANIFEST_COLUMNS", "MANIFEST_FILE", "check_settings", "create_networ
 
 MANIFEST_FILE = "manifest.csv"
 MANIFEST_COLUMNS = ("name", "network", "target_level", "level_reached", "params", "macs", "spec_file")
-_WHERE = "[create_network_dataset]"
 
 
 def check_settings(settings: NetworkDatasetSettings) -> tuple[list[str], list[int]]:
     """Refuse bad settings before any work, a network that cannot be found among them;
     returns the networks and the levels without repeats."""
     if not settings.networks:
-        raise ConfigError(f"{_WHERE} networks: no network given")
+        raise ArgumentError("networks: no network given")
     if not settings.pruning_perc:
-        raise ConfigError(f"{_WHERE} pruning_perc: no level given")
+        raise ArgumentError("pruning_perc: no level given")
     if settings.dataset is not None and Path(settings.dataset).name != settings.dataset:
-        raise ConfigError(f"{_WHERE} dataset: '{settings.dataset}' is not a folder name")
+        raise ArgumentError(f"dataset: '{settings.dataset}' is not a folder name")
     if settings.model_desc_dir is not None and not settings.model_desc_dir.is_dir():
-        raise ConfigError(f"{_WHERE} model_desc_dir: directory not found: {settings.model_desc_dir}")
-    check_output_path(settings.spec_dir, "folder", f"{_WHERE} model_path")
+        raise ArgumentError(f"model_desc_dir: directory not found: {settings.model_desc_dir}")
+    check_output_path(settings.spec_dir, "folder", "model_path")
     checks: list[tuple[str, Callable[[Any], Any], Any]] = [
         ("mode", check_mode, settings.mode),
         ("seed", check_seed, settings.seed),
@@ -61,7 +60,7 @@ def check_settings(settings: NetworkDatasetSettings) -> tuple[list[str], list[in
         try:
             check(value)
         except NetworkError as exc:
-            raise ConfigError(f"{_WHERE} {key}: {exc}") from None
+            raise ArgumentError(f"{key}: {exc}") from None
     for network in settings.networks:
         _check_found(network, settings.model_desc_dir)
     return list(dict.fromkeys(settings.networks)), list(dict.fromkeys(settings.pruning_perc))
@@ -75,13 +74,13 @@ def _check_found(network: str, model_desc_dir: Path | None) -> None:
     if is_model_file(network) or network.endswith(".json"):
         path = split_model_source(network)[0]
         if not path.is_file():
-            raise ConfigError(f"{_WHERE} networks: {clip(str(path))} not found")
+            raise ArgumentError(f"networks: {clip(str(path))} not found")
         return
     if model_desc_dir is not None and any((model_desc_dir / f"{network}{suffix}").is_file()
                                           for suffix in (".py", ".json")):
         return
     where = f" (nor {network}.py or {network}.json in {model_desc_dir})" if model_desc_dir is not None else ""
-    raise ConfigError(f"{_WHERE} networks: unknown network {clip(repr(network))}{where}; known networks: "
+    raise ArgumentError(f"networks: unknown network {clip(repr(network))}{where}; known networks: "
                       f"{', '.join(known_networks())}")
 
 
@@ -147,7 +146,7 @@ def create_network_dataset(settings: NetworkDatasetSettings) -> pd.DataFrame:
     networks, levels = check_settings(settings)
     for key, given, kept in (("networks", settings.networks, networks), ("pruning_perc", settings.pruning_perc, levels)):
         if len(kept) < len(given):
-            console.info(f"{_WHERE} {key}: {len(given) - len(kept)} repeated entries made once")
+            console.info(f"{key}: {len(given) - len(kept)} repeated entries made once")
     out_dir = settings.spec_dir
     out_dir.mkdir(parents=True, exist_ok=True)
     remove_stale_temporaries(out_dir)  # of a run killed while writing

@@ -68,9 +68,9 @@ def test_users_own_model_file_from_model_desc_dir(tmp_path, tinynet_file):
         ({"pruning_perc": [0, 96]}, r"pruning_perc: pruning level 96 is outside \[0, 95\]"),
         ({"mode": "magnitude"}, r"mode: unknown pruning mode 'magnitude'"),
         ({"input_size": [3, 32]}, r"input_size: input size \[3, 32\] is not three positive integers"),
-        ({"networks": []}, r"^\[create_network_dataset\] networks: no network given$"),
-        ({"pruning_perc": []}, r"^\[create_network_dataset\] pruning_perc: no level given$"),
-        ({"seed": -1}, r"^\[create_network_dataset\] seed: pruning seed -1 is not an integer in \[0, 4294967295\]$"),
+        ({"networks": []}, r"^networks: no network given$"),
+        ({"pruning_perc": []}, r"^pruning_perc: no level given$"),
+        ({"seed": -1}, r"^seed: pruning seed -1 is not an integer in \[0, 4294967295\]$"),
         ({"seed": 2**32}, r"seed: pruning seed 4294967296 is not an integer in \[0, 4294967295\]"),
     ],
 )

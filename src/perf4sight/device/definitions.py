@@ -1,0 +1,116 @@
+"""The workload, named once: the stages a network runs in, what is measured (the targets
+with their units), the datasets a test can run at, and the checks of the values that
+describe a test (batch sizes, input sizes, class counts).
+
+The bottom of the project: the device's test config reader and logs, the host's config
+reader, features, fit and prediction all import these names from here, and this module
+imports nothing of theirs (nor torch). A check raises an error about its own argument,
+named by the caller (`where`: `bs`, `--bs`, `t.ini [resnet18] bs`); an entry point that
+read the value from a config adds the file and section (`errors.in_settings`).
+"""
+
+import numbers
+from typing import Any, Dict, Iterable, List, Optional, Sequence, Tuple, Type
+
+from .errors import ArgumentError, clip
+
+__all__ = [
+    "STAGES",
+    "TARGET_COLUMNS",
+    "TARGET_UNITS",
+    "TEST_VARIABLES",
+    "DATASETS",
+    "MAX_BATCH_SIZE",
+    "MAX_CLASSES",
+    "MAX_INPUT_EXTENT",
+    "dataset_load_options",
+    "is_positive_int",
+    "check_batch_sizes",
+    "check_choices",
+    "check_stage",
+    "input_size_problem",
+    "num_classes_problem",
+]
+
+# The stages a network is profiled and modelled in.
+STAGES = ("training", "inference")
+# What is profiled (a test config's `test_var`, a log folder) and the log column its model predicts.
+TARGET_COLUMNS = {"memory": "mem_used", "latency": "latency"}
+# The unit of each target column: MiB of device memory used, milliseconds per iteration.
+TARGET_UNITS = {"mem_used": "MiB", "latency": "ms"}
+TEST_VARIABLES = tuple(TARGET_COLUMNS)
+# dataset name -> (input size C,H,W, classes); 'spec' takes both from the model itself.
+DATASETS: Dict[str, Optional[Tuple[Tuple[int, int, int], int]]] = {
+    "spec": None,
+    "imagenet": ((3, 224, 224), 1000),
+    "cifar10": ((3, 32, 32), 10),
+    "cifar100": ((3, 32, 32), 100),
+}
+
+# Ceilings (README, "Checks and limits") of every number that enters from a config, a command
+# line or a file: far above any device's reach, low enough that no computation overflows.
+MAX_BATCH_SIZE = 2**20
+MAX_CLASSES = 10**7
+MAX_INPUT_EXTENT = 2**14
+
+
+def dataset_load_options(dataset: str) -> Dict[str, Any]:
+    """The network loader's `input_size` and `num_classes` for a `DATASETS` name (none
+    for `spec`: the model's own): what a test ran at, for the profiler and for fitting."""
+    shape = DATASETS[dataset]
+    return {} if shape is None else {"input_size": shape[0], "num_classes": shape[1]}
+
+
+def is_positive_int(value: object) -> bool:
+    """Whether `value` is an integer of 1 or more, numpy's included (a bool, though an int, is not)."""
+    return isinstance(value, numbers.Integral) and not isinstance(value, bool) and value > 0
+
+
+def check_batch_sizes(values: Iterable[object], where: str, error: Type[Exception] = ArgumentError) -> List[int]:
+    """`values` as ints, if there is at least one and each is a positive integer up to
+    MAX_BATCH_SIZE; else `error` naming `where` they came from. A float is refused, not
+    truncated: 1.5 is no batch size."""
+    sizes = list(values)
+    if not sizes:
+        raise error("{}: empty list; expected positive integers".format(where))
+    for value in sizes:
+        if not is_positive_int(value):
+            raise error("{}: expected positive integers, got {}".format(where, clip(repr(value))))
+        if value > MAX_BATCH_SIZE:
+            raise error("{}: {} is above the largest batch size, {}".format(where, clip(repr(value)), MAX_BATCH_SIZE))
+    return [int(value) for value in sizes]
+
+
+def check_choices(where: str, values: Sequence[Any], allowed: Sequence[str],
+                  error: Type[Exception] = ArgumentError) -> None:
+    """Known values, at least one (an empty list would make a test config with no tests);
+    else `error` naming `where` they came from."""
+    if not values:
+        raise error("{}: empty list; expected one or more of {}".format(where, ", ".join(allowed)))
+    for value in values:
+        if value not in allowed:
+            raise error("{}: unknown value {!r}; expected one of {}".format(where, value, ", ".join(allowed)))
+
+
+def check_stage(stage: object, where: str, error: Type[Exception] = ArgumentError) -> None:
+    """Raise `error` naming `where` the stage came from (a config key, an option, an
+    argument) unless it is one of STAGES: each entry point refuses it in the same words."""
+    if stage not in STAGES:
+        raise error("{}: '{}' is not one of {}".format(where, stage, ", ".join(STAGES)))
+
+
+def input_size_problem(value: object, name: str = "input_size") -> Optional[str]:
+    """Why `value` (named `name` in the message) is no input size, three positive integers
+    up to MAX_INPUT_EXTENT (channels, height, width); None when it is one."""
+    if isinstance(value, (list, tuple)) and len(value) == 3 and all(
+            is_positive_int(extent) and extent <= MAX_INPUT_EXTENT for extent in value):
+        return None
+    return "{} {} is not three positive integers up to {} (channels, height, width)".format(
+        name, clip(repr(value)), MAX_INPUT_EXTENT)
+
+
+def num_classes_problem(value: object) -> Optional[str]:
+    """Why `value` is no class count, a positive integer up to MAX_CLASSES; None when it is one."""
+    if is_positive_int(value) and value <= MAX_CLASSES:  # type: ignore[operator]
+        return None
+    return "num_classes {} is not a positive integer up to {}".format(clip(repr(value)), MAX_CLASSES)
