@@ -1,7 +1,7 @@
 """Fitting: datasets built from profiling logs, regression methods, stored models, evaluation."""
 
-from perf4sight.fit.bound import BOUND_QUANTILE, bound_factor, held_out_ratio
-from perf4sight.fit.calibration import FamilyCalibration, family_key, predict_calibrated
+from perf4sight.fit.bound import BOUND_QUANTILE, held_out_ratio
+from perf4sight.fit.calibration import CalibratedModel, FamilyCalibration, query_rows
 from perf4sight.fit.choice import MethodChoice, choose_method
 from perf4sight.fit.dataset import ArchitectureCatalog, ArchitectureCatalogs, Dataset, architecture_name, build_dataset
 from perf4sight.fit.fingerprint import TARGETS, Target, fingerprint_device
@@ -23,6 +23,7 @@ from perf4sight.fit.store import FittedModel, load_model, model_path, save_model
 __all__ = [
     "ArchitectureCatalog",
     "ArchitectureCatalogs",
+    "CalibratedModel",
     "CANDIDATE_METHODS",
     "Dataset",
     "DEFAULT_METHOD",
@@ -37,10 +38,8 @@ __all__ = [
     "Target",
     "BOUND_QUANTILE",
     "architecture_name",
-    "bound_factor",
     "build_dataset",
     "choose_method",
-    "family_key",
     "find_logs",
     "fingerprint_device",
     "fit_method",
@@ -49,8 +48,8 @@ __all__ = [
     "load_model",
     "mape_pct",
     "model_path",
-    "predict_calibrated",
     "predict_rows",
+    "query_rows",
     "read_gt_log",
     "read_logs",
     "resolve_method",

@@ -16,11 +16,10 @@ import numpy as np
 import pandas as pd
 
 from perf4sight import console
-from perf4sight.architecture import Architecture
+from perf4sight.architecture import Architecture, family_key
 from perf4sight.device.test_config import DATASETS, dataset_load_options
 from perf4sight.errors import DataNotFoundError, LogFormatError
 from perf4sight.features import FEATURE_SETS, needs_complete_architecture
-from perf4sight.fit.calibration import family_key
 from perf4sight.networks import architecture_from_spec, load_architecture, read_spec
 
 __all__ = ["ArchitectureCatalog", "ArchitectureCatalogs", "Dataset", "architecture_name", "build_dataset"]
