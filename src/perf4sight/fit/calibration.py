@@ -123,23 +123,26 @@ class FamilyCalibration:
         return corrected
 
     def profiled(self, rows: Mapping[str, Any]) -> np.ndarray:
-        """Which rows (`family`) are of a profiled family: those `apply` corrects."""
-        return np.array([family in self.residuals for family in np.asarray(rows["family"]).tolist()], dtype=bool)
+        """Which rows (`family`) are of a profiled family: those `apply` corrects (`correct`
+        gives None for any other)."""
+        return np.array([family in self.residuals for family in rows["family"]], dtype=bool)
 
     def apply(self, rows: Mapping[str, Any], predicted: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """`predicted` corrected for the rows (`family`, `params`, `batch_size`) whose family
         was profiled, and which rows those are. Grouped in plain Python: a query is one
         network (a handful of rows), where a frame's groupby would cost more than the rest
         of the prediction."""
-        corrected = np.asarray(predicted, dtype=float).copy()
-        calibrated = self.profiled(rows)
-        params, batch_sizes = np.asarray(rows["params"]), np.asarray(rows["batch_size"])
-        networks: dict[tuple[str, float], list[int]] = {}
-        families = np.asarray(rows["family"]).tolist()
-        for index in np.flatnonzero(calibrated).tolist():
-            networks.setdefault((str(families[index]), float(params[index])), []).append(index)
-        for (family, count), index in networks.items():
-            corrected[index] = self.correct(family, count, batch_sizes[index], corrected[index])
+        corrected = np.array(predicted, dtype=float)
+        calibrated = np.zeros(len(corrected), dtype=bool)
+        networks: dict[tuple[Any, Any], list[int]] = {}
+        for index, network in enumerate(zip(rows["family"], rows["params"])):
+            networks.setdefault(network, []).append(index)
+        batch_sizes = np.asarray(rows["batch_size"])
+        for (family, params), index in networks.items():
+            values = self.correct(str(family), float(params), batch_sizes[index], corrected[index])
+            if values is not None:
+                corrected[index] = values
+                calibrated[index] = True
         return corrected, calibrated
 
 
@@ -147,8 +150,7 @@ def query_rows(arch: Architecture, batch_sizes: Sequence[int]) -> dict[str, Any]
     """What `CalibratedModel.predict` reads beside the features of `arch` at each batch
     size: its family, parameter count and the batch size, per row."""
     sizes = np.asarray(batch_sizes)
-    return {"family": [family_key(arch)] * len(sizes), "params": np.full(len(sizes), arch.params),
-            "batch_size": sizes}
+    return {"family": [family_key(arch)] * len(sizes), "params": [arch.params] * len(sizes), "batch_size": sizes}
 
 
 class CalibratedModel(BaseEstimator):
@@ -189,7 +191,7 @@ class CalibratedModel(BaseEstimator):
         `calibrate` is False); with `return_bound`, also the memory bound per row (None
         when none was measured): the prediction times the held-out ratio, the calibrated
         one where the prediction was calibrated, never below the prediction."""
-        check_is_fitted(self)
+        check_is_fitted(self, "regressor_")
         predicted = self.regressor_.predict(X)
         if calibrate:
             predicted, calibrated = self.calibration_.apply(rows, predicted)
@@ -204,15 +206,15 @@ class CalibratedModel(BaseEstimator):
 
     def calibrated(self, rows: Mapping[str, Any]) -> np.ndarray:
         """Which rows `predict` corrects: those of a profiled family."""
-        check_is_fitted(self)
+        check_is_fitted(self, "calibration_")
         return self.calibration_.profiled(rows)
 
     def capacity_mib(self) -> float:
         """The device memory the regressor learned (infinite when it learned none)."""
-        check_is_fitted(self)
+        check_is_fitted(self, "regressor_")
         return self.regressor_.capacity_mib()
 
     def predict_fits(self, X: pd.DataFrame) -> np.ndarray:  # noqa: N803
         """Whether each row fits in the device's memory (a memory regressor with a capacity)."""
-        check_is_fitted(self)
+        check_is_fitted(self, "regressor_")
         return self.regressor_.predict_fits(X)
