@@ -153,7 +153,7 @@ def test_query_rows_name_the_family_of_every_row(h200_catalog):
     arch = h200_catalog.get("squeezenet_60")
     rows = query_rows(arch, [8, 64])
     assert rows["family"] == [family_key(arch)] * 2
-    assert rows["params"].tolist() == [arch.params] * 2 and rows["batch_size"].tolist() == [8, 64]
+    assert list(rows["params"]) == [arch.params] * 2 and rows["batch_size"].tolist() == [8, 64]
 
 
 # ---------------------------------------------------------------- the TX2 measurements
