@@ -510,7 +510,7 @@ STORED_CASES = [
         "an unknown feature name": lambda m: m["feature_names"].__setitem__(0, "bogus"),
         "feature_names []": lambda m: m.update(feature_names=[]),
         "bound_ratio 'abc'": lambda m: m.update(bound_ratio="abc"),
-        "bound ratio non-numeric": lambda m: m.update(bound_ratio={**(m["bound_ratio"] or {}), "ratio": "abc"}),
+        "bound ratio non-numeric": lambda m: m.update(bound_ratio={**(m.get("bound_ratio") or {}), "ratio": "abc"}),
         "bound ratio NaN": lambda m: m.update(bound_ratio={"quantile": 0.95, "ratio": float("nan"),
                                                            "left_out": "architecture", "calibrated_ratio": None}),
         "bound ratio -1": lambda m: m.update(bound_ratio={"quantile": 0.95, "ratio": -1.0,

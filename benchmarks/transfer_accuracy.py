@@ -26,11 +26,10 @@ from perf4sight.fit import (
     METHODS,
     TARGETS,
     ArchitectureCatalog,
+    CalibratedModel,
     Dataset,
     build_dataset,
-    fit_method,
     mape_pct,
-    predict_calibrated,
     read_logs,
 )
 from tx2_accuracy import profiled
@@ -60,7 +59,8 @@ def main(argv: list[str] | None = None) -> int:
             train = _dataset(args.train_logs, args.train_models, feature_set, target.kind, target.column)
             evaluated = _dataset(args.eval_logs, args.eval_models, feature_set, target.kind, target.column)
             # as the tool predicts: a network of a profiled family (same input size) is calibrated
-            predicted, _ = predict_calibrated(fit_method(method, train, target.column), train, evaluated)
+            model = CalibratedModel(method, target.column).fit(train.features, train.target, train.rows)
+            predicted = model.predict(evaluated.features, evaluated.rows)
             rows = evaluated.rows.assign(predicted=predicted)
             for net, group in rows.groupby("net", sort=True):
                 results.setdefault(str(net), {})[target.kind] = mape_pct(group["measured"], group["predicted"])

@@ -30,7 +30,6 @@ import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 import numpy as np
 import pandas as pd
@@ -39,20 +38,18 @@ from perf4sight import console
 from perf4sight.device.logs import GT_SUFFIX
 from perf4sight.features import FEATURE_SETS
 from perf4sight.fit import (
+    BOUND_QUANTILE,
     CANDIDATE_METHODS,
     DEFAULT_METHOD,
     METHODS,
     TARGETS,
     ArchitectureCatalog,
+    CalibratedModel,
     Dataset,
     architecture_name,
-    bound_factor,
     build_dataset,
     choose_method,
-    fit_method,
-    held_out_ratio,
     mape_pct,
-    predict_calibrated,
     read_logs,
 )
 
@@ -132,11 +129,12 @@ def _datasets(method: str, logs: pd.DataFrame, column: str, catalog: Architectur
             for m in candidates(method)}
 
 
-def _fit(method: str, trained_on: dict[str, Dataset], column: str) -> tuple[str, Any]:
+def _fit(method: str, trained_on: dict[str, Dataset], column: str) -> tuple[str, CalibratedModel]:
     """The method fitted (for `default`, the one chosen on `trained_on`, as fingerprinting
-    chooses) and its estimator."""
+    chooses) and its model."""
     chosen = choose_method(trained_on, column).chosen if method == DEFAULT_METHOD else method
-    return chosen, fit_method(chosen, trained_on[chosen], column)
+    data = trained_on[chosen]
+    return chosen, CalibratedModel(chosen, column).fit(data.features, data.target, data.rows)
 
 
 def evaluate_method(
@@ -154,12 +152,9 @@ def evaluate_method(
         rows = next(iter(full.values())).rows
         for case, net, train, evaluation in data.cases():
             train_mask, eval_mask = _mask(rows, train), _mask(rows, evaluation)
-            chosen, estimator = _fit(method, {m: d.select(train_mask) for m, d in full.items()}, target.column)
-            trained_on, evaluated = full[chosen].select(train_mask), full[chosen].select(eval_mask)
-            if calibrate:
-                predicted = predict_calibrated(estimator, trained_on, evaluated)[0]
-            else:
-                predicted = estimator.predict(evaluated.features)
+            chosen, model = _fit(method, {m: d.select(train_mask) for m, d in full.items()}, target.column)
+            evaluated = full[chosen].select(eval_mask)
+            predicted = model.predict(evaluated.features, evaluated.rows, calibrate=calibrate)
             results.setdefault((case, net), {})[target.kind] = mape_pct(evaluated.target, predicted)
             fitted.setdefault((case, net), {})[target.kind] = chosen
     return results, fitted
@@ -189,21 +184,20 @@ def memory_boundary(
         every = full[chosen]
         ok = np.array([(m, b) in passed for m, b in zip(every.rows["model"], every.rows["batch_size"])])
         train = every.select(_mask(every.rows, train_levels) & ok)
-        estimator = fit_method(chosen, train, "mem_used")
+        model = CalibratedModel(chosen, "mem_used", bound_quantile=BOUND_QUANTILE).fit(train.features, train.target,
+                                                                                      train.rows)
         evaluated = _mask(every.rows, evaluation)
         test = every.select(evaluated)
-        if hasattr(estimator, "predict_fits"):
-            fits = estimator.predict_fits(test.features)
+        if hasattr(model.regressor_, "predict_fits"):
+            fits = model.predict_fits(test.features)
         else:
-            fits = estimator.predict(test.features) <= train.target.max()
+            fits = model.predict(test.features, test.rows, calibrate=False) <= train.target.max()
         test_ok = ok[evaluated]
         passed_rows = test.select(test_ok)
-        if calibrate:
-            predicted, calibrated = predict_calibrated(estimator, train, passed_rows)
-        else:
-            predicted, calibrated = estimator.predict(passed_rows.features), np.zeros(len(passed_rows), dtype=bool)
-        bound = held_out_ratio(chosen, train, "mem_used")
-        bounded = predicted * (bound_factor(bound, calibrated) if bound else np.nan)
+        predicted, bounded = model.predict(passed_rows.features, passed_rows.rows, calibrate=calibrate,
+                                           return_bound=True)
+        if bounded is None:  # a single architecture trained on: no bound
+            bounded = predicted * np.nan
         measured = passed_rows.target
         out[(case, net)] = tuple(100 * float(np.mean(x)) for x in (
             fits == test_ok, predicted < measured, bounded < measured, bounded / measured - 1))

@@ -11,6 +11,7 @@ import pandas as pd
 import pytest
 
 from perf4sight.cli import main
+from perf4sight.fit import load_model
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -90,7 +91,7 @@ def test_predict_from_the_fitted_models(run_dir: Path, capsys: pytest.CaptureFix
     assert rows[0]["mem_used_mib"] > 0 and rows[0]["latency_ms"] > 0
     # one network profiled: the bound comes from leaving each of its two architectures out, and
     # squeezenet_50 is a level of that profiled family: calibrated, bounded by the in-family ratio
-    bound = json.loads((run_dir / "fitted" / "training_mem_used.json").read_text())["bound_ratio"]
+    bound = load_model(run_dir / "fitted", stage="training", target="mem_used").estimator.bound_
     assert bound["left_out"] == "architecture" and bound["calibrated_ratio"] is not None
     assert all(r["calibrated"] for r in rows)
     expected = max(1.0, bound["calibrated_ratio"])

@@ -1,66 +1,133 @@
-"""Calibration on a profiled family, on the TX2 measurements (skipped when they are absent)."""
+"""Calibration on a profiled family and the memory bound, as the fitted model
+(`CalibratedModel`) applies them: on the H200 measurements in the repository, then on the TX2
+measurements (skipped when they are absent)."""
 
 from __future__ import annotations
+
+from pathlib import Path
 
 import numpy as np
 import pandas as pd
 import pytest
 
-from perf4sight.architecture import Detail
+from perf4sight import console
+from perf4sight.architecture import Detail, family_key
+from perf4sight.features.network import network_features
 from perf4sight.fit import (
+    BOUND_QUANTILE,
     ArchitectureCatalog,
+    CalibratedModel,
     FamilyCalibration,
-    bound_factor,
     build_dataset,
-    family_key,
-    fit_method,
-    held_out_ratio,
     mape_pct,
+    query_rows,
     read_logs,
 )
-from perf4sight.features.network import network_features
 from perf4sight.networks import load_architecture
 
+H200 = Path(__file__).resolve().parents[2] / "benchmarks" / "data" / "h200"
+H200_TRAIN = ("resnet18", "googlenet", "squeezenet")  # fingerprinted at levels 0, 30, 90
+H200_LEVELS = (0, 30, 60, 90)
 PROFILED = (0, 30, 50, 70, 90)
 OTHERS = (10, 20, 25, 35, 45, 65, 75, 85)
 
 
+def _level(data) -> pd.Series:
+    return data.rows["model"].str.rsplit("_", n=1).str[1].astype(int)
+
+
 @pytest.fixture(scope="module")
-def catalog(tx2_dir):
-    return ArchitectureCatalog(tx2_dir / "models")
+def h200_catalog():
+    return ArchitectureCatalog(H200 / "models")
 
 
-def test_every_level_and_description_of_a_network_shares_its_family(catalog, tx2_dir):
-    keys = {family_key(catalog.get(f"resnet18_{level}")) for level in (*PROFILED, *OTHERS)}
+@pytest.fixture(scope="module", params=[("memory", "mem_used"), ("latency", "latency")], ids=["memory", "latency"])
+def h200(request, h200_catalog):
+    """(train, query, model) for one target: the model fitted on three networks at levels
+    0, 30 and 90 (memory with its bound); the query holds level 60 of those and every
+    level of vgg11, a network never profiled."""
+    kind, column = request.param
+    console.set_quiet(True)  # the bound's refits
+    logs = read_logs([*H200_TRAIN, "vgg11"], H200_LEVELS, [H200 / kind], [column])
+    data = build_dataset(logs, target=column, feature_set="network", stage="training", catalog=h200_catalog)
+    trained = data.rows["net"].isin(H200_TRAIN) & _level(data).isin((0, 30, 90))
+    train, query = data.select(trained.to_numpy()), data.select(~trained.to_numpy())
+    quantile = BOUND_QUANTILE if kind == "memory" else None
+    model = CalibratedModel("physical", column, bound_quantile=quantile).fit(train.features, train.target, train.rows)
+    console.set_quiet(False)
+    return train, query, model
+
+
+def test_every_level_and_description_of_a_network_shares_its_family(h200_catalog):
+    keys = {family_key(h200_catalog.get(f"resnet18_{level}")) for level in H200_LEVELS}
     assert len(keys) == 1
     (key,) = keys
-    spec_table = ArchitectureCatalog(tx2_dir / "models").get("resnet18_45", needs=Detail.LAYER_TABLE)
+    spec_table = ArchitectureCatalog(H200 / "models").get("resnet18_60", needs=Detail.LAYER_TABLE)
     assert family_key(spec_table) == key  # the spec's Conv2d/Linear table, not a traced module
     assert family_key(load_architecture("resnet18", input_size=(3, 224, 224), num_classes=1000)) == key
     assert family_key(load_architecture("resnet18", input_size=(3, 128, 128), num_classes=1000)) != key
-    assert family_key(catalog.get("resnet18_0")) != family_key(catalog.get("googlenet_0"))
+    assert family_key(h200_catalog.get("resnet18_0")) != family_key(h200_catalog.get("googlenet_0"))
 
 
-@pytest.mark.parametrize(("kind", "column"), [("memory", "mem_used"), ("latency", "latency")])
-def test_calibration_on_profiled_levels_improves_the_others(catalog, tx2_dir, kind, column):
-    logs = read_logs(["resnet18", "squeezenet"], (*PROFILED, *OTHERS), [tx2_dir / kind], [column])
-    data = build_dataset(logs, target=column, feature_set="network", stage="training", catalog=catalog)
-    level = data.rows["model"].str.rsplit("_", n=1).str[1].astype(int)
-    train, query = data.select(level.isin(PROFILED).to_numpy()), data.select(level.isin(OTHERS).to_numpy())
-    model = fit_method("physical", train, column)
-    calibration = FamilyCalibration.of(train.rows, model.predict(train.features))
-    raw = model.predict(query.features)
-    corrected, calibrated = calibration.apply(query.rows, raw)
-    assert calibrated.all()
-    assert mape_pct(query.target, corrected) < 0.85 * mape_pct(query.target, raw)
+def test_calibration_corrects_a_profiled_family_only(h200):
+    train, query, model = h200
+    raw = model.predict(query.features, query.rows, calibrate=False)
+    corrected = model.predict(query.features, query.rows)
+    profiled = query.rows["net"].isin(H200_TRAIN).to_numpy()
+    assert profiled.any() and not profiled.all()
+    np.testing.assert_array_equal(model.calibrated(query.rows), profiled)
+    np.testing.assert_array_equal(model.calibration_.profiled(query.rows), profiled)
+    np.testing.assert_array_equal(corrected[~profiled], raw[~profiled])  # vgg11: nothing to carry over
+    assert not np.allclose(corrected[profiled], raw[profiled])
+    np.testing.assert_array_equal(raw, model.regressor_.predict(query.features))
+    # level 60 of a profiled network, between its profiled levels: the correction helps
+    assert mape_pct(query.target[profiled], corrected[profiled]) < 0.8 * mape_pct(query.target[profiled],
+                                                                                  raw[profiled])
+
+
+def test_the_model_is_a_scikit_learn_estimator(h200):
+    from sklearn.base import clone
+    from sklearn.exceptions import NotFittedError
+
+    train, _, model = h200
+    params = model.get_params()
+    assert set(params) == {"method", "target", "bound_quantile"}
+    fresh = clone(model)
+    assert fresh.get_params() == params and not hasattr(fresh, "regressor_")
+    with pytest.raises(NotFittedError):
+        fresh.predict(train.features, train.rows)
+    assert model.feature_set == "network" and model.capacity_mib() == model.regressor_.capacity_mib()
+
+
+def test_the_bound_lies_above_every_prediction_and_covers_the_held_out_runs(h200):
+    train, query, model = h200
+    if model.bound_quantile is None:
+        assert model.bound_ is None and model.predict(query.features, query.rows, return_bound=True)[1] is None
+        return
+    bound = model.bound_
+    assert bound["quantile"] == BOUND_QUANTILE and bound["left_out"] == "network"
+    assert 1 < bound["calibrated_ratio"] < bound["ratio"]
+    predicted, bounded = model.predict(query.features, query.rows, return_bound=True)
+    np.testing.assert_array_equal(predicted, model.predict(query.features, query.rows))
+    assert (bounded >= predicted).all()
+    ratio = np.where(model.calibrated(query.rows), bound["calibrated_ratio"], bound["ratio"])
+    np.testing.assert_allclose(bounded, predicted * ratio)
+    # the stored ratio is the quantile of the runs of each network left out of the fit
+    ratios = []
+    for net in H200_TRAIN:
+        out = (train.rows["net"] == net).to_numpy()
+        rest, held = train.select(~out), train.select(out)
+        without = CalibratedModel("physical", "mem_used").fit(rest.features, rest.target, rest.rows)
+        ratios.append(held.target / without.predict(held.features, held.rows, calibrate=False))
+    ratios = np.concatenate(ratios)
+    assert bound["ratio"] == pytest.approx(np.quantile(ratios, BOUND_QUANTILE))
+    # (the quantile interpolates between runs: at most one more run lies above it)
+    assert (ratios > bound["ratio"]).sum() <= (1 - BOUND_QUANTILE) * len(ratios) + 1
 
 
 def test_the_correction_is_a_line_in_log_parameters_held_at_the_ends():
-    rows = pd.DataFrame({
-        "family": "f", "params": [100, 100, 10_000, 10_000], "batch_size": [8, 32, 8, 32],
-        "measured": np.exp([0.0, 0.2, 0.4, 0.6]),
-    })
-    calibration = FamilyCalibration.of(rows, np.ones(4))
+    rows = pd.DataFrame({"family": "f", "params": [100, 100, 10_000, 10_000], "batch_size": [8, 32, 8, 32]})
+    calibration = FamilyCalibration.of(rows, np.exp([0.0, 0.2, 0.4, 0.6]), np.ones(4))
     np.testing.assert_allclose(np.log(calibration.factors("f", 1000, np.array([8, 16, 32]))), [0.2, 0.3, 0.4])
     np.testing.assert_allclose(np.log(calibration.factors("f", 10, np.array([4, 64]))), [0.0, 0.2])
     np.testing.assert_allclose(np.log(calibration.factors("f", 1e6, np.array([8]))), [0.4])
@@ -68,27 +135,13 @@ def test_the_correction_is_a_line_in_log_parameters_held_at_the_ends():
     corrected, calibrated = calibration.apply(rows.assign(family=["f", "f", "g", "g"]), np.ones(4))
     assert calibrated.tolist() == [True, True, False, False] and corrected[2:].tolist() == [1.0, 1.0]
     # a run measured or predicted at zero has no log ratio: it is left out, not an infinity
-    zero = FamilyCalibration.of(rows.assign(measured=[0.0, 1.0, 1.0, 1.0]), np.ones(4))
+    zero = FamilyCalibration.of(rows, [0.0, 1.0, 1.0, 1.0], np.ones(4))
     assert zero.residuals["f"]["batch_size"] == [32.0, 8.0, 32.0]
 
 
-def test_a_calibrated_bound_is_tighter_and_holds_the_other_levels(catalog, tx2_dir):
-    logs = read_logs(["resnet18", "squeezenet"], (*PROFILED, *OTHERS), [tx2_dir / "memory"], ["mem_used"])
-    data = build_dataset(logs, target="mem_used", feature_set="network", stage="training", catalog=catalog)
-    level = data.rows["model"].str.rsplit("_", n=1).str[1].astype(int)
-    train, query = data.select(level.isin(PROFILED).to_numpy()), data.select(level.isin(OTHERS).to_numpy())
-    bound = held_out_ratio("physical", train, "mem_used")
-    assert 1 < bound["calibrated_ratio"] < bound["ratio"]
-    model = fit_method("physical", train, "mem_used")
-    calibration = FamilyCalibration.of(train.rows, model.predict(train.features))
-    corrected, calibrated = calibration.apply(query.rows, model.predict(query.features))
-    bounded = corrected * bound_factor(bound, calibrated)
-    assert (bounded < query.target).mean() < 0.1 < (corrected < query.target).mean()
-
-
 def test_corrected_predictions_never_fall_with_the_batch_size():
-    rows = pd.DataFrame({"family": "f", "params": 100, "batch_size": [8, 16], "measured": [1.2, 0.8]})
-    calibration = FamilyCalibration.of(rows, np.ones(2))  # +20 % at 8, -20 % at 16
+    rows = pd.DataFrame({"family": "f", "params": 100, "batch_size": [8, 16]})
+    calibration = FamilyCalibration.of(rows, [1.2, 0.8], np.ones(2))  # +20 % at 8, -20 % at 16
     sizes = np.array([16, 4, 8, 12])  # in any order
     corrected = calibration.correct("f", 100, sizes, np.array([1.05, 1.0, 1.02, 1.04]))
     by_size = dict(zip(sizes.tolist(), corrected.tolist()))
@@ -96,14 +149,54 @@ def test_corrected_predictions_never_fall_with_the_batch_size():
     assert by_size[16] == by_size[8] == pytest.approx(1.2 * 1.02)  # held from 8 on, not dropped
 
 
+def test_query_rows_name_the_family_of_every_row(h200_catalog):
+    arch = h200_catalog.get("squeezenet_60")
+    rows = query_rows(arch, [8, 64])
+    assert rows["family"] == [family_key(arch)] * 2
+    assert list(rows["params"]) == [arch.params] * 2 and rows["batch_size"].tolist() == [8, 64]
+
+
+# ---------------------------------------------------------------- the TX2 measurements
+
+@pytest.fixture(scope="module")
+def catalog(tx2_dir):
+    return ArchitectureCatalog(tx2_dir / "models")
+
+
+def _tx2(tx2_dir, catalog, kind: str, column: str):
+    logs = read_logs(["resnet18", "squeezenet"], (*PROFILED, *OTHERS), [tx2_dir / kind], [column])
+    data = build_dataset(logs, target=column, feature_set="network", stage="training", catalog=catalog)
+    level = _level(data)
+    return data.select(level.isin(PROFILED).to_numpy()), data.select(level.isin(OTHERS).to_numpy())
+
+
+@pytest.mark.parametrize(("kind", "column"), [("memory", "mem_used"), ("latency", "latency")])
+def test_calibration_on_profiled_levels_improves_the_others(catalog, tx2_dir, kind, column):
+    train, query = _tx2(tx2_dir, catalog, kind, column)
+    model = CalibratedModel("physical", column).fit(train.features, train.target, train.rows)
+    raw = model.predict(query.features, query.rows, calibrate=False)
+    corrected = model.predict(query.features, query.rows)
+    assert model.calibrated(query.rows).all()
+    assert mape_pct(query.target, corrected) < 0.85 * mape_pct(query.target, raw)
+
+
+def test_a_calibrated_bound_is_tighter_and_holds_the_other_levels(catalog, tx2_dir):
+    train, query = _tx2(tx2_dir, catalog, "memory", "mem_used")
+    model = CalibratedModel("physical", "mem_used", bound_quantile=BOUND_QUANTILE).fit(
+        train.features, train.target, train.rows)
+    assert 1 < model.bound_["calibrated_ratio"] < model.bound_["ratio"]
+    corrected, bounded = model.predict(query.features, query.rows, return_bound=True)
+    assert (bounded < query.target).mean() < 0.1 < (corrected < query.target).mean()
+
+
 def test_calibrated_tx2_predictions_rise_with_the_batch_size(catalog, tx2_dir):
     logs = read_logs(["resnet18", "googlenet"], PROFILED, [tx2_dir / "memory"], ["mem_used"])
     data = build_dataset(logs, target="mem_used", feature_set="network", stage="training", catalog=catalog)
-    model = fit_method("physical", data, "mem_used")
-    calibration = FamilyCalibration.of(data.rows, model.predict(data.features))
+    model = CalibratedModel("physical", "mem_used").fit(data.features, data.target, data.rows)
     sizes = np.arange(1, 257)
     for name in ("resnet18_45", "googlenet_85"):
         arch = catalog.get(name)
-        predicted = model.predict(network_features(arch, sizes.tolist())[data.features.columns])
-        corrected = calibration.correct(family_key(arch), arch.params, sizes, predicted)
-        assert (np.diff(corrected) >= 0).all() and not np.allclose(corrected, predicted)
+        features = network_features(arch, sizes.tolist())[data.features.columns]
+        corrected = model.predict(features, query_rows(arch, sizes))
+        assert (np.diff(corrected) >= 0).all()
+        assert not np.allclose(corrected, model.predict(features, query_rows(arch, sizes), calibrate=False))

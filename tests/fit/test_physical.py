@@ -15,6 +15,7 @@ from perf4sight.fit import (
     DEFAULT_METHOD,
     METHODS,
     ArchitectureCatalog,
+    CalibratedModel,
     Dataset,
     build_dataset,
     fit_method,
@@ -125,11 +126,11 @@ def test_latency_rises_with_batch_size(datasets, tx2_dir):
 
 def test_stored_with_skops_and_reloaded(datasets, tmp_path):
     data = datasets["mem_used"]
-    model = fit_method("physical", data, "mem_used")
-    save_model(model, method="physical", storedir=tmp_path, stage="training", target="mem_used", dataset=data)
+    model = CalibratedModel("physical", "mem_used").fit(data.features, data.target, data.rows)
+    save_model(model, storedir=tmp_path, stage="training", target="mem_used", dataset=data)
     loaded = load_model(tmp_path, stage="training", target="mem_used")
-    assert loaded.estimator.get_params() == {"target": "mem_used"}
-    np.testing.assert_allclose(loaded.estimator.predict(data.features), model.predict(data.features))
+    assert loaded.estimator.regressor_.get_params() == {"target": "mem_used"}
+    np.testing.assert_allclose(loaded.estimator.regressor_.predict(data.features), model.regressor_.predict(data.features))
 
 
 def test_bad_input(datasets):
@@ -238,7 +239,7 @@ def _left_out_ratios(data: Dataset, groups: pd.Series) -> np.ndarray:
 def test_held_out_ratio_leaves_out_networks_then_architectures(datasets):
     data = datasets["mem_used"]
     nets = data.rows["net"]
-    across = held_out_ratio("physical", data, "mem_used")
+    across = held_out_ratio(CalibratedModel("physical", "mem_used"), data)
     assert across["left_out"] == "network" and across["quantile"] == BOUND_QUANTILE
     assert across["ratio"] == pytest.approx(np.quantile(_left_out_ratios(data, nets), BOUND_QUANTILE))
     assert across["ratio"] > 1  # an unseen network can measure above its prediction: the bound widens it
@@ -246,8 +247,8 @@ def test_held_out_ratio_leaves_out_networks_then_architectures(datasets):
     one_net = data.select((nets == "resnet18").to_numpy())
     by_architecture = _left_out_ratios(one_net, one_net.rows["model"])
     for quantile in (BOUND_QUANTILE, 0.5):
-        within = held_out_ratio("physical", one_net, "mem_used", quantile=quantile)
+        within = held_out_ratio(CalibratedModel("physical", "mem_used"), one_net, quantile=quantile)
         assert within["left_out"] == "architecture" and within["quantile"] == quantile
         assert within["ratio"] == pytest.approx(np.quantile(by_architecture, quantile))
     one_model = one_net.select((one_net.rows["model"] == "resnet18_50").to_numpy())
-    assert held_out_ratio("physical", one_model, "mem_used") is None
+    assert held_out_ratio(CalibratedModel("physical", "mem_used"), one_model) is None

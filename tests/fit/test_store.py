@@ -1,82 +1,112 @@
-"""Stored models: skops round trip with metadata, and refusal of models that do not fit the run."""
+"""Stored models: skops round trip of the one fitted object with its metadata, and refusal
+of models that do not fit the run; on the H200 measurements in the repository."""
 
 from __future__ import annotations
 
+import hashlib
 import json
 import re
 import zipfile
+from pathlib import Path
 
 import numpy as np
 import pytest
 import skops.io
 
+from perf4sight import console
 from perf4sight.errors import DataNotFoundError, FittedModelError
+from perf4sight.features import FEATURE_SETS
 from perf4sight.fit import (
+    BOUND_QUANTILE,
     ArchitectureCatalog,
+    CalibratedModel,
+    FamilyCalibration,
     PaperExtraTrees,
     build_dataset,
     load_model,
     stored_model_path,
+    query_rows,
     read_logs,
     save_model,
 )
-from perf4sight.fit import FamilyCalibration
-from perf4sight.features import FEATURE_SETS
+from perf4sight.fit.methods import trusted_types
 from perf4sight.fit.store import library_versions
-from perf4sight.networks import architecture_from_spec, read_spec
+
+H200 = Path(__file__).resolve().parents[2] / "benchmarks" / "data" / "h200"
+NETS = ["squeezenet", "resnet18", "googlenet"]
+
+
+def _dataset(kind: str, column: str):
+    logs = read_logs(NETS, [0, 30, 90], [H200 / kind], [column])
+    catalog = ArchitectureCatalog(H200 / "models")
+    return build_dataset(logs, target=column, feature_set="network", stage="training", catalog=catalog)
 
 
 @pytest.fixture(scope="module")
-def dataset(tx2_dir):
-    logs = read_logs(["squeezenet"], [0, 50, 90], [tx2_dir / "latency"], ["latency"])
-    catalog = ArchitectureCatalog(tx2_dir / "models")
-    return build_dataset(logs, target="latency", feature_set="paper", stage="training", catalog=catalog)
+def dataset():
+    return _dataset("latency", "latency")
+
+
+@pytest.fixture(scope="module")
+def fitted(dataset):
+    return CalibratedModel("physical", "latency").fit(dataset.features, dataset.target, dataset.rows)
 
 
 @pytest.fixture()
-def stored(dataset, tmp_path):
-    estimator = PaperExtraTrees(n_estimators=20).fit(dataset.features, dataset.target)
-    path = save_model(estimator, method="paper", storedir=tmp_path, stage="training", target="latency",
-                      dataset=dataset)
-    return estimator, path
+def stored(dataset, fitted, tmp_path):
+    path = save_model(fitted, storedir=tmp_path, stage="training", target="latency", dataset=dataset)
+    return fitted, path
 
 
-def test_round_trip_keeps_predictions_and_metadata(dataset, stored, tmp_path, tx2_dir):
-    estimator, path = stored
+def test_round_trip_keeps_predictions_and_metadata(dataset, stored, tmp_path):
+    fitted, path = stored
     assert path == stored_model_path(tmp_path, "training", "latency") == tmp_path / "training_latency.skops"
     assert zipfile.is_zipfile(path)  # skops' format, not a pickle
     model = load_model(tmp_path, stage="training", target="latency")
-    np.testing.assert_array_equal(model.estimator.predict(dataset.features), estimator.predict(dataset.features))
+    assert type(model.estimator) is CalibratedModel and model.estimator.get_params() == fitted.get_params()
+    np.testing.assert_array_equal(model.estimator.predict(dataset.features, dataset.rows),
+                                  fitted.predict(dataset.features, dataset.rows))
+    assert model.estimator.calibration_.residuals == fitted.calibration_.residuals
     meta = model.metadata
     assert (meta["method"], meta["stage"], meta["target"], meta["feature_set"]) == (
-        "paper", "training", "latency", "paper")
+        "physical", "training", "latency", "network")
+    assert meta["estimator"] == "perf4sight.fit.physical.PhysicalRegressor"
+    assert "bound_ratio" not in meta and "family_residuals" not in meta  # model content: in the object
     assert meta["feature_names"] == list(dataset.features.columns)
     assert meta["training_ranges"]["batch_size"] == [dataset.rows["batch_size"].min(), dataset.rows["batch_size"].max()]
     assert meta["training_ranges"]["params"][0] < meta["training_ranges"]["params"][1]
     assert meta["versions"] == library_versions() and "skops" in meta["versions"]
-    assert meta["train_nets"] == ["squeezenet"]
+    assert meta["train_nets"] == sorted(NETS)
     # predicting straight from an architecture gives the same as from the dataset's rows
-    arch = architecture_from_spec(read_spec(tx2_dir / "models" / "squeezenet_50.json"))
-    rows = (dataset.rows["model"] == "squeezenet_50").to_numpy()
+    arch = ArchitectureCatalog(H200 / "models").get("squeezenet_30")
+    rows = (dataset.rows["model"] == "squeezenet_30").to_numpy()
     sizes = dataset.rows.loc[rows, "batch_size"].tolist()
-    predicted, calibrated = model.predict(arch, sizes)
-    np.testing.assert_allclose(predicted, estimator.predict(dataset.features[rows]))
-    assert not calibrated  # stored without the family's residuals
+    query = query_rows(arch, sizes)
+    predicted = model.estimator.predict(model.select(model.features(arch, sizes)), query)
+    np.testing.assert_allclose(predicted, fitted.predict(dataset.features[rows], dataset.rows[rows]), rtol=1e-12)
+    assert model.estimator.calibrated(query).all()
 
 
-def test_a_stored_calibration_corrects_its_family_only(dataset, tmp_path, tx2_dir):
-    estimator = PaperExtraTrees(n_estimators=20).fit(dataset.features, dataset.target)
-    off = np.where(dataset.rows["model"] == "squeezenet_50", 1.1, 1.0)  # as if 10 % too low at level 50
-    calibration = FamilyCalibration.of(dataset.rows, estimator.predict(dataset.features) / off)
-    save_model(estimator, method="paper", storedir=tmp_path, stage="training", target="latency", dataset=dataset,
-               calibration=calibration)
-    model = load_model(tmp_path, stage="training", target="latency")
-    arch = architecture_from_spec(read_spec(tx2_dir / "models" / "squeezenet_50.json"))
-    raw = estimator.predict(model.features(arch, [8, 64]))
-    predicted, calibrated = model.predict(arch, [8, 64])
-    assert calibrated and (predicted > raw).all()  # pulled up towards level 50's measurements
-    other = architecture_from_spec(read_spec(tx2_dir / "models" / "resnet18_50.json"))
-    assert model.predict(other, [8])[1] is False  # another network: nothing to carry over
+def test_a_memory_model_keeps_its_bound_and_its_predictions(tmp_path):
+    console.set_quiet(True)
+    memory = _dataset("memory", "mem_used")
+    fitted = CalibratedModel("physical", "mem_used", bound_quantile=BOUND_QUANTILE).fit(
+        memory.features, memory.target, memory.rows)
+    save_model(fitted, storedir=tmp_path, stage="training", target="mem_used", dataset=memory)
+    # one object: its regressor, its corrections and its bound, only types a method declares
+    untrusted = skops.io.get_untrusted_types(file=model_path(tmp_path, "training", "mem_used"))
+    assert set(untrusted) == {"perf4sight.fit.calibration.CalibratedModel",
+                              "perf4sight.fit.calibration.FamilyCalibration",
+                              "perf4sight.fit.physical.PhysicalRegressor"}
+    loaded = load_model(tmp_path, stage="training", target="mem_used").estimator
+    assert loaded.bound_ == fitted.bound_ and fitted.bound_["calibrated_ratio"] is not None
+    for rows in (memory.rows, memory.rows.assign(family="never profiled")):
+        before = fitted.predict(memory.features, rows, return_bound=True)
+        after = loaded.predict(memory.features, rows, return_bound=True)
+        np.testing.assert_array_equal(before[0], after[0])
+        np.testing.assert_array_equal(before[1], after[1])
+    assert loaded.capacity_mib() == fitted.capacity_mib()  # infinite: the H200 never ran out of memory
+    np.testing.assert_array_equal(loaded.predict_fits(memory.features), fitted.predict_fits(memory.features))
 
 
 def test_another_stage_or_target_is_refused(stored, tmp_path):
@@ -98,27 +128,27 @@ def test_another_library_version_is_refused(stored, tmp_path, edit_metadata):
 
 def test_an_older_storage_format_is_refused(stored, tmp_path, edit_metadata):
     edit_metadata(stored[1], lambda meta: meta.update(format=1))
-    with pytest.raises(FittedModelError, match="stored in format 1, this perf4sight reads format 6; fingerprint again"):
+    with pytest.raises(FittedModelError, match="stored in format 1, this perf4sight reads format 7; fingerprint again"):
         load_model(tmp_path, stage="training", target="latency")
 
 
 def test_a_model_fitted_on_features_computed_otherwise_is_refused(stored, tmp_path, monkeypatch):
     assert load_model(tmp_path, stage="training", target="latency").metadata["feature_probe"]
-    paper = FEATURE_SETS["paper"]
+    network = FEATURE_SETS["network"]
 
     def changed(arch, batch_sizes, stage):  # one column defined differently since the fit
-        table = paper(arch, batch_sizes, stage)
+        table = network(arch, batch_sizes, stage)
         return table * 1.01
 
-    changed.needs = paper.needs
-    monkeypatch.setitem(FEATURE_SETS, "paper", changed)
-    with pytest.raises(FittedModelError, match="fitted on 'paper' features as another version of the code computed"):
+    changed.needs = network.needs
+    monkeypatch.setitem(FEATURE_SETS, "network", changed)
+    with pytest.raises(FittedModelError, match="fitted on 'network' features as another version of the code computed"):
         load_model(tmp_path, stage="training", target="latency")
 
 
 def test_a_replaced_model_file_is_refused(dataset, stored, tmp_path):
     _, path = stored
-    other = PaperExtraTrees(n_estimators=3).fit(dataset.features, dataset.target)
+    other = CalibratedModel("physical", "latency").fit(dataset.features, dataset.target * 2, dataset.rows)
     skops.io.dump(other, path)
     with pytest.raises(FittedModelError, match="does not match its metadata"):
         load_model(tmp_path, stage="training", target="latency")
@@ -135,19 +165,16 @@ def test_a_model_without_its_metadata_is_refused(stored, tmp_path):
 
 
 def _fix_hash(path):
-    import hashlib
-
     meta = json.loads(path.with_suffix(".json").read_text())
     meta["sha256"] = hashlib.sha256(path.read_bytes()).hexdigest()
     path.with_suffix(".json").write_text(json.dumps(meta))
 
 
 def test_a_model_copied_over_another_target_is_refused_by_its_own_identity(dataset, stored, tmp_path):
-    estimator, latency = stored
-    memory = save_model(estimator, method="paper", storedir=tmp_path, stage="training", target="mem_used",
-                        dataset=dataset)
+    fitted, latency = stored
+    memory = save_model(fitted, storedir=tmp_path, stage="training", target="mem_used", dataset=dataset)
     assert load_model(tmp_path, stage="training", target="mem_used").metadata["target"] == "mem_used"
-    assert not hasattr(estimator, "perf4sight_identity_")  # the caller's estimator is left as it was
+    assert not hasattr(fitted, "perf4sight_identity_")  # the caller's model is left as it was
     memory.write_bytes(latency.read_bytes())  # the latency model under the memory model's name
     _fix_hash(memory)
     with pytest.raises(FittedModelError, match=r"training_mem_used\.skops: the model inside says it was fitted for "
@@ -166,14 +193,15 @@ def test_a_model_file_that_is_not_skops_is_one_error(stored, tmp_path, content):
 
 @pytest.mark.parametrize(("change", "message"), [
     (lambda m: m.update(versions=[]), "versions: Input should be a valid dictionary"),
-    (lambda m: m.update(feature_set="bogus"), "feature set 'bogus', method 'paper' is fitted on 'paper'"),
+    (lambda m: m.update(feature_set="bogus"), "feature set 'bogus', method 'physical' is fitted on 'network'"),
     (lambda m: m.update(feature_probe="abc"), "feature_probe: Input should be a valid list"),
-    (lambda m: m["feature_names"].__setitem__(0, "bogus"), "feature 'bogus' is not one of the 'paper' features"),
-    (lambda m: m.update(bound_ratio={"quantile": 0.95, "ratio": float("nan"), "left_out": "network",
-                                     "calibrated_ratio": None}), "bound_ratio.ratio: Input should be a finite number"),
-    (lambda m: m.update(family_residuals="abc"), "family_residuals: Input should be a valid dictionary"),
+    (lambda m: m["feature_names"].__setitem__(0, "bogus"), "feature 'bogus' is not one of the 'network' features"),
+    # the bound and the corrections are the model's content, in the skops object: no field of the metadata
+    (lambda m: m.update(bound_ratio={"quantile": 0.95, "ratio": 2.0, "left_out": "network",
+                                     "calibrated_ratio": None}), "bound_ratio: Extra inputs are not permitted"),
+    (lambda m: m.update(family_residuals="abc"), "family_residuals: Extra inputs are not permitted"),
     (lambda m: m.update(training_ranges="zzz"), "training_ranges: Input should be a valid dictionary"),
-    (lambda m: m.update(format="6"), "stored in format '6', this perf4sight reads format 6"),
+    (lambda m: m.update(format="7"), "stored in format '7', this perf4sight reads format 7"),
     (lambda m: m.update(layer_groups="abc"), "layer_groups: Input should be a valid dictionary"),
     (lambda m: m.update(method_choice={"chosen": "replay", "errors": "x", "left_out": "network", "reason": ""}),
      "method_choice.errors: Input should be a valid dictionary"),
@@ -196,3 +224,62 @@ def test_half_a_pair_is_an_error_and_no_pair_is_no_model(stored, tmp_path):
     path.rmdir()
     with pytest.raises(FittedModelError, match=r"training_latency\.json: its model training_latency\.skops is missing"):
         Predictor.load(tmp_path)
+
+
+def _rewrite_model(path, change):
+    """The stored object changed by `change`, dumped again and its hash fixed: a careful tamperer."""
+    model = skops.io.load(path, trusted=skops.io.get_untrusted_types(file=path))
+    model = change(model) or model
+    skops.io.dump(model, path)
+    _fix_hash(path)
+
+
+def _bound(**values):
+    def change(model):
+        model.bound_ = {"quantile": 0.95, "ratio": 1.2, "left_out": "network", "calibrated_ratio": None, **values}
+    return change
+
+
+def _residuals(residuals):
+    def change(model):
+        model.calibration_ = FamilyCalibration(residuals)
+    return change
+
+
+def _regressor(dataset):
+    def change(model):
+        model.regressor_ = PaperExtraTrees(n_estimators=2).fit(dataset.features, dataset.target)
+    return change
+
+
+def _bare_regressor(model):
+    """A format-6 file: the regressor alone, labelled as the model was."""
+    model.regressor_.perf4sight_identity_ = model.perf4sight_identity_
+    return model.regressor_
+
+
+@pytest.mark.parametrize(("change", "message"), [
+    (_bound(ratio=float("nan")), "bound_.ratio: Input should be a finite number"),
+    (_bound(ratio=-1.0), "bound_.ratio: Input should be greater than 0"),
+    (_bound(quantile="high"), "bound_.quantile: Input should be a valid number"),
+    (_residuals("abc"), "family_residuals: Input should be a valid dictionary"),
+    (_residuals({"k": {"params": [1.0], "batch_size": [], "log_ratio": [0.0]}}),
+     "params, batch_size and log_ratio are not lists of one equal, non-zero length"),
+    (_residuals({"k": {"params": [1.0], "batch_size": [8.0], "log_ratio": [float("inf")]}}),
+     "family_residuals.k.log_ratio.0: Input should be a finite number"),
+    ("regressor", "holds a PaperExtraTrees, method 'physical' is a PhysicalRegressor in a CalibratedModel"),
+    (_bare_regressor, "holds a PhysicalRegressor, method 'physical' is a PhysicalRegressor in a CalibratedModel"),
+])
+def test_a_tampered_model_object_is_one_error_naming_what_is_wrong(dataset, stored, tmp_path, change, message):
+    _, path = stored
+    _rewrite_model(path, _regressor(dataset) if change == "regressor" else change)
+    with pytest.raises(FittedModelError, match=re.escape(message)):
+        load_model(tmp_path, stage="training", target="latency")
+
+
+def test_skops_trusts_the_model_types_and_the_methods_only():
+    from perf4sight.fit import store
+
+    assert set(store._MODEL_TYPES) == {"perf4sight.fit.calibration.CalibratedModel",
+                                       "perf4sight.fit.calibration.FamilyCalibration"}
+    assert not set(store._MODEL_TYPES) & set(trusted_types())

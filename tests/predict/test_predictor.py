@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
+import copy
 import json
 import math
-import shutil
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -194,13 +195,13 @@ def test_the_devices_out_of_memory_boundary(predictor: Predictor, tx2_dir: Path)
 def test_the_memory_bound_covers_a_network_left_out(predictor: Predictor, models_dir: Path, tx2_dir: Path) -> None:
     """Fingerprinting stores how far above its prediction a left-out network measured; the
     bound it gives holds googlenet, a network the models never saw, on nearly every run."""
-    stored = json.loads((models_dir / "training_mem_used.json").read_text())["bound_ratio"]
+    stored = predictor.models[MEMORY].estimator.bound_
     assert stored["quantile"] == 0.95 and stored["left_out"] == "network" and stored["ratio"] > 1
     catalog = ArchitectureCatalog(tx2_dir / "models")
     logs = read_logs(["googlenet"], LEVELS, [tx2_dir / "memory"], ["mem_used"])
     feature_set = predictor.models[MEMORY].metadata["feature_set"]
     unseen = build_dataset(logs, target="mem_used", feature_set=feature_set, stage="training", catalog=catalog)
-    predicted = predictor.models[MEMORY].estimator.predict(unseen.features)
+    predicted = predictor.models[MEMORY].estimator.regressor_.predict(unseen.features)
     assert (unseen.target > predicted).mean() > 0.2  # the prediction is often below what was measured
     table = predictor.predict(tx2_dir / "models" / "googlenet_50.json", [8, 32])
     assert table[MEMORY_BOUND].tolist() == pytest.approx((table[MEMORY] * stored["ratio"]).tolist())
@@ -220,11 +221,11 @@ def test_the_largest_batch_size_within_the_bound(predictor: Predictor, models_di
     assert best["batch_size"] == safe["batch_size"]
 
 
-def test_without_a_stored_bound_there_is_none_to_plan_with(models_dir: Path, tmp_path: Path, edit_metadata) -> None:
-    copy = tmp_path / "models"
-    shutil.copytree(models_dir, copy)
-    edit_metadata(copy / "training_mem_used.skops", lambda meta: meta.update(bound_ratio=None))
-    predictor = Predictor.load(copy)
+def test_without_a_stored_bound_there_is_none_to_plan_with(predictor: Predictor) -> None:
+    memory = predictor.models[MEMORY]
+    unbounded = copy.copy(memory.estimator)
+    unbounded.bound_ = None  # as a model fitted on a single architecture stores it
+    predictor = Predictor(models={MEMORY: replace(memory, estimator=unbounded)})
     assert MEMORY_BOUND not in predictor.predict("resnet18", [8])
     with pytest.raises(DataNotFoundError, match="stores no bound"):
         predictor.max_batch_size("resnet18", 3000.0, bound=True)

@@ -1,7 +1,7 @@
 """Fitting: datasets built from profiling logs, regression methods, stored models, evaluation."""
 
-from perf4sight.fit.bound import BOUND_QUANTILE, bound_factor, held_out_ratio
-from perf4sight.fit.calibration import FamilyCalibration, family_key, predict_calibrated
+from perf4sight.fit.bound import BOUND_QUANTILE, held_out_ratio
+from perf4sight.fit.calibration import CalibratedModel, FamilyCalibration, query_rows
 from perf4sight.fit.choice import MethodChoice, choose_method
 from perf4sight.fit.dataset import ArchitectureCatalog, Dataset, architecture_name, build_dataset
 from perf4sight.fit.fingerprint import TARGETS, Target, fingerprint_device
@@ -22,6 +22,7 @@ from perf4sight.fit.store import FittedModel, load_model, save_model, stored_mod
 
 __all__ = [
     "ArchitectureCatalog",
+    "CalibratedModel",
     "CANDIDATE_METHODS",
     "Dataset",
     "DEFAULT_METHOD",
@@ -36,10 +37,8 @@ __all__ = [
     "Target",
     "BOUND_QUANTILE",
     "architecture_name",
-    "bound_factor",
     "build_dataset",
     "choose_method",
-    "family_key",
     "find_logs",
     "fingerprint_device",
     "fit_method",
@@ -48,8 +47,8 @@ __all__ = [
     "load_model",
     "mape_pct",
     "stored_model_path",
-    "predict_calibrated",
     "predict_rows",
+    "query_rows",
     "read_gt_log",
     "read_logs",
     "resolve_method",

@@ -10,39 +10,31 @@ by the correction at its batch size (interpolated between the profiled batch siz
 level) and parameter count (a least-squares line in log parameters over the levels, held
 at the profiled range's ends; not the levels' own values, whose per-level noise the line
 averages out). A family is what the pruning levels of one network share
-(`family_key`): channel pruning changes the widths of its layers, nothing else. A network
-of a family never profiled is not corrected.
+(`perf4sight.architecture.family_key`): channel pruning changes the widths of its layers,
+nothing else. A network of a family never profiled is not corrected.
+
+`CalibratedModel` is the fitted model as one scikit-learn estimator: the method's
+regressor, these corrections and the memory bound, stored by skops as one object; every
+prediction goes through its `predict`.
 """
 
 from __future__ import annotations
 
-import hashlib
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import numpy as np
 import pandas as pd
+from sklearn.base import BaseEstimator
+from sklearn.utils.validation import check_is_fitted
 
-from perf4sight.architecture import Architecture
+from perf4sight.architecture import Architecture, family_key
+from perf4sight.fit.bound import held_out_ratio
+from perf4sight.fit.dataset import Dataset
+from perf4sight.fit.methods import METHODS, fit_method
 
-if TYPE_CHECKING:
-    from perf4sight.fit.dataset import Dataset
-
-__all__ = ["FamilyCalibration", "family_key", "predict_calibrated"]
-
-
-def family_key(arch: Architecture) -> str:
-    """What every pruning level of a network has in common: the input size, the class count
-    and, in order, each Conv2d and Linear layer's kind, kernel, stride, padding, dilation
-    and grouping (depthwise, grouped or dense), but not its width. The same for a spec's
-    layer table and for a traced module."""
-    parts: list[Any] = [tuple(arch.input_size), arch.num_classes]
-    for layer in arch.of_kind("conv2d", "linear"):
-        grouping = "depthwise" if layer.depthwise else "grouped" if layer.groups > 1 else "dense"
-        parts.append((layer.kind, tuple(layer.kernel), tuple(layer.stride), tuple(layer.padding),
-                      tuple(layer.dilation), grouping))
-    return hashlib.sha256(repr(parts).encode()).hexdigest()[:16]
+__all__ = ["CalibratedModel", "FamilyCalibration", "query_rows"]
 
 
 @dataclass(frozen=True)
@@ -59,22 +51,32 @@ class _Levels:
 @dataclass(frozen=True)
 class FamilyCalibration:
     """Per family key: the training runs' `params`, `batch_size` and `log_ratio`
-    (log of measured / predicted), as lists (stored as JSON with a fitted model)."""
+    (log of measured / predicted), as lists (stored with the fitted model)."""
 
     residuals: Mapping[str, Mapping[str, list[float]]]
     _prepared: dict[str, _Levels] = field(default_factory=dict, init=False, repr=False, compare=False)
 
     @classmethod
-    def of(cls, rows: pd.DataFrame, predicted: np.ndarray) -> FamilyCalibration:
-        """From a dataset's rows (`family`, `params`, `batch_size`, `measured`) and a model's
-        predictions of them; rows where either is not positive carry no ratio and are left out."""
-        measured, predicted = rows["measured"].to_numpy(dtype=float), np.asarray(predicted, dtype=float)
+    def of(cls, rows: Mapping[str, Any], measured: np.ndarray, predicted: np.ndarray) -> FamilyCalibration:
+        """From the training rows (`family`, `params`, `batch_size`), their measurements and
+        a model's predictions of them; rows where either is not positive carry no ratio and
+        are left out."""
+        measured, predicted = np.asarray(measured, dtype=float), np.asarray(predicted, dtype=float)
         valid = (measured > 0) & (predicted > 0) & np.isfinite(measured) & np.isfinite(predicted)
-        table = rows[valid].assign(log_ratio=np.log(measured[valid] / predicted[valid]))
+        table = pd.DataFrame({name: np.asarray(rows[name])[valid] for name in ("family", "params", "batch_size")})
+        table["log_ratio"] = np.log(measured[valid] / predicted[valid])
         return cls({
             str(family): {name: group[name].astype(float).tolist() for name in ("params", "batch_size", "log_ratio")}
             for family, group in table.groupby("family", sort=True)
         })
+
+    def __getstate__(self) -> dict[str, Any]:
+        """What is stored: the residuals (the interpolation tables are rebuilt when used)."""
+        return {"residuals": self.residuals}
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        object.__setattr__(self, "residuals", state["residuals"])
+        object.__setattr__(self, "_prepared", {})
 
     def _levels(self, family: str) -> _Levels | None:
         if family not in self._prepared:
@@ -120,21 +122,99 @@ class FamilyCalibration:
         corrected[order] = np.maximum.accumulate((np.asarray(predicted, dtype=float) * factors)[order])
         return corrected
 
-    def apply(self, rows: pd.DataFrame, predicted: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    def profiled(self, rows: Mapping[str, Any]) -> np.ndarray:
+        """Which rows (`family`) are of a profiled family: those `apply` corrects (`correct`
+        gives None for any other)."""
+        return np.array([family in self.residuals for family in rows["family"]], dtype=bool)
+
+    def apply(self, rows: Mapping[str, Any], predicted: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """`predicted` corrected for the rows (`family`, `params`, `batch_size`) whose family
-        was profiled, and which rows those are."""
-        corrected = np.asarray(predicted, dtype=float).copy()
-        calibrated = np.zeros(len(rows), dtype=bool)
-        for (family, params), group in rows.reset_index(drop=True).groupby(["family", "params"], sort=False):
-            values = self.correct(str(family), float(params), group["batch_size"].to_numpy(), corrected[group.index])
+        was profiled, and which rows those are. Grouped in plain Python: a query is one
+        network (a handful of rows), where a frame's groupby would cost more than the rest
+        of the prediction."""
+        corrected = np.array(predicted, dtype=float)
+        calibrated = np.zeros(len(corrected), dtype=bool)
+        networks: dict[tuple[Any, Any], list[int]] = {}
+        for index, network in enumerate(zip(rows["family"], rows["params"])):
+            networks.setdefault(network, []).append(index)
+        batch_sizes = np.asarray(rows["batch_size"])
+        for (family, params), index in networks.items():
+            values = self.correct(str(family), float(params), batch_sizes[index], corrected[index])
             if values is not None:
-                corrected[group.index] = values
-                calibrated[group.index] = True
+                corrected[index] = values
+                calibrated[index] = True
         return corrected, calibrated
 
 
-def predict_calibrated(estimator: Any, trained_on: Dataset, evaluated: Dataset) -> tuple[np.ndarray, np.ndarray]:
-    """`estimator`'s predictions of `evaluated`, calibrated on the families of `trained_on`
-    (what it was fitted on), as a stored model predicts them; and which rows were."""
-    calibration = FamilyCalibration.of(trained_on.rows, estimator.predict(trained_on.features))
-    return calibration.apply(evaluated.rows, estimator.predict(evaluated.features))
+def query_rows(arch: Architecture, batch_sizes: Sequence[int]) -> dict[str, Any]:
+    """What `CalibratedModel.predict` reads beside the features of `arch` at each batch
+    size: its family, parameter count and the batch size, per row."""
+    sizes = np.asarray(batch_sizes)
+    return {"family": [family_key(arch)] * len(sizes), "params": [arch.params] * len(sizes), "batch_size": sizes}
+
+
+class CalibratedModel(BaseEstimator):
+    """The fitted model: a method's regressor (`METHODS[method]`, fitted by `fit_method`),
+    its corrections per profiled family (`calibration_`) and, with `bound_quantile`, the
+    memory bound (`bound_`, `held_out_ratio`'s). It is what skops stores, and every
+    prediction (a user's query, the fingerprint evaluation, the bound's refits) is its
+    `predict`.
+
+    X is the method's feature table; `rows`, aligned with it (a frame or a mapping of
+    columns), says who each row is: `family` (`family_key`), `params` and `batch_size`
+    (`query_rows` of an architecture; to fit, a `Dataset`'s rows, whose `net` and `model`
+    the bound leaves out in turn)."""
+
+    def __init__(self, method: str = "physical", target: str | None = None,
+                 bound_quantile: float | None = None) -> None:
+        self.method = method
+        self.target = target
+        self.bound_quantile = bound_quantile
+
+    @property
+    def feature_set(self) -> str:
+        """The feature set (a `FEATURE_SETS` key) the method's regressor reads."""
+        return METHODS[self.method].feature_set
+
+    def fit(self, X: pd.DataFrame, y: Any, rows: pd.DataFrame) -> CalibratedModel:  # noqa: N803 (scikit-learn's names)
+        """Fit the regressor on every row, its corrections on each family's rows and, with
+        `bound_quantile`, the bound (refitting without each network in turn)."""
+        data = Dataset(X, np.asarray(y, dtype=float), rows)
+        self.regressor_ = fit_method(self.method, data, self.target)
+        self.calibration_ = FamilyCalibration.of(rows, data.target, self.regressor_.predict(X))
+        self.bound_ = None if self.bound_quantile is None else held_out_ratio(self, data, self.bound_quantile)
+        return self
+
+    def predict(self, X: pd.DataFrame, rows: Mapping[str, Any], *, calibrate: bool = True,  # noqa: N803
+                return_bound: bool = False) -> np.ndarray | tuple[np.ndarray, np.ndarray | None]:
+        """The predicted target per row, corrected where its family was profiled (unless
+        `calibrate` is False); with `return_bound`, also the memory bound per row (None
+        when none was measured): the prediction times the held-out ratio, the calibrated
+        one where the prediction was calibrated, never below the prediction."""
+        check_is_fitted(self, "regressor_")
+        predicted = self.regressor_.predict(X)
+        if calibrate:
+            predicted, calibrated = self.calibration_.apply(rows, predicted)
+        else:
+            calibrated = np.zeros(len(predicted), dtype=bool)
+        if not return_bound:
+            return predicted
+        if self.bound_ is None:
+            return predicted, None
+        in_family = self.bound_["calibrated_ratio"] or self.bound_["ratio"]
+        return predicted, predicted * np.maximum(1.0, np.where(calibrated, in_family, self.bound_["ratio"]))
+
+    def calibrated(self, rows: Mapping[str, Any]) -> np.ndarray:
+        """Which rows `predict` corrects: those of a profiled family."""
+        check_is_fitted(self, "calibration_")
+        return self.calibration_.profiled(rows)
+
+    def capacity_mib(self) -> float:
+        """The device memory the regressor learned (infinite when it learned none)."""
+        check_is_fitted(self, "regressor_")
+        return self.regressor_.capacity_mib()
+
+    def predict_fits(self, X: pd.DataFrame) -> np.ndarray:  # noqa: N803
+        """Whether each row fits in the device's memory (a memory regressor with a capacity)."""
+        check_is_fitted(self, "regressor_")
+        return self.regressor_.predict_fits(X)

@@ -16,11 +16,10 @@ import numpy as np
 import pandas as pd
 
 from perf4sight import console
-from perf4sight.architecture import Architecture, Detail
+from perf4sight.architecture import Architecture, Detail, family_key
 from perf4sight.device.definitions import DATASETS, dataset_load_options
 from perf4sight.errors import DataNotFoundError, LogFormatError
 from perf4sight.features import FEATURE_SETS
-from perf4sight.fit.calibration import family_key
 from perf4sight.networks import load_architecture
 
 __all__ = ["ArchitectureCatalog", "Dataset", "architecture_name", "build_dataset"]

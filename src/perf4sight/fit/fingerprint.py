@@ -4,13 +4,13 @@ The original tool's semantics: with `evaluate = False` a model is fitted per ena
 (`memory_model`, `latency_model`) unless one is already stored and `overwrite` is False;
 then the models are evaluated on `eval_nets` x `eval_logs`. With `evaluate = True` the
 stored models are only evaluated. Evaluation logs default to the training log folders and
-evaluation networks to the training networks. A memory model is stored with its bound
-(`held_out_ratio`): how far above the prediction the runs of a network left out of the fit
-measured. With `method = default` each target's method is chosen from the device's own data
-(`perf4sight.fit.choice`); the choice, every candidate's error and the reason are stored
-in the model's metadata and reported. Every model is stored with its errors on each training family
-(`FamilyCalibration`), which correct the predictions of that family's other pruning levels,
-in the evaluation as for a user's query.
+evaluation networks to the training networks. Each model is a `CalibratedModel`: the
+method's regressor with its errors on each training family (`FamilyCalibration`), which
+correct the predictions of that family's other pruning levels, in the evaluation as for a
+user's query, and for memory its bound (`held_out_ratio`): how far above the prediction the
+runs of a network left out of the fit measured. With `method = default` each target's
+method is chosen from the device's own data (`perf4sight.fit.choice`); the choice, every
+candidate's error and the reason are stored in the model's metadata and reported.
 """
 
 from __future__ import annotations
@@ -26,19 +26,12 @@ from perf4sight import console
 from perf4sight.config import FingerprintSettings
 from perf4sight.device.definitions import TARGET_COLUMNS, check_stage
 from perf4sight.errors import ArgumentError, FittedModelError, LogFormatError
-from perf4sight.fit.bound import bound_factor, held_out_ratio
-from perf4sight.fit.calibration import FamilyCalibration
+from perf4sight.fit.bound import BOUND_QUANTILE
+from perf4sight.fit.calibration import CalibratedModel
 from perf4sight.fit.choice import choose_method
 from perf4sight.fit.dataset import ArchitectureCatalog, Dataset, build_dataset
 from perf4sight.fit.logs import find_logs, read_logs
-from perf4sight.fit.methods import (
-    DEFAULT_METHOD,
-    METHODS,
-    candidate_methods,
-    fit_method,
-    predict_rows,
-    resolve_method,
-)
+from perf4sight.fit.methods import DEFAULT_METHOD, METHODS, candidate_methods, resolve_method
 from perf4sight.fit.report import print_report, summarise, write_report
 from perf4sight.fit.store import FittedModel, load_model, save_model, stored_model_path
 
@@ -93,17 +86,15 @@ def _train(settings: FingerprintSettings, target: Target, method: str, catalog: 
         method = choice.chosen
     dataset = datasets[method]
     console.info(f"fitting the {target.kind} model ({method}) on {len(dataset)} rows")
-    estimator = fit_method(method, dataset, target.column)
-    bound = held_out_ratio(method, dataset, target.column) if target.kind == "memory" else None
+    model = CalibratedModel(method, target.column, bound_quantile=BOUND_QUANTILE if target.kind == "memory" else None)
+    bound = model.fit(dataset.features, dataset.target, dataset.rows).bound_
     if bound is not None:
         in_family = bound["calibrated_ratio"]
         console.info(f"{bound['quantile']:.0%} of runs measured at most {bound['ratio']:.3f}x their prediction "
                      f"with their {bound['left_out']} left out of the fit: the memory bound"
                      + (f" ({in_family:.3f}x for another level of a profiled network)" if in_family else ""))
-    save_model(estimator, method=method, storedir=settings.model_storedir, stage=settings.stage,
-               target=target.column, dataset=dataset, bound_ratio=bound,
-               calibration=FamilyCalibration.of(dataset.rows, estimator.predict(dataset.features)),
-               method_choice=choice.as_dict() if choice is not None else None)
+    save_model(model, storedir=settings.model_storedir, stage=settings.stage, target=target.column,
+               dataset=dataset, method_choice=choice.as_dict() if choice is not None else None)
     console.info(f"stored the {target.kind} model at {path}")
 
 
@@ -122,11 +113,9 @@ def _evaluate(settings: FingerprintSettings, target: Target, model: FittedModel,
               catalog: ArchitectureCatalog) -> pd.DataFrame:
     dataset = _dataset(settings, target, model.metadata["feature_set"], catalog,
                        settings.eval_nets or settings.train_nets, settings.eval_logs, evaluation=True)
-    rows = predict_rows(model.estimator, Dataset(dataset.features[model.feature_names], dataset.target, dataset.rows))
-    predicted, calibrated = model.calibration.apply(rows, rows["predicted"].to_numpy())
-    rows = rows.assign(predicted=predicted)
-    bound = model.metadata.get("bound_ratio")
-    return rows.assign(bound=predicted * bound_factor(bound, calibrated)) if bound else rows
+    predicted, bound = model.estimator.predict(model.select(dataset.features), dataset.rows, return_bound=True)
+    rows = dataset.rows.assign(predicted=predicted)
+    return rows if bound is None else rows.assign(bound=bound)
 
 
 def check_settings(settings: FingerprintSettings) -> str:

@@ -1,11 +1,13 @@
 """Fitted models on disk: one skops file per device folder, stage and target, plus metadata.
 
-`<model_storedir>/<stage>_<target>.skops` holds the estimator (skops, never a pickle: only
-the types the methods declare are trusted when loading) and `<stage>_<target>.json` what
-a later run needs to trust and use it: method, stage, target, feature set and names, the
-ranges of the training data, the library versions, and the features of a small reference
-network. The estimator carries its own identity too (stage, target, feature set, method):
-a model file copied over another's, its hash fixed in the metadata, still says what it is.
+`<model_storedir>/<stage>_<target>.skops` holds the fitted model, one `CalibratedModel`
+(the method's regressor, its family corrections and its memory bound; skops, never a
+pickle: only the types the methods declare are trusted when loading) and
+`<stage>_<target>.json` what a later run needs to trust and use it: method, stage, target,
+feature set and names, the ranges of the training data, the library versions, and the
+features of a small reference network. The model carries its own identity too (stage,
+target, feature set, method): a model file copied over another's, its hash fixed in the
+metadata, still says what it is.
 A model is refused when it was stored for another stage or target, by another
 scikit-learn or perf4sight version, when its file no longer matches its metadata, when its
 metadata is not what perf4sight writes (a wrong type, a NaN), or when this run computes
@@ -23,7 +25,7 @@ import json
 import zipfile
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from functools import cache, cached_property
+from functools import cache
 from importlib.metadata import version
 from pathlib import Path
 from typing import Annotated, Any
@@ -38,7 +40,7 @@ from perf4sight.architecture import Architecture
 from perf4sight.errors import DataNotFoundError, FittedModelError, clip
 from perf4sight.features import FEATURE_SETS
 from perf4sight.features.network import networks_per_group
-from perf4sight.fit.calibration import FamilyCalibration, family_key
+from perf4sight.fit.calibration import CalibratedModel, FamilyCalibration
 from perf4sight.fit.dataset import Dataset
 from perf4sight.fit.methods import METHODS, trusted_types
 from perf4sight.files import read_json, replaced, write_text
@@ -46,12 +48,16 @@ from perf4sight.networks import load_architecture
 
 __all__ = ["FittedModel", "library_versions", "stored_model_path", "save_model", "load_model"]
 
-_FORMAT = 6  # 5: the reference network's features are stored (`feature_probe`); 6: the estimator's identity
-# The attribute of a stored estimator that names what it was fitted for (`_identity`).
+# 5: the reference network's features are stored (`feature_probe`); 6: the estimator's identity;
+# 7: one object, the `CalibratedModel`, holds the family corrections and the bound
+_FORMAT = 7
+# The attribute of a stored model that names what it was fitted for (`_identity`).
 _IDENTITY = "perf4sight_identity_"
 # Versions that must match for a stored model to be used: the estimator's internals
 # (scikit-learn) and the feature definitions (perf4sight).
 _PINNED = ("scikit-learn", "perf4sight")
+# The types a stored model holds besides its regressor's (`trusted_types`).
+_MODEL_TYPES = tuple(f"{cls.__module__}.{cls.__qualname__}" for cls in (CalibratedModel, FamilyCalibration))
 
 
 def library_versions() -> dict[str, str]:
@@ -70,9 +76,10 @@ _Name = Annotated[str, StringConstraints(min_length=1)]
 
 
 class _Strict(BaseModel):
-    """JSON types as written, no conversion ('1.5' is no number), no NaN or infinity."""
+    """JSON types as written, no conversion ('1.5' is no number), no NaN or infinity, no
+    field perf4sight does not write."""
 
-    model_config = ConfigDict(strict=True, allow_inf_nan=False, frozen=True)
+    model_config = ConfigDict(strict=True, allow_inf_nan=False, frozen=True, extra="forbid")
 
 
 class _Bound(_Strict):
@@ -120,11 +127,17 @@ class _Metadata(_Strict):
     n_train: Annotated[int, Field(gt=0)]
     train_nets: list[_Name]
     training_ranges: dict[str, Annotated[list[_Finite], Field(min_length=2, max_length=2)]]
-    bound_ratio: _Bound | None
-    family_residuals: dict[str, _Residuals]
     versions: dict[str, str]
     feature_probe: Annotated[list[Annotated[list[_Finite], Field(min_length=1)]], Field(min_length=1)]
     sha256: Annotated[str, StringConstraints(pattern=r"^[0-9a-f]{64}$")]
+
+
+class _Content(_Strict):
+    """What a stored model's bound and family corrections must be (`save_model` writes them
+    from a fit; a file rewritten with, say, a NaN bound and its hash fixed is refused)."""
+
+    bound_: _Bound | None
+    family_residuals: dict[str, _Residuals]
 
 
 def _check_metadata(metadata: Any, meta_path: Path) -> None:
@@ -136,20 +149,25 @@ def _check_metadata(metadata: Any, meta_path: Path) -> None:
             f"{meta_path}: stored in format {clip(repr(metadata['format']))}, this perf4sight reads format {_FORMAT}; "
             "fingerprint again to refit"
         )
+    _validate(_Metadata, metadata, meta_path)
+
+
+def _validate(schema: type[_Strict], data: dict[str, Any], path: Path) -> None:
+    """Refuse `data` that `schema` does not hold, naming its first wrong field."""
     try:
-        _Metadata.model_validate(metadata)
+        schema.model_validate(data)
     except ValidationError as exc:
         error = exc.errors()[0]
         where = ".".join(str(part) for part in error["loc"]) or "metadata"
-        raise FittedModelError(f"{meta_path}: {where}: {error['msg']} (got {clip(repr(error['input']))}); "
+        raise FittedModelError(f"{path}: {where}: {error['msg']} (got {clip(repr(error['input']))}); "
                                "fingerprint again to refit") from None
 
 
 @dataclass(frozen=True)
 class FittedModel:
-    """A loaded estimator with its metadata; predicts straight from an architecture."""
+    """A loaded model with its metadata, which says what feature table it reads."""
 
-    estimator: Any
+    estimator: CalibratedModel
     metadata: dict[str, Any]
 
     @property
@@ -167,23 +185,6 @@ class FittedModel:
         if features.columns.tolist() == names:
             return features
         return features[names]
-
-    @cached_property
-    def calibration(self) -> FamilyCalibration:
-        """The model's errors on each profiled family (network), for queries of one of them."""
-        return FamilyCalibration(self.metadata.get("family_residuals") or {})
-
-    def predict(self, arch: Architecture, batch_sizes: Sequence[int], *, features: pd.DataFrame | None = None,
-                family: str | None = None) -> tuple[np.ndarray, bool]:
-        """Predicted target for `arch` at each batch size, calibrated on its family when that
-        was profiled, and whether it was. `features` (from `features()`) can be passed to
-        share one table between models of the same feature set, `family` (`family_key`) to
-        compute it once for several models."""
-        if features is None:
-            features = self.features(arch, batch_sizes)
-        predicted = self.estimator.predict(self.select(features))
-        corrected = self.calibration.correct(family or family_key(arch), arch.params, np.asarray(batch_sizes), predicted)
-        return (predicted, False) if corrected is None else (corrected, True)
 
 
 def _ranges(dataset: Dataset) -> dict[str, list[float]]:
@@ -234,17 +235,15 @@ def _sha256(data: bytes) -> str:
     return hashlib.sha256(data).hexdigest()
 
 
-def save_model(estimator: Any, *, method: str, storedir: str | Path, stage: str, target: str,
-               dataset: Dataset, bound_ratio: dict[str, Any] | None = None,
-               calibration: FamilyCalibration | None = None, method_choice: dict[str, Any] | None = None) -> Path:
-    """Store a fitted estimator and its metadata; returns the .skops path. `bound_ratio`
-    (`held_out_ratio`'s) turns the model's predictions into bounds; `calibration` corrects
-    queries of the profiled families; `method_choice` (`MethodChoice.as_dict`) says why
-    `method = default` chose this method."""
+def save_model(model: CalibratedModel, *, storedir: str | Path, stage: str, target: str, dataset: Dataset,
+               method_choice: dict[str, Any] | None = None) -> Path:
+    """Store a fitted model (fitted on `dataset`) and its metadata; returns the .skops
+    path. `method_choice` (`MethodChoice.as_dict`) says why `method = default` chose its
+    method."""
     path = stored_model_path(storedir, stage, target)
     path.parent.mkdir(parents=True, exist_ok=True)
-    feature_set = type(estimator).feature_set
-    labelled = copy.copy(estimator)  # the caller's estimator is left as it was
+    method, feature_set = model.method, model.feature_set
+    labelled = copy.copy(model)  # the caller's model is left as it was
     setattr(labelled, _IDENTITY, _identity(stage=stage, target=target, feature_set=feature_set, method=method))
     with replaced(path) as temporary:
         skops.io.dump(labelled, temporary)
@@ -255,7 +254,7 @@ def save_model(estimator: Any, *, method: str, storedir: str | Path, stage: str,
         # how many training networks hold each layer group: a query with a group that fewer
         # than two (or than all, if fewer) held is extrapolated for it
         "layer_groups": networks_per_group(dataset.features, dataset.rows["net"]),
-        "estimator": f"{type(estimator).__module__}.{type(estimator).__qualname__}",
+        "estimator": f"{type(model.regressor_).__module__}.{type(model.regressor_).__qualname__}",
         "feature_set": feature_set,
         "stage": stage,
         "target": target,
@@ -263,8 +262,6 @@ def save_model(estimator: Any, *, method: str, storedir: str | Path, stage: str,
         "n_train": len(dataset),
         "train_nets": sorted(dataset.rows["net"].unique().tolist()),
         "training_ranges": _ranges(dataset),
-        "bound_ratio": bound_ratio,
-        "family_residuals": {key: dict(runs) for key, runs in calibration.residuals.items()} if calibration else {},
         "versions": library_versions(),
         "feature_probe": _feature_probe(feature_set, stage),
         "sha256": _sha256(path.read_bytes()),
@@ -314,15 +311,22 @@ def load_model(storedir: str | Path, *, stage: str, target: str) -> FittedModel:
     if _sha256(data) != metadata["sha256"]:
         raise FittedModelError(f"{path}: the model file does not match its metadata {meta_path.name}")
     estimator = _load_estimator(data, path)
-    if type(estimator) is not expected:
-        raise FittedModelError(f"{path}: holds a {type(estimator).__name__}, method '{method}' "
-                               f"is a {expected.__name__}")
+    regressor = getattr(estimator, "regressor_", None)
+    if type(estimator) is not CalibratedModel or type(regressor) is not expected:
+        held = type(regressor if type(estimator) is CalibratedModel else estimator).__name__
+        raise FittedModelError(f"{path}: holds a {held}, method '{method}' is a {expected.__name__} "
+                               f"in a {CalibratedModel.__name__}")
     wanted_identity = _identity(stage=stage, target=target, feature_set=expected.feature_set, method=method)
     identity = getattr(estimator, _IDENTITY, None)
     if identity != wanted_identity:
         said = ", ".join(f"{k} {v}" for k, v in identity.items()) if isinstance(identity, dict) else "nothing"
         raise FittedModelError(f"{path}: the model inside says it was fitted for {clip(said)}; its name and "
                                f"{meta_path.name} say {', '.join(f'{k} {v}' for k, v in wanted_identity.items())}")
+    calibration = getattr(estimator, "calibration_", None)
+    _validate(_Content, {
+        "bound_": getattr(estimator, "bound_", "missing"),
+        "family_residuals": calibration.residuals if type(calibration) is FamilyCalibration else "missing",
+    }, path)
     _check_features(metadata, path)
     return FittedModel(estimator=estimator, metadata=metadata)
 
@@ -332,7 +336,7 @@ def _load_estimator(data: bytes, path: Path) -> Any:
     if not data or not zipfile.is_zipfile(io.BytesIO(data)):
         raise FittedModelError(f"{path}: not a skops file ({'empty' if not data else 'not a zip archive'}); "
                                "fingerprint again to refit")
-    trusted = trusted_types()
+    trusted = [*trusted_types(), *_MODEL_TYPES]
     try:
         untrusted = set(skops.io.get_untrusted_types(data=data)) - set(trusted)
         if untrusted:

@@ -20,7 +20,7 @@ import pandas as pd
 from perf4sight.architecture import Architecture, Detail
 from perf4sight.device.definitions import TARGET_COLUMNS, check_batch_sizes, check_stage, is_positive_int
 from perf4sight.errors import DataNotFoundError, UsageError
-from perf4sight.fit import FittedModel, bound_factor, family_key, load_model
+from perf4sight.fit import FittedModel, load_model, query_rows
 
 __all__ = ["Predictor", "MEMORY", "MEMORY_BOUND", "LATENCY", "MAX_SEARCH_BATCH", "BudgetError"]
 
@@ -86,7 +86,7 @@ class Predictor:
         below the prediction; `fits_device` (when the memory model learned the device's
         capacity) whether training fits on the profiled device; `calibrated` whether the
         network's family (other pruning levels of it) was profiled and corrected the
-        predictions (`perf4sight.fit.FamilyCalibration`); `extrapolated` marks rows outside
+        predictions (`perf4sight.fit.CalibratedModel`); `extrapolated` marks rows outside
         the fitted range (a batch size outside the profiled range, a bigger network than any
         profiled, or, for a network of a family not profiled, a layer group that fewer than two of
         the training networks held, which `extrapolated_layers` names: its cost was fitted on one
@@ -100,18 +100,17 @@ class Predictor:
         extrapolated = np.zeros(len(sizes), dtype=bool)
         calibrated = False
         unseen: set[str] = set()  # layer groups the models saw in too few networks
-        family = family_key(arch)
+        rows = query_rows(arch, sizes)
         tables: dict[str, pd.DataFrame] = {}  # one feature table per feature set
         for column, model in self.models.items():
             key = model.metadata["feature_set"]
             if key not in tables:
                 tables[key] = model.features(arch, sizes)
             features = model.select(tables[key])
-            columns[column], corrected = model.predict(arch, sizes, features=features, family=family)
-            calibrated |= corrected
-            bound = model.metadata.get("bound_ratio")
-            if column == MEMORY and bound:
-                columns[MEMORY_BOUND] = columns[column] * bound_factor(bound, corrected)
+            columns[column], bound = model.estimator.predict(features, rows, return_bound=True)
+            calibrated |= bool(model.estimator.calibrated(rows).all())
+            if column == MEMORY and bound is not None:
+                columns[MEMORY_BOUND] = bound
             extrapolated |= _outside_range(model, arch, batch, features)
             unseen.update(_rare_groups(model, features))
             if column == MEMORY and np.isfinite(model.estimator.capacity_mib()):

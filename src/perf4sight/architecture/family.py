@@ -1,0 +1,23 @@
+"""A network's family: what every pruning level of it shares (the key calibration groups by)."""
+
+from __future__ import annotations
+
+import hashlib
+from typing import Any
+
+from perf4sight.architecture.ir import Architecture
+
+__all__ = ["family_key"]
+
+
+def family_key(arch: Architecture) -> str:
+    """What every pruning level of a network has in common: the input size, the class count
+    and, in order, each Conv2d and Linear layer's kind, kernel, stride, padding, dilation
+    and grouping (depthwise, grouped or dense), but not its width. The same for a spec's
+    layer table and for a traced module."""
+    parts: list[Any] = [tuple(arch.input_size), arch.num_classes]
+    for layer in arch.of_kind("conv2d", "linear"):
+        grouping = "depthwise" if layer.depthwise else "grouped" if layer.groups > 1 else "dense"
+        parts.append((layer.kind, tuple(layer.kernel), tuple(layer.stride), tuple(layer.padding),
+                      tuple(layer.dilation), grouping))
+    return hashlib.sha256(repr(parts).encode()).hexdigest()[:16]
