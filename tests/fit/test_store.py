@@ -94,7 +94,7 @@ def test_a_memory_model_keeps_its_bound_and_its_predictions(tmp_path):
         memory.features, memory.target, memory.rows)
     save_model(fitted, storedir=tmp_path, stage="training", target="mem_used", dataset=memory)
     # one object: its regressor, its corrections and its bound, only types a method declares
-    untrusted = skops.io.get_untrusted_types(file=model_path(tmp_path, "training", "mem_used"))
+    untrusted = skops.io.get_untrusted_types(file=stored_model_path(tmp_path, "training", "mem_used"))
     assert set(untrusted) == {"perf4sight.fit.calibration.CalibratedModel",
                               "perf4sight.fit.calibration.FamilyCalibration",
                               "perf4sight.fit.physical.PhysicalRegressor"}
