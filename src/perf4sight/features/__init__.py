@@ -12,12 +12,13 @@ from collections.abc import Callable, Sequence
 import pandas as pd
 
 from perf4sight.architecture import Architecture
-from perf4sight.features.network import network_features
+from perf4sight.features.network import NETWORK_TERMS, network_features
 from perf4sight.features.paper import paper_features
-from perf4sight.features.replay import replay_features
+from perf4sight.features.replay import REPLAY_TERMS, replay_features
+from perf4sight.features.terms import TermSet
 
 __all__ = [
-    "FEATURE_SETS", "FeatureFunction", "needs_complete_architecture", "network_features", "paper_features",
+    "FEATURE_SETS", "FEATURE_TERMS", "FeatureFunction", "needs_complete_architecture", "network_features", "paper_features",
     "replay_features",
 ]
 
@@ -27,6 +28,12 @@ FEATURE_SETS: dict[str, FeatureFunction] = {
     "paper": paper_features,
     "network": network_features,
     "replay": replay_features,
+}
+
+# The terms each feature set declares for the physical models (`perf4sight.features.terms`).
+FEATURE_TERMS: dict[str, TermSet] = {
+    "network": NETWORK_TERMS,
+    "replay": REPLAY_TERMS,
 }
 
 # Feature sets that need only the Conv2d and Linear layers a spec lists; any other set

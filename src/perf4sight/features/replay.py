@@ -18,9 +18,25 @@ from perf4sight.architecture import Architecture
 from perf4sight.errors import NetworkError
 from perf4sight.features.caching_allocator import replay_peaks
 from perf4sight.features.lifetimes import Timeline, timeline_of
-from perf4sight.features.network import network_features
+from perf4sight.features.network import NETWORK_TERMS, network_features
+from perf4sight.features.terms import Role, Term, TermSet
 
-__all__ = ["replay_features", "replay_timeline"]
+__all__ = ["REPLAY_TERMS", "replay_features", "replay_timeline"]
+
+_ALLOCATED = "replay_allocated_bytes"
+_CACHED = "replay_cached_bytes"
+# Memory: the runtime's footprint (and cuBLAS's, as for `network` features), plus the peak of
+# live tensors, which includes the weights, gradients, momentum buffers and the optimizer's
+# temporaries, as it is, plus a fitted multiple of what the caching allocator holds beyond
+# it. Latency: the `network` features' model.
+REPLAY_TERMS = TermSet(
+    memory=(
+        Term("cached", {_CACHED: 1.0}, "bytes"),
+        Term("allocated", {_ALLOCATED: 1.0}, "bytes", Role.EXACT),
+        *(term for term in NETWORK_TERMS.memory if term.role is Role.LIBRARY),
+    ),
+    latency=NETWORK_TERMS.latency,
+)
 
 
 def replay_features(arch: Architecture, batch_sizes: Sequence[int], stage: str = "training") -> pd.DataFrame:
@@ -30,7 +46,7 @@ def replay_features(arch: Architecture, batch_sizes: Sequence[int], stage: str =
     timeline = replay_timeline(arch, stage)
     table = network_features(arch, batch_sizes, stage)
     allocated, cached = replay_peaks(timeline, table["batch_size"].astype(int).tolist())
-    return table.assign(replay_allocated_bytes=allocated, replay_cached_bytes=cached)
+    return table.assign(**{_ALLOCATED: allocated, _CACHED: cached})
 
 
 def replay_timeline(arch: Architecture, stage: str) -> Timeline:

@@ -46,7 +46,8 @@ from perf4sight.networks import load_architecture
 
 __all__ = ["FittedModel", "library_versions", "model_path", "save_model", "load_model"]
 
-_FORMAT = 6  # 5: the reference network's features are stored (`feature_probe`); 6: the estimator's identity
+_FORMAT = 7  # 5: the reference network's features are stored (`feature_probe`); 6: the estimator's identity;
+# 7: the physical models hold their fitted solver (`solver_`)
 # The attribute of a stored estimator that names what it was fitted for (`_identity`).
 _IDENTITY = "perf4sight_identity_"
 # Versions that must match for a stored model to be used: the estimator's internals
