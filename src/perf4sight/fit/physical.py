@@ -178,6 +178,11 @@ class MemorySolver(RegressorMixin, BaseEstimator):
         tags = super().__sklearn_tags__()
         tags.input_tags.positive_only = True  # amounts of bytes and counts
         tags.target_tags.positive_only = True  # fitted on relative error
+        # The fit starts from unit coefficients (amounts in the targets' unit: MiB of bytes
+        # held, whose scale is near 1) and a capacity just above the largest target. On
+        # amounts of another scale (scikit-learn's check data) the start lies deep beyond
+        # the capacity, where the gradients vanish, and the fit stays there.
+        tags.regressor_tags.poor_score = True
         return tags
 
     def fit(self, X: Any, y: Any, sample_weight: Any = None) -> MemorySolver:  # noqa: N803
