@@ -53,11 +53,12 @@ KIND_GROUPS: dict[str, str] = {
     ),
 }
 _GROUPS = tuple(dict.fromkeys(KIND_GROUPS.values()))  # norm, act, pool, elementwise
-_GEMM_GROUPS = ("conv_kxk", "conv_1x1", "conv_depthwise", "conv_grouped", "linear")
+# GEMM groups: depthwise and grouped convolutions run kernels whose costs differ most between
+# devices (their latency terms, below); a network with Linear layers loads cuBLAS.
+_DEPTHWISE, _GROUPED, _LINEAR = "conv_depthwise", "conv_grouped", "linear"
+_GEMM_GROUPS = ("conv_kxk", "conv_1x1", _DEPTHWISE, _GROUPED, _LINEAR)
 # Every group a layer falls in (`layer_group`), each with a `<group>_count` column.
 LAYER_GROUPS = (*_GEMM_GROUPS, *_GROUPS, "other")
-# GEMM groups whose kernels have costs of their own on some devices (latency terms below).
-_DEPTHWISE, _GROUPED = "conv_depthwise", "conv_grouped"
 
 # The CUDA caching allocator serves tensors over 1 MiB from segments rounded to 2 MiB.
 _LARGE_ALLOC_BYTES = 1 << 20
@@ -73,6 +74,15 @@ _OPTIMIZER_PASSES = 11
 # cuBLAS kernels); a pruned width just above a multiple costs the whole next tile. The input
 # channels are the GEMM's reduction, split finer, and are not padded.
 _CHANNEL_TILE = 64
+# Columns the physical models' terms weigh (`NETWORK_TERMS`, below; the group columns are
+# `group_column`'s).
+_PARAM_TRAFFIC = "param_traffic_bytes"
+_CONV_WEIGHT_TRAFFIC = "conv_weight_traffic_bytes"
+_PARAM_STATE = "param_state_bytes"
+_OPTIMIZER_TEMP = "optimizer_temp_bytes"
+_OUTPUTS = "output_bytes"
+_ACTIVATION_PEAK = "activation_peak_bytes"
+_LAYERS = "layers"
 
 
 def networks_per_group(features: pd.DataFrame, nets: pd.Series) -> dict[str, int]:
@@ -92,10 +102,10 @@ def layer_group(layer: Layer) -> str:
     """The cost group of a layer: a GEMM kind, a `KIND_GROUPS` group or `other`."""
     if layer.kind == "conv2d":
         if layer.groups > 1:
-            return "conv_depthwise" if layer.depthwise else "conv_grouped"
+            return _DEPTHWISE if layer.depthwise else _GROUPED
         return "conv_1x1" if tuple(layer.kernel) == (1, 1) else "conv_kxk"
     if layer.kind == "linear":
-        return "linear"
+        return _LINEAR
     return KIND_GROUPS.get(layer.kind, "other")
 
 
@@ -239,15 +249,6 @@ def _passes(layer: Layer, passes: float) -> float:
     return passes
 
 
-# Columns the terms below weigh (the group columns are `group_column`'s).
-_PARAM_TRAFFIC = "param_traffic_bytes"
-_CONV_WEIGHT_TRAFFIC = "conv_weight_traffic_bytes"
-_PARAM_STATE = "param_state_bytes"
-_OPTIMIZER_TEMP = "optimizer_temp_bytes"
-_OUTPUTS = "output_bytes"
-_ACTIVATION_PEAK = "activation_peak_bytes"
-_LAYERS = "layers"
-
 # The parameters' traffic, which does not depend on the batch size (`param_traffic_bytes`:
 # the GEMM kernels' reads of their weights and writes of their gradients, and the optimizer
 # step's passes in training), streams contiguous data, faster than the layers'
@@ -268,7 +269,7 @@ PARAMETER_STREAM_FACTOR = _TRAINING_PASSES / (_TRAINING_PASSES + _OPTIMIZER_PASS
 # bounds on it, scaled) and the optimizer step's temporary, plus cuBLAS's footprint where a
 # network has Linear layers (fitted only when the training data hold networks with and
 # without such layers; otherwise it cannot be told apart from the runtime and stays 0).
-_LIBRARY = Term("library", {group_column("linear", "count"): 1.0}, "count", Role.LIBRARY)
+_LIBRARY = Term("library", {group_column(_LINEAR, "count"): 1.0}, "count", Role.LIBRARY)
 _MEMORY_TERMS = (
     Term("activations", {_ACTIVATION_PEAK: 0.5, _OUTPUTS: 0.5}, "bytes"),
     Term("param_state", {_PARAM_STATE: 1.0}, "bytes", Role.EXACT),
@@ -286,7 +287,7 @@ _LATENCY_TERMS = (
     Term("gemm", {group_column(group, "padded_flops"): 1.0 for group in _GEMM_GROUPS
                   if group not in (_DEPTHWISE, _GROUPED)}, "flops"),
     Term("traffic", {
-        **{group_column(group, "bytes"): 1.0 for group in (*_GEMM_GROUPS, *_GROUPS, "other") if group != _DEPTHWISE},
+        **{group_column(group, "bytes"): 1.0 for group in LAYER_GROUPS if group != _DEPTHWISE},
         _PARAM_TRAFFIC: PARAMETER_STREAM_FACTOR,
         _CONV_WEIGHT_TRAFFIC: 1.0,
     }, "bytes"),

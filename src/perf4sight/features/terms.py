@@ -24,12 +24,13 @@ class Role(enum.Enum):
     LIBRARY = "library"  # above zero: the network loads a library with a fixed footprint, fitted
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, eq=False)
 class Term:
     """`name` = sum of `columns[c] * weight` over the feature columns `c`, in `unit`.
 
     `tie` names the fitted term whose coefficient this one takes where the training rows
-    cannot identify its own (none of them holds any of it)."""
+    cannot identify its own (none of them holds any of it). A term is itself (compared and
+    hashed by identity), so that what a model derives from its terms can be kept per term."""
 
     name: str
     columns: Mapping[str, float]

@@ -36,6 +36,7 @@ arrays (`MemorySolver`, `LatencySolver`); `PhysicalRegressor` joins the two for 
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -82,18 +83,27 @@ def _smooth_min(a: np.ndarray, b: np.ndarray | float) -> np.ndarray:
 def term_design(X: pd.DataFrame, terms: Sequence[Term], scale: float = 1.0) -> np.ndarray:  # noqa: N803
     """One column per term: its weighted sum of `X`'s columns, divided by `scale` (bytes to
     MiB for memory); a library term's column is 1 where the network loads it, else 0."""
-    missing = sorted({column for term in terms for column in term.columns} - set(X.columns.tolist()))
-    if missing:
-        raise ValueError(f"feature columns missing: {', '.join(missing)}")
     # One array for the whole frame: selecting a sub-frame per term costs more than the
     # arithmetic.
     values = X.to_numpy(dtype=float)
-    column = {name: values[:, i] for i, name in enumerate(X.columns.tolist())}
     amounts = []
-    for term in terms:
-        amount = sum(column[name] * weight for name, weight in term.columns.items())
-        amounts.append((amount > 0).astype(float) if term.role is Role.LIBRARY else amount / scale)
+    for library, weighted in _design_plan(tuple(terms), tuple(X.columns.tolist())):
+        amount = sum(values[:, index] * weight for index, weight in weighted)
+        amounts.append((amount > 0).astype(float) if library else amount / scale)
     return np.column_stack(amounts)
+
+
+@functools.lru_cache(maxsize=64)
+def _design_plan(terms: tuple[Term, ...], columns: tuple[str, ...]) -> tuple[tuple[bool, tuple], ...]:
+    """Per term: whether it is a library indicator, and its (column index, weight) pairs in a
+    table of `columns`; found once per terms and table layout, since a prediction costs
+    little more than finding them."""
+    missing = sorted({column for term in terms for column in term.columns} - set(columns))
+    if missing:
+        raise ValueError(f"feature columns missing: {', '.join(missing)}")
+    index = {name: i for i, name in enumerate(columns)}
+    return tuple((term.role is Role.LIBRARY, tuple((index[name], weight) for name, weight in term.columns.items()))
+                 for term in terms)
 
 
 def _checked_fit_data(estimator: BaseEstimator, X: Any, y: Any, sample_weight: Any) -> tuple:  # noqa: N803
@@ -119,26 +129,28 @@ def _term_names(estimator: BaseEstimator, n_columns: int) -> list[str]:
 
 
 class _Parameters:
-    """Named parameters in the flat vector an optimizer works on, each of a given size."""
+    """Named parameters in the flat vector an optimizer works on, in the order given: each a
+    number (size None) or an array of the given size."""
 
-    def __init__(self, **sizes: int) -> None:
+    def __init__(self, **sizes: int | None) -> None:
         self.slices: dict[str, slice] = {}
+        self.scalars = {name for name, size in sizes.items() if size is None}
         start = 0
         for name, size in sizes.items():
-            self.slices[name] = slice(start, start + size)
-            start += size
+            self.slices[name] = slice(start, start + (1 if size is None else size))
+            start = self.slices[name].stop
         self.size = start
 
     def vector(self, **values: Any) -> np.ndarray:
-        """The flat vector holding `values` (one per name)."""
+        """The flat vector holding `values` (one per name; a number fills an array)."""
         vector = np.empty(self.size)
         for name, where in self.slices.items():
             vector[where] = values[name]
         return vector
 
     def named(self, vector: np.ndarray) -> dict[str, Any]:
-        """Each name's value in `vector` (a float for a parameter of size 1)."""
-        return {name: vector[where] if where.stop - where.start > 1 or name == "coef" else float(vector[where][0])
+        """Each name's value in `vector`: a float, or a view of its array."""
+        return {name: float(vector[where][0]) if name in self.scalars else vector[where]
                 for name, where in self.slices.items()}
 
 
@@ -153,11 +165,19 @@ class _Amounts:
     uses_library: np.ndarray
 
     @classmethod
-    def split(cls, X: np.ndarray, roles: Sequence[str] | None) -> _Amounts:  # noqa: N803
-        role = np.array(roles if roles is not None else [Role.FITTED.value] * X.shape[1])
-        library = X[:, role == Role.LIBRARY.value]
-        return cls(X[:, role == Role.FITTED.value], X[:, role == Role.EXACT.value].sum(axis=1),
-                   X[:, role == Role.OPTIMIZER.value].sum(axis=1), (library > 0).any(axis=1).astype(float))
+    def split(cls, X: np.ndarray, roles: tuple[str, ...] | None) -> _Amounts:  # noqa: N803
+        fitted, exact, optimizer, library = _columns_by_role(roles, X.shape[1])
+        return cls(X[:, fitted], X[:, exact].sum(axis=1), X[:, optimizer].sum(axis=1),
+                   (X[:, library] > 0).any(axis=1).astype(float))
+
+
+@functools.cache
+def _columns_by_role(roles: tuple[str, ...] | None, n_columns: int) -> tuple[list[int], ...]:
+    """The indices of the fitted, exact, optimizer and library columns (none: all fitted);
+    once per roles, since a prediction costs little more than finding them."""
+    roles = roles if roles is not None else (Role.FITTED.value,) * n_columns
+    return tuple([i for i, role in enumerate(roles) if role == kind.value]
+                 for kind in (Role.FITTED, Role.EXACT, Role.OPTIMIZER, Role.LIBRARY))
 
 
 class MemorySolver(RegressorMixin, BaseEstimator):
@@ -201,7 +221,7 @@ class MemorySolver(RegressorMixin, BaseEstimator):
             raise ValueError(f"MemorySolver: {len(self.roles)} roles for {X.shape[1]} columns")
         amounts = _Amounts.split(X, self.roles)
         n = amounts.design.shape[1]
-        parameters = _Parameters(intercept=1, coef=n, floor=1, library=1, capacity=1)
+        parameters = _Parameters(intercept=None, coef=n, floor=None, library=None, capacity=None)
         free = parameters.vector(intercept=True, coef=True, floor=True, capacity=True,
                                  library=np.unique(amounts.uses_library).size > 1).astype(bool)
         start = parameters.vector(intercept=0.5 * y.min(), coef=1.0, floor=y.min(), library=0.0, capacity=1.2 * y.max())
@@ -313,7 +333,7 @@ class LatencySolver(RegressorMixin, BaseEstimator):
             raise ValueError(f"LatencySolver: ties name unknown terms: {', '.join(unknown)}")
         absent = ~X.any(axis=0)
         tied = [i for i, name in enumerate(terms) if name in ties and absent[i]]
-        parameters = _Parameters(intercept=1, coef=len(terms))
+        parameters = _Parameters(intercept=None, coef=len(terms))
         fitted = parameters.vector(intercept=True, coef=~np.isin(np.arange(len(terms)), tied)).astype(bool)
         full = np.column_stack([np.ones(len(y)), X])[:, fitted]
         scale = np.abs(full).max(axis=0)
@@ -379,11 +399,6 @@ class PhysicalRegressor(RegressorMixin, BaseEstimator):
     def fit(self, X: Any, y: Any, sample_weight: Any = None) -> PhysicalRegressor:  # noqa: N803
         """Fit the solver on the term amounts; `sample_weight` weighs each row's relative error."""
         design = self._design(X)
-        y = np.asarray(y, dtype=float)
-        if design.shape[0] != y.shape[0] or not len(y):
-            raise ValueError(f"{type(self).__name__}: {design.shape[0]} feature rows for {y.shape[0]} targets")
-        if not np.isfinite(design).all() or not np.isfinite(y).all() or (y <= 0).any():
-            raise ValueError(f"{type(self).__name__}: features and targets must be finite and targets positive")
         terms = self._terms()
         names = tuple(term.name for term in terms)
         if self._memory():
