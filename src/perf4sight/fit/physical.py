@@ -242,17 +242,13 @@ class MemorySolver(RegressorMixin, BaseEstimator):
                 theta[parameters.slices[name]] = unsupported[name]
             theta = self._solve(parameters, amounts, y, root, theta, free)
         fitted = parameters.named(theta)
-        self.terms_ = np.array([name for name, role in zip(names, self._roles(len(names)))
-                                if role == Role.FITTED.value])
+        self.terms_ = np.array([names[i] for i in _columns_by_role(self.roles, len(names))[0]])
         self.intercept_ = fitted["intercept"]
         self.coef_ = fitted["coef"]
         self.floor_mib_ = fitted["floor"]
         self.library_mib_ = fitted["library"]
         self.capacity_mib_ = fitted["capacity"]
         return self
-
-    def _roles(self, n_columns: int) -> tuple[str, ...]:
-        return self.roles if self.roles is not None else (Role.FITTED.value,) * n_columns
 
     @staticmethod
     def _solve(parameters: _Parameters, amounts: _Amounts, y: np.ndarray, root: np.ndarray, start: np.ndarray,
