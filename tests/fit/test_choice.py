@@ -22,7 +22,7 @@ from perf4sight.fit import (
     read_logs,
 )
 from perf4sight.fit.choice import held_out_error
-from perf4sight.fit.physical import LATENCY_TIES
+from perf4sight.features.network import NETWORK_TERMS
 from perf4sight.predict import Predictor
 
 H200 = Path(__file__).resolve().parents[2] / "benchmarks" / "data" / "h200"
@@ -80,8 +80,9 @@ def test_a_kind_no_training_network_has_takes_its_ties_rate(latency_dataset):
     without = fit_method("physical", latency_dataset.select(~nets.isin(["mobilenetv2", "mnasnet"]).to_numpy()),
                          "latency")
     terms = list(without.terms_)
-    assert set(without.tied_terms_) == set(LATENCY_TIES) == {"depthwise", "grouped"}
-    for kind, tie in LATENCY_TIES.items():
+    ties = {term.name: term.tie for term in NETWORK_TERMS.latency if term.tie is not None}
+    assert set(without.tied_terms_) == set(ties) == {"depthwise", "grouped"}
+    for kind, tie in ties.items():
         assert without.coef_[terms.index(kind)] == without.coef_[terms.index(tie)]
     with_depthwise = fit_method("physical", latency_dataset, "latency")
     assert with_depthwise.tied_terms_ == ["grouped"]

@@ -26,7 +26,8 @@ from perf4sight.fit import (
     read_logs,
     save_model,
 )
-from perf4sight.fit.physical import PARAMETER_STREAM_FACTOR, PhysicalRegressor, ReplayRegressor
+from perf4sight.features.network import PARAMETER_STREAM_FACTOR
+from perf4sight.fit.physical import PhysicalRegressor, ReplayRegressor
 
 NETS = ("resnet18", "googlenet", "squeezenet")
 TARGETS = {"mem_used": "memory", "latency": "latency"}

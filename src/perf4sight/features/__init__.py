@@ -15,11 +15,12 @@ from typing import Protocol
 import pandas as pd
 
 from perf4sight.architecture import Architecture, Detail
-from perf4sight.features.network import network_features
+from perf4sight.features.network import NETWORK_TERMS, network_features
 from perf4sight.features.paper import paper_features
-from perf4sight.features.replay import replay_features
+from perf4sight.features.replay import REPLAY_TERMS, replay_features
+from perf4sight.features.terms import TermSet
 
-__all__ = ["FEATURE_SETS", "FeatureFunction", "network_features", "paper_features", "replay_features"]
+__all__ = ["FEATURE_SETS", "FEATURE_TERMS", "FeatureFunction", "network_features", "paper_features", "replay_features"]
 
 
 class FeatureFunction(Protocol):
@@ -34,4 +35,10 @@ FEATURE_SETS: dict[str, FeatureFunction] = {
     "paper": paper_features,
     "network": network_features,
     "replay": replay_features,
+}
+
+# The terms each feature set declares for the physical models (`perf4sight.features.terms`).
+FEATURE_TERMS: dict[str, TermSet] = {
+    "network": NETWORK_TERMS,
+    "replay": REPLAY_TERMS,
 }

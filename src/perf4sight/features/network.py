@@ -26,8 +26,12 @@ from perf4sight.architecture import Architecture, Detail, Layer
 from perf4sight.console import warn
 from perf4sight.errors import NetworkError
 from perf4sight.features.inputs import checked_batch_sizes, needs
+from perf4sight.features.terms import Role, Term, TermSet
 
-__all__ = ["KIND_GROUPS", "LAYER_GROUPS", "network_features", "layer_group", "networks_per_group"]
+__all__ = [
+    "KIND_GROUPS", "LAYER_GROUPS", "NETWORK_TERMS", "PARAMETER_STREAM_FACTOR", "network_features", "layer_group",
+    "networks_per_group", "group_column",
+]
 
 # Non-GEMM layers grouped by the kind of memory-bound kernel they run.
 KIND_GROUPS: dict[str, str] = {
@@ -49,13 +53,19 @@ KIND_GROUPS: dict[str, str] = {
     ),
 }
 _GROUPS = tuple(dict.fromkeys(KIND_GROUPS.values()))  # norm, act, pool, elementwise
-_GEMM_GROUPS = ("conv_kxk", "conv_1x1", "conv_depthwise", "conv_grouped", "linear")
+# GEMM groups: depthwise and grouped convolutions run kernels whose costs differ most between
+# devices (their latency terms, below); a network with Linear layers loads cuBLAS.
+_DEPTHWISE, _GROUPED, _LINEAR = "conv_depthwise", "conv_grouped", "linear"
+_GEMM_GROUPS = ("conv_kxk", "conv_1x1", _DEPTHWISE, _GROUPED, _LINEAR)
 # Every group a layer falls in (`layer_group`), each with a `<group>_count` column.
 LAYER_GROUPS = (*_GEMM_GROUPS, *_GROUPS, "other")
 
 # The CUDA caching allocator serves tensors over 1 MiB from segments rounded to 2 MiB.
 _LARGE_ALLOC_BYTES = 1 << 20
 _SEGMENT_BYTES = 2 << 20
+# Passes of a GEMM layer over its parameters per training iteration: forward, gradient of
+# the input, gradient of the weights (1 in inference).
+_TRAINING_PASSES = 3.0
 # Parameter-sized tensors SGD with momentum and weight decay reads or writes per parameter,
 # one parameter at a time: the decayed gradient (2 in, 1 out), the momentum buffer scaled
 # (1 in, 1 out) and accumulated (2 in, 1 out), the weights updated (2 in, 1 out).
@@ -64,24 +74,38 @@ _OPTIMIZER_PASSES = 11
 # cuBLAS kernels); a pruned width just above a multiple costs the whole next tile. The input
 # channels are the GEMM's reduction, split finer, and are not padded.
 _CHANNEL_TILE = 64
+# Columns the physical models' terms weigh (`NETWORK_TERMS`, below; the group columns are
+# `group_column`'s).
+_PARAM_TRAFFIC = "param_traffic_bytes"
+_CONV_WEIGHT_TRAFFIC = "conv_weight_traffic_bytes"
+_PARAM_STATE = "param_state_bytes"
+_OPTIMIZER_TEMP = "optimizer_temp_bytes"
+_OUTPUTS = "output_bytes"
+_ACTIVATION_PEAK = "activation_peak_bytes"
+_LAYERS = "layers"
 
 
 def networks_per_group(features: pd.DataFrame, nets: pd.Series) -> dict[str, int]:
     """For each layer group with a `<group>_count` column in `features` (one row per run,
     `nets` naming each row's network): how many of the networks have layers of it."""
-    present = {group: features[f"{group}_count"].to_numpy() > 0 for group in LAYER_GROUPS
-               if f"{group}_count" in features.columns}
+    present = {group: features[group_column(group, "count")].to_numpy() > 0 for group in LAYER_GROUPS
+               if group_column(group, "count") in features.columns}
     return {group: int(nets[mask].nunique()) for group, mask in present.items()}
+
+
+def group_column(group: str, amount: str) -> str:
+    """The column of a layer group's amount (`flops`, `padded_flops`, `bytes`, `count`)."""
+    return f"{group}_{amount}"
 
 
 def layer_group(layer: Layer) -> str:
     """The cost group of a layer: a GEMM kind, a `KIND_GROUPS` group or `other`."""
     if layer.kind == "conv2d":
         if layer.groups > 1:
-            return "conv_depthwise" if layer.depthwise else "conv_grouped"
+            return _DEPTHWISE if layer.depthwise else _GROUPED
         return "conv_1x1" if tuple(layer.kernel) == (1, 1) else "conv_kxk"
     if layer.kind == "linear":
-        return "linear"
+        return _LINEAR
     return KIND_GROUPS.get(layer.kind, "other")
 
 
@@ -127,7 +151,7 @@ def network_features(arch: Architecture, batch_sizes: Sequence[int], stage: str 
         warn(f"network '{arch.name}': {len(unknown)} layer kind(s) without a cost group, counted as "
              f"memory-bound: {', '.join(unknown)}")
 
-    passes = 3.0 if training else 1.0  # forward, gradient of the input, gradient of the weights
+    passes = _TRAINING_PASSES if training else 1.0
     # One pass over the layers, one row of per-sample amounts each; then sums per group.
     per_layer = np.array(
         [
@@ -170,34 +194,34 @@ def network_features(arch: Architecture, batch_sizes: Sequence[int], stage: str 
     columns: dict[str, np.ndarray | float] = {
         "batch_size": bs,
         "param_bytes": param_bytes,
-        "param_traffic_bytes": param_traffic,
+        _PARAM_TRAFFIC: param_traffic,
         # convolution kernels reorder (or transform) their weights, once per kernel
-        "conv_weight_traffic_bytes": conv_param_bytes * passes,
-        "param_state_bytes": param_bytes + 2 * trainable_bytes,  # weights, gradients, momentum
+        _CONV_WEIGHT_TRAFFIC: conv_param_bytes * passes,
+        _PARAM_STATE: param_bytes + 2 * trainable_bytes,  # weights, gradients, momentum
         # SGD's weight decay adds the weights to each gradient in turn: one layer's worth
-        "optimizer_temp_bytes": float(max(layer.params for layer in layers) * dtype) if training else 0.0,
+        _OPTIMIZER_TEMP: float(max(layer.params for layer in layers) * dtype) if training else 0.0,
         "buffer_bytes": float(arch.buffer_bytes),
         "input_bytes": bs * math.prod(arch.input_size) * dtype,
         "saved_bytes": bs * saved.sum() + saved_fixed,
         "saved_segment_bytes": rounded + saved_fixed,
-        "output_bytes": bs * fresh_outputs,
-        "activation_peak_bytes": peak,
+        _OUTPUTS: bs * fresh_outputs,
+        _ACTIVATION_PEAK: peak,
         "workspace_peak_bytes": bs * im2col.max(),
-        "layers": float(len(layers)),
+        _LAYERS: float(len(layers)),
         "param_layers": float(param_layers),
     }
     group_of = np.array(groups)
     for group in _GEMM_GROUPS:
         mask = group_of == group
-        columns[f"{group}_flops"] = bs * flops[mask].sum()
-        columns[f"{group}_padded_flops"] = bs * padded[mask].sum()
-        columns[f"{group}_bytes"] = bs * moved[mask].sum()
-        columns[f"{group}_count"] = float(mask.sum())
+        columns[group_column(group, "flops")] = bs * flops[mask].sum()
+        columns[group_column(group, "padded_flops")] = bs * padded[mask].sum()
+        columns[group_column(group, "bytes")] = bs * moved[mask].sum()
+        columns[group_column(group, "count")] = float(mask.sum())
     memory_passes = 2.0 if training else 1.0
     for group in (*_GROUPS, "other"):
         mask = group_of == group
-        columns[f"{group}_bytes"] = bs * (in_bytes[mask].sum() + out_bytes[mask].sum()) * memory_passes
-        columns[f"{group}_count"] = float(mask.sum())
+        columns[group_column(group, "bytes")] = bs * (in_bytes[mask].sum() + out_bytes[mask].sum()) * memory_passes
+        columns[group_column(group, "count")] = float(mask.sum())
     # One float block: a frame of 45 separate columns costs more to build and read than
     # the features themselves.
     table = np.empty((len(bs), len(columns)))
@@ -219,3 +243,52 @@ def _passes(layer: Layer, passes: float) -> float:
     if passes > 1 and layer.sources and all(source == -1 for source in layer.sources):
         return passes - 1
     return passes
+
+
+# The parameters' traffic, which does not depend on the batch size (`param_traffic_bytes`:
+# the GEMM kernels' reads of their weights and writes of their gradients, and the optimizer
+# step's passes in training), streams contiguous data, faster than the layers'
+# activations. Fitted with a rate of its own on all the data of this machine's CPU (eight
+# networks; alexnet and vgg11 hold 96 % of their parameters in Linear layers), a Linear
+# weight costs as many of the layers' passes per training iteration as its kernels make
+# (3.0), for its 3 + 11: as if the optimizer's passes streamed free. Tied to the memory rate
+# at this factor, the parameters need no networks with large parameter counts in the
+# training data. The reorders of convolution weights (`conv_weight_traffic_bytes`, once per
+# kernel) go at the layers' rate: the same fit puts a convolution weight at 5.2 passes per
+# training iteration (the TX2's and the CPU demo's data, nearly all convolutions: 5.4-5.8),
+# against 3 + 3 here.
+PARAMETER_STREAM_FACTOR = _TRAINING_PASSES / (_TRAINING_PASSES + _OPTIMIZER_PASSES)
+
+# Memory (MiB): the runtime's footprint (the model's intercept), plus the weights, gradients
+# and momentum as they are (a fitted scale on them would explode for parameter-heavy
+# networks), plus the larger of the activations the allocator holds (the midpoint of the two
+# bounds on it, scaled) and the optimizer step's temporary, plus cuBLAS's footprint where a
+# network has Linear layers (fitted only when the training data hold networks with and
+# without such layers; otherwise it cannot be told apart from the runtime and stays 0).
+_LIBRARY = Term("library", {group_column(_LINEAR, "count"): 1.0}, "count", Role.LIBRARY)
+_MEMORY_TERMS = (
+    Term("activations", {_ACTIVATION_PEAK: 0.5, _OUTPUTS: 0.5}, "bytes"),
+    Term("param_state", {_PARAM_STATE: 1.0}, "bytes", Role.EXACT),
+    Term("optimizer", {_OPTIMIZER_TEMP: 1.0}, "bytes", Role.OPTIMIZER),
+    _LIBRARY,
+)
+# Latency (ms): GEMM work with the output channels padded to whole tiles (the steps pruned
+# widths cause), bytes moved (every layer's, and the parameters' passes), kernel launches.
+# Depthwise and grouped convolutions run kernels of their own, whose cost per byte or
+# operation differs from one device and library to the next (the TX2's depthwise layers
+# cost nothing beyond their neighbours' traffic, the H200's 9 times the traffic rate): each
+# has a rate of its own where the training networks hold such layers, and otherwise the rate
+# of what it is: depthwise convolutions move bytes, grouped ones are GEMMs.
+_LATENCY_TERMS = (
+    Term("gemm", {group_column(group, "padded_flops"): 1.0 for group in _GEMM_GROUPS
+                  if group not in (_DEPTHWISE, _GROUPED)}, "flops"),
+    Term("traffic", {
+        **{group_column(group, "bytes"): 1.0 for group in LAYER_GROUPS if group != _DEPTHWISE},
+        _PARAM_TRAFFIC: PARAMETER_STREAM_FACTOR,
+        _CONV_WEIGHT_TRAFFIC: 1.0,
+    }, "bytes"),
+    Term("launches", {_LAYERS: 1.0}, "count"),
+    Term("depthwise", {group_column(_DEPTHWISE, "bytes"): 1.0}, "bytes", tie="traffic"),
+    Term("grouped", {group_column(_GROUPED, "padded_flops"): 1.0}, "flops", tie="gemm"),
+)
+NETWORK_TERMS = TermSet(memory=_MEMORY_TERMS, latency=_LATENCY_TERMS)

@@ -17,9 +17,25 @@ import pandas as pd
 from perf4sight.architecture import Architecture, Detail
 from perf4sight.features.caching_allocator import replay_peaks
 from perf4sight.features.inputs import needs
-from perf4sight.features.network import network_features
+from perf4sight.features.network import NETWORK_TERMS, network_features
+from perf4sight.features.terms import Role, Term, TermSet
 
-__all__ = ["replay_features"]
+__all__ = ["REPLAY_TERMS", "replay_features"]
+
+_ALLOCATED = "replay_allocated_bytes"
+_CACHED = "replay_cached_bytes"
+# Memory: the runtime's footprint (and cuBLAS's, as for `network` features), plus the peak of
+# live tensors, which includes the weights, gradients, momentum buffers and the optimizer's
+# temporaries, as it is, plus a fitted multiple of what the caching allocator holds beyond
+# it. Latency: the `network` features' model.
+REPLAY_TERMS = TermSet(
+    memory=(
+        Term("cached", {_CACHED: 1.0}, "bytes"),
+        Term("allocated", {_ALLOCATED: 1.0}, "bytes", Role.EXACT),
+        *(term for term in NETWORK_TERMS.memory if term.role is Role.LIBRARY),
+    ),
+    latency=NETWORK_TERMS.latency,
+)
 
 
 @needs(Detail.LIFETIMES)
@@ -30,4 +46,4 @@ def replay_features(arch: Architecture, batch_sizes: Sequence[int], stage: str =
     timeline = arch.lifetimes[stage]
     table = network_features(arch, batch_sizes, stage)
     allocated, cached = replay_peaks(timeline, table["batch_size"].astype(int).tolist())
-    return table.assign(replay_allocated_bytes=allocated, replay_cached_bytes=cached)
+    return table.assign(**{_ALLOCATED: allocated, _CACHED: cached})

@@ -28,10 +28,16 @@ plus a cost per layer (kernel launches), plus depthwise and grouped convolutions
 of their own where the training networks hold them (their kernels' cost differs most
 between devices; tied to the traffic and GEMM rates where no network shows it); fitted with
 non-negative least squares on relative error.
+
+The terms are the feature set's (`perf4sight.features.FEATURE_TERMS`): `term_design` turns a
+feature table into one column per term, and a solver fits named parameters on those plain
+arrays (`MemorySolver`, `LatencySolver`); `PhysicalRegressor` joins the two for a target.
 """
 
 from __future__ import annotations
 
+import functools
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -39,71 +45,16 @@ import numpy as np
 import pandas as pd
 from scipy.optimize import least_squares, nnls
 from sklearn.base import BaseEstimator, RegressorMixin
-from sklearn.utils.validation import check_is_fitted
+from sklearn.utils.validation import _check_sample_weight, check_is_fitted, check_non_negative, validate_data
 
 from perf4sight.device.definitions import TARGET_COLUMNS
 from perf4sight.errors import ConfigError
+from perf4sight.features import FEATURE_TERMS
+from perf4sight.features.terms import Role, Term
 
-__all__ = [
-    "PhysicalRegressor", "ReplayRegressor", "MEMORY_TERMS", "MEMORY_EXACT", "MEMORY_OPTIMIZER", "MEMORY_LIBRARY",
-    "LATENCY_TERMS", "LATENCY_TIES", "PARAMETER_STREAM_FACTOR", "REPLAY_MEMORY_TERMS", "REPLAY_MEMORY_EXACT",
-]
+__all__ = ["PhysicalRegressor", "ReplayRegressor", "MemorySolver", "LatencySolver", "term_design"]
 
 _MIB = float(1 << 20)
-# Each term is a weighted sum of feature columns; the model fits one coefficient per term.
-MEMORY_TERMS: dict[str, dict[str, float]] = {
-    # the midpoint of the two bounds on what the allocator holds
-    "activations": {"activation_peak_bytes": 0.5, "output_bytes": 0.5},
-}
-# Bytes the memory model adds as they are (coefficient 1): weights, gradients and momentum
-# are exact amounts, and a fitted scale on them would explode for parameter-heavy networks.
-MEMORY_EXACT = ("param_state_bytes",)
-# Bytes the optimizer step allocates while the activations are freed: SGD with weight
-# decay adds the weights to each gradient in turn, a temporary the size of one layer's
-# parameters. Memory holds the larger of it and the activations (coefficient 1: exact).
-MEMORY_OPTIMIZER = "optimizer_temp_bytes"
-# A network with layers of this count above zero loads cuBLAS: a fixed footprint, added to
-# the runtime and to the floor, fitted only when the training data hold networks with and
-# without such layers (otherwise it cannot be told apart from the runtime and stays 0).
-MEMORY_LIBRARY = "linear_count"
-# The parameters' traffic, which does not depend on the batch size (`param_traffic_bytes`:
-# the GEMM kernels' reads of their weights and writes of their gradients, and the optimizer
-# step's 11 passes in training), streams contiguous data, faster than the layers'
-# activations. Fitted with a rate of its own on all the data of this machine's CPU (eight
-# networks; alexnet and vgg11 hold 96 % of their parameters in Linear layers), a Linear
-# weight costs 3.0 of the layers' passes per training iteration for its 14 passes. Tied to
-# the memory rate at this factor, the parameters need no networks with large parameter
-# counts in the training data. The reorders of convolution weights
-# (`conv_weight_traffic_bytes`, once per kernel) go at the layers' rate: the same fit puts a
-# convolution weight at 5.2 passes per training iteration (the TX2's and the CPU demo's
-# data, nearly all convolutions: 5.4-5.8), against 3 + 3 here.
-PARAMETER_STREAM_FACTOR = 3.0 / 14.0
-LATENCY_TERMS: dict[str, dict[str, float]] = {
-    # GEMM work with the output channels padded to whole tiles: the steps pruned widths cause
-    "gemm": dict.fromkeys(("conv_kxk_padded_flops", "conv_1x1_padded_flops", "linear_padded_flops"), 1.0),
-    "traffic": {
-        **dict.fromkeys(("conv_kxk_bytes", "conv_1x1_bytes", "conv_grouped_bytes", "linear_bytes", "norm_bytes",
-                         "act_bytes", "pool_bytes", "elementwise_bytes", "other_bytes"), 1.0),
-        "param_traffic_bytes": PARAMETER_STREAM_FACTOR,
-        "conv_weight_traffic_bytes": 1.0,
-    },
-    "launches": {"layers": 1.0},
-    # Depthwise and grouped convolutions run kernels of their own, whose cost per byte or
-    # operation differs from one device and library to the next (the TX2's depthwise layers
-    # cost nothing beyond their neighbours' traffic, the H200's 9 times the traffic rate):
-    # each has a rate of its own, fitted where the training networks hold such layers.
-    "depthwise": {"conv_depthwise_bytes": 1.0},
-    "grouped": {"conv_grouped_padded_flops": 1.0},
-}
-# A layer kind's term that the training rows cannot identify (no such layer in them) takes
-# the rate of the term it belongs to without a rate of its own: depthwise convolutions
-# move bytes, grouped ones are GEMMs.
-LATENCY_TIES: dict[str, str] = {"depthwise": "traffic", "grouped": "gemm"}
-# The allocator replay (`replay` features): the peak of live tensors, which includes the
-# weights, gradients, momentum buffers and the optimizer's temporaries, is an exact amount
-# (added as it is); what the caching allocator holds beyond it gets a fitted multiple.
-REPLAY_MEMORY_TERMS: dict[str, dict[str, float]] = {"cached": {"replay_cached_bytes": 1.0}}
-REPLAY_MEMORY_EXACT = ("replay_allocated_bytes",)
 # Sharpness of the smooth corners at the memory floor and capacity: a p-norm of this
 # exponent, so a corner is about 1 % of the memory wide (2 ** (1 / 60) - 1 above both
 # sides where they meet) whatever the device's scale.
@@ -111,10 +62,6 @@ _CORNER_EXPONENT = 60.0
 _CORNER_FACTOR = 2 ** (1 / _CORNER_EXPONENT)
 # Training runs that must lie beyond the fitted floor or capacity for it to be kept.
 _SUPPORT_ROWS = 3
-# Fitted attributes of the memory model only.
-_MEMORY_ONLY_ATTRIBUTES = ("floor_mib_", "library_mib_", "capacity_mib_")
-# Fitted attributes of the latency model only.
-_LATENCY_ONLY_ATTRIBUTES = ("tied_terms_",)
 
 
 def _smooth_max(a: np.ndarray, b: np.ndarray | float) -> np.ndarray:
@@ -133,171 +80,179 @@ def _smooth_min(a: np.ndarray, b: np.ndarray | float) -> np.ndarray:
     return low * (1 + ratio**_CORNER_EXPONENT) ** (-1 / _CORNER_EXPONENT)
 
 
+def term_design(X: pd.DataFrame, terms: Sequence[Term], scale: float = 1.0) -> np.ndarray:  # noqa: N803
+    """One column per term: its weighted sum of `X`'s columns, divided by `scale` (bytes to
+    MiB for memory); a library term's column is 1 where the network loads it, else 0."""
+    # One array for the whole frame: selecting a sub-frame per term costs more than the
+    # arithmetic.
+    values = X.to_numpy(dtype=float)
+    amounts = []
+    for library, weighted in _design_plan(tuple(terms), tuple(X.columns.tolist())):
+        amount = sum(values[:, index] * weight for index, weight in weighted)
+        amounts.append((amount > 0).astype(float) if library else amount / scale)
+    return np.column_stack(amounts)
+
+
+@functools.lru_cache(maxsize=64)
+def _design_plan(terms: tuple[Term, ...], columns: tuple[str, ...]) -> tuple[tuple[bool, tuple], ...]:
+    """Per term: whether it is a library indicator, and its (column index, weight) pairs in a
+    table of `columns`; found once per terms and table layout, since a prediction costs
+    little more than finding them."""
+    missing = sorted({column for term in terms for column in term.columns} - set(columns))
+    if missing:
+        raise ValueError(f"feature columns missing: {', '.join(missing)}")
+    index = {name: i for i, name in enumerate(columns)}
+    return tuple((term.role is Role.LIBRARY, tuple((index[name], weight) for name, weight in term.columns.items()))
+                 for term in terms)
+
+
+def _checked_fit_data(estimator: BaseEstimator, X: Any, y: Any, sample_weight: Any) -> tuple:  # noqa: N803
+    """X, y and the square roots of the relative weights of the rows weighted above 0 (a row
+    of weight 0 is left out, as if it were not there; least squares weighs the squared
+    residuals, hence the square roots)."""
+    X, y = validate_data(estimator, X, y, y_numeric=True)  # noqa: N806
+    check_non_negative(X, f"{type(estimator).__name__}.fit")
+    if (y <= 0).any():
+        raise ValueError(f"{type(estimator).__name__}: targets must be positive")
+    weight = _check_sample_weight(sample_weight, X, ensure_non_negative=True)
+    if not weight.any():
+        raise ValueError(f"{type(estimator).__name__}: sample_weight is 0 for every row")
+    kept = weight > 0
+    return X[kept], y[kept], np.sqrt(weight[kept] / weight[kept].mean())
+
+
+def _term_names(estimator: BaseEstimator, n_columns: int) -> list[str]:
+    names = list(estimator.terms) if estimator.terms is not None else [f"x{i}" for i in range(n_columns)]
+    if len(names) != n_columns:
+        raise ValueError(f"{type(estimator).__name__}: {len(names)} term names for {n_columns} columns")
+    return names
+
+
+class _Parameters:
+    """Named parameters in the flat vector an optimizer works on, in the order given: each a
+    number (size None) or an array of the given size."""
+
+    def __init__(self, **sizes: int | None) -> None:
+        self.slices: dict[str, slice] = {}
+        self.scalars = {name for name, size in sizes.items() if size is None}
+        start = 0
+        for name, size in sizes.items():
+            self.slices[name] = slice(start, start + (1 if size is None else size))
+            start = self.slices[name].stop
+        self.size = start
+
+    def vector(self, **values: Any) -> np.ndarray:
+        """The flat vector holding `values` (one per name; a number fills an array)."""
+        vector = np.empty(self.size)
+        for name, where in self.slices.items():
+            vector[where] = values[name]
+        return vector
+
+    def named(self, vector: np.ndarray) -> dict[str, Any]:
+        """Each name's value in `vector`: a float, or a view of its array."""
+        return {name: float(vector[where][0]) if name in self.scalars else vector[where]
+                for name, where in self.slices.items()}
+
+
 @dataclass(frozen=True)
 class _Amounts:
-    """What the model weighs, per row: one column per term (MiB for memory); for memory also
-    the exact bytes (MiB), the optimizer's temporary (MiB) and whether cuBLAS is loaded."""
+    """A memory design split by role: the fitted terms' amounts, the exact amount added as
+    it is, the optimizer's temporary and whether the library is loaded, per row."""
 
     design: np.ndarray
     offset: np.ndarray
     optimizer: np.ndarray
     uses_library: np.ndarray
 
-    def rows(self, mask: np.ndarray) -> _Amounts:
-        return _Amounts(self.design[mask], self.offset[mask], self.optimizer[mask], self.uses_library[mask])
+    @classmethod
+    def split(cls, X: np.ndarray, roles: tuple[str, ...] | None) -> _Amounts:  # noqa: N803
+        fitted, exact, optimizer, library = _columns_by_role(roles, X.shape[1])
+        return cls(X[:, fitted], X[:, exact].sum(axis=1), X[:, optimizer].sum(axis=1),
+                   (X[:, library] > 0).any(axis=1).astype(float))
 
 
-def _demand(intercept: float, coef: np.ndarray, floor: float, library: float, amounts: _Amounts) -> np.ndarray:
-    """Memory an iteration asks for: fixed footprints, exact offset and fitted terms, above the floor."""
-    return _smooth_max(_unfloored(intercept, coef, library, amounts), floor + library * amounts.uses_library)
+@functools.cache
+def _columns_by_role(roles: tuple[str, ...] | None, n_columns: int) -> tuple[list[int], ...]:
+    """The indices of the fitted, exact, optimizer and library columns (none: all fitted);
+    once per roles, since a prediction costs little more than finding them."""
+    roles = roles if roles is not None else (Role.FITTED.value,) * n_columns
+    return tuple([i for i, role in enumerate(roles) if role == kind.value]
+                 for kind in (Role.FITTED, Role.EXACT, Role.OPTIMIZER, Role.LIBRARY))
 
 
-def _unfloored(intercept: float, coef: np.ndarray, library: float, amounts: _Amounts) -> np.ndarray:
-    """The fixed footprints and exact bytes, plus the larger of the activations the allocator
-    holds and the optimizer's temporary (allocated once the activations are freed)."""
-    held = _smooth_max(amounts.design @ coef, amounts.optimizer)
-    return intercept + library * amounts.uses_library + amounts.offset + held
+class MemorySolver(RegressorMixin, BaseEstimator):
+    """Memory from term amounts: fixed footprints, exact amounts and the larger of the fitted
+    terms and the optimizer's temporary, above a floor and below a capacity.
 
-
-class PhysicalRegressor(RegressorMixin, BaseEstimator):
-    """Memory or latency as a few device coefficients times whole-network amounts.
-
-    `target` picks the model: `mem_used` (MiB) or `latency` (ms). After fitting,
-    `coef_` holds one coefficient per term (`terms_`) and `intercept_` the fixed cost;
-    the memory model also has `floor_mib_`, `library_mib_` (cuBLAS, for networks with a
-    Linear layer) and `capacity_mib_`.
+    `roles` gives each column of X its role (`perf4sight.features.terms.Role` values; none:
+    every column a fitted term), `terms` each column's name. Fitted: `intercept_`, `coef_`
+    (one per fitted term, named by `terms_`), `floor_mib_`, `library_mib_` (for rows whose
+    library column is above 0) and `capacity_mib_`, in the targets' unit.
     """
 
-    feature_set = "network"
-    trusted_types: tuple[str, ...] = ()
-    # what the memory model weighs (one coefficient per term), adds as it is, and holds as
-    # the larger of it and the activations (None: nothing)
-    memory_terms = MEMORY_TERMS
-    memory_exact: tuple[str, ...] = MEMORY_EXACT
-    memory_optimizer: str | None = MEMORY_OPTIMIZER
+    def __init__(self, terms: tuple[str, ...] | None = None, roles: tuple[str, ...] | None = None) -> None:
+        self.terms = terms
+        self.roles = roles
 
-    def __init__(self, target: str = "mem_used") -> None:
-        self.target = target
+    def __sklearn_tags__(self) -> Any:
+        tags = super().__sklearn_tags__()
+        tags.input_tags.positive_only = True  # amounts of bytes and counts
+        tags.target_tags.positive_only = True  # fitted on relative error
+        # The fit starts from unit coefficients (amounts in the targets' unit: MiB of bytes
+        # held, whose scale is near 1) and a capacity just above the largest target. On
+        # amounts of another scale (scikit-learn's check data) the start lies deep beyond
+        # the capacity, where the gradients vanish, and the fit stays there.
+        tags.regressor_tags.poor_score = True
+        return tags
 
-    def _terms(self) -> dict[str, dict[str, float]]:
-        known = tuple(TARGET_COLUMNS.values())
-        if self.target not in known:
-            raise ConfigError(f"{type(self).__name__}: unknown target '{self.target}'; known: {', '.join(known)}")
-        return self.memory_terms if self.target == "mem_used" else LATENCY_TERMS
-
-    def _amounts(self, X: Any) -> _Amounts:  # noqa: N803 (scikit-learn's names)
-        """The term amounts, one column per term, and for memory the exact bytes, the
-        optimizer's temporary and whether each row's network loads cuBLAS (zeros for latency)."""
-        if not isinstance(X, pd.DataFrame):
-            raise ValueError("PhysicalRegressor needs a DataFrame of 'network' features (named columns)")
-        terms = self._terms()
-        memory = self.target == "mem_used"
-        optimizer = () if self.memory_optimizer is None else (self.memory_optimizer,)
-        exact = (*self.memory_exact, *optimizer, MEMORY_LIBRARY) if memory else ()
-        missing = sorted({c for cols in terms.values() for c in cols}.union(exact) - set(X.columns.tolist()))
-        if missing:
-            raise ValueError(f"{type(self).__name__}: feature columns missing: {', '.join(missing)}")
-        # One array for the whole frame: selecting a sub-frame per term costs more than the
-        # arithmetic.
-        values = X.to_numpy(dtype=float)
-        column = {name: values[:, i] for i, name in enumerate(X.columns.tolist())}
-        design = np.column_stack(
-            [sum(column[name] * weight for name, weight in cols.items()) for cols in terms.values()]
-        )
-        zeros = np.zeros(len(X))
-        if not memory:
-            return _Amounts(design, zeros, zeros, zeros)
-        return _Amounts(
-            design / _MIB,
-            sum((column[name] for name in self.memory_exact), zeros) / _MIB,
-            column[self.memory_optimizer] / _MIB if self.memory_optimizer is not None else zeros,
-            (column[MEMORY_LIBRARY] > 0).astype(float),
-        )
-
-    def fit(self, X: Any, y: Any, sample_weight: Any = None) -> PhysicalRegressor:  # noqa: N803
-        """Fit the coefficients; `sample_weight` weighs each row's relative error."""
-        amounts = self._amounts(X)
-        y = np.asarray(y, dtype=float)
-        if amounts.design.shape[0] != y.shape[0] or not len(y):
-            raise ValueError(f"PhysicalRegressor: {amounts.design.shape[0]} feature rows for {y.shape[0]} targets")
-        if not np.isfinite(amounts.design).all() or not np.isfinite(y).all() or (y <= 0).any():
-            raise ValueError("PhysicalRegressor: features and targets must be finite and targets positive")
-        weight = np.ones_like(y) if sample_weight is None else np.asarray(sample_weight, dtype=float)
-        if weight.shape != y.shape or not np.isfinite(weight).all() or (weight < 0).any() or not weight.any():
-            raise ValueError("PhysicalRegressor: sample_weight must be one finite, non-negative weight per row")
-        # A row of weight 0 is left out, as if it were not there; least squares weighs the
-        # squared residuals, hence the square roots.
-        kept = weight > 0
-        amounts, y = amounts.rows(kept), y[kept]
-        # A refit must not keep another target's fitted attributes (read where present).
-        for name in (*_MEMORY_ONLY_ATTRIBUTES, *_LATENCY_ONLY_ATTRIBUTES):
-            self.__dict__.pop(name, None)
-        root = np.sqrt(weight[kept] / weight[kept].mean())
-        self.terms_ = np.array(list(self._terms()))
-        self.n_features_in_ = X.shape[1]
-        self.feature_names_in_ = np.asarray(X.columns, dtype=object)
-        if self.target == "mem_used":
-            self._fit_memory(amounts, y, root)
-        else:
-            self._fit_additive(amounts.design, y, root)
-        return self
-
-    def _fit_additive(self, design: np.ndarray, y: np.ndarray, root: np.ndarray) -> None:
-        """Non-negative least squares on relative error, columns scaled for conditioning;
-        a tied term (`LATENCY_TIES`) that no training row holds takes its tie's rate
-        (`tied_terms_` names those)."""
-        terms = list(self.terms_)
-        absent = ~design.any(axis=0)
-        tied = [i for i, name in enumerate(terms) if name in LATENCY_TIES and absent[i]]
-        fitted = np.r_[True, ~np.isin(np.arange(len(terms)), tied)]
-        full = np.column_stack([np.ones(len(y)), design])[:, fitted]
-        scale = np.abs(full).max(axis=0)
-        scale[scale == 0] = 1.0
-        solution, _ = nnls(full / scale * (root / y)[:, None], root)
-        coefficients = np.zeros(1 + len(terms))
-        coefficients[fitted] = solution / scale
-        for i in tied:
-            coefficients[1 + i] = coefficients[1 + terms.index(LATENCY_TIES[terms[i]])]
-        self.intercept_ = float(coefficients[0])
-        self.coef_ = coefficients[1:]
-        self.tied_terms_ = [str(terms[i]) for i in tied]
-
-    def _fit_memory(self, amounts: _Amounts, y: np.ndarray, root: np.ndarray) -> None:
+    def fit(self, X: Any, y: Any, sample_weight: Any = None) -> MemorySolver:  # noqa: N803
         """Robust least squares on relative error: intercept, coefficients, floor, library, capacity.
 
-        The library footprint is fitted only when some training networks load cuBLAS and
-        some do not. The capacity is kept only when the data show it (a few runs whose
-        demand exceeds it); otherwise it would cap every prediction just above the
-        largest run measured. The floor likewise (a few runs whose demand lies below it):
-        started at the smallest run, it would otherwise stay there on a device without
-        one, raising every prediction below it.
+        The library footprint is fitted only when some training rows load it and some do
+        not. The capacity is kept only when the data show it (a few runs whose demand
+        exceeds it); otherwise it would cap every prediction just above the largest run
+        measured. The floor likewise (a few runs whose demand lies below it): started at
+        the smallest run, it would otherwise stay there on a device without one, raising
+        every prediction below it.
         """
+        X, y, root = _checked_fit_data(self, X, y, sample_weight)  # noqa: N806
+        names = _term_names(self, X.shape[1])
+        if self.roles is not None and len(self.roles) != X.shape[1]:
+            raise ValueError(f"MemorySolver: {len(self.roles)} roles for {X.shape[1]} columns")
+        amounts = _Amounts.split(X, self.roles)
         n = amounts.design.shape[1]
-        free = np.ones(4 + n, dtype=bool)
-        free[2 + n] = np.unique(amounts.uses_library).size > 1
-        theta = self._solve(amounts, y, root, np.r_[0.5 * y.min(), np.ones(n), y.min(), 0.0, 1.2 * y.max()], free)
-        unfloored = _unfloored(theta[0], theta[1 : 1 + n], theta[2 + n], amounts)
-        floor = theta[1 + n] + theta[2 + n] * amounts.uses_library
+        parameters = _Parameters(intercept=None, coef=n, floor=None, library=None, capacity=None)
+        free = parameters.vector(intercept=True, coef=True, floor=True, capacity=True,
+                                 library=np.unique(amounts.uses_library).size > 1).astype(bool)
+        start = parameters.vector(intercept=0.5 * y.min(), coef=1.0, floor=y.min(), library=0.0, capacity=1.2 * y.max())
+        theta = self._solve(parameters, amounts, y, root, start, free)
+        fitted = parameters.named(theta)
+        unfloored = _unfloored(fitted["intercept"], fitted["coef"], fitted["library"], amounts)
+        floor = fitted["floor"] + fitted["library"] * amounts.uses_library
         demand = _smooth_max(unfloored, floor)  # as `_demand`, from the parts just computed
-        supported = {  # floor, capacity
-            1 + n: np.count_nonzero(unfloored * _CORNER_FACTOR < floor) >= _SUPPORT_ROWS,
-            3 + n: np.count_nonzero(demand > theta[3 + n] * _CORNER_FACTOR) >= _SUPPORT_ROWS,
+        supported = {
+            "floor": np.count_nonzero(unfloored * _CORNER_FACTOR < floor) >= _SUPPORT_ROWS,
+            "capacity": np.count_nonzero(demand > fitted["capacity"] * _CORNER_FACTOR) >= _SUPPORT_ROWS,
         }
-        dropped = [index for index, kept in supported.items() if not kept]
+        unsupported = {"floor": 0.0, "capacity": np.inf}
+        dropped = [name for name, kept in supported.items() if not kept]
         if dropped:
-            free[dropped] = False
-            theta[dropped] = [{1 + n: 0.0, 3 + n: np.inf}[index] for index in dropped]
-            theta = self._solve(amounts, y, root, theta, free)
-        self.intercept_ = float(theta[0])
-        self.coef_ = theta[1 : 1 + n]
-        self.floor_mib_ = float(theta[1 + n])
-        self.library_mib_ = float(theta[2 + n])
-        self.capacity_mib_ = float(theta[3 + n])
+            for name in dropped:
+                free[parameters.slices[name]] = False
+                theta[parameters.slices[name]] = unsupported[name]
+            theta = self._solve(parameters, amounts, y, root, theta, free)
+        fitted = parameters.named(theta)
+        self.terms_ = np.array([names[i] for i in _columns_by_role(self.roles, len(names))[0]])
+        self.intercept_ = fitted["intercept"]
+        self.coef_ = fitted["coef"]
+        self.floor_mib_ = fitted["floor"]
+        self.library_mib_ = fitted["library"]
+        self.capacity_mib_ = fitted["capacity"]
+        return self
 
-    @classmethod
-    def _solve(
-        cls, amounts: _Amounts, y: np.ndarray, root: np.ndarray, start: np.ndarray, free: np.ndarray
-    ) -> np.ndarray:
+    @staticmethod
+    def _solve(parameters: _Parameters, amounts: _Amounts, y: np.ndarray, root: np.ndarray, start: np.ndarray,
+               free: np.ndarray) -> np.ndarray:
         """`start` with its `free` entries fitted; the others stay as they are."""
 
         def full(x: np.ndarray) -> np.ndarray:
@@ -306,52 +261,187 @@ class PhysicalRegressor(RegressorMixin, BaseEstimator):
             return theta
 
         def residual(x: np.ndarray) -> np.ndarray:
-            return (cls._memory(full(x), amounts) - y) / y * root
+            return (_measured(parameters.named(full(x)), amounts) - y) / y * root
 
         # The capacity caps what can be measured: no lower than the largest measurement
         # (else a few over-predicted small runs make a capacity of a few MiB on a CPU).
-        lower = np.zeros_like(start)
-        lower[-1] = y.max() / _CORNER_FACTOR
+        lower = parameters.vector(intercept=0.0, coef=0.0, floor=0.0, library=0.0, capacity=y.max() / _CORNER_FACTOR)
         bounds = (lower[free], np.full(int(free.sum()), np.inf))
         return full(least_squares(residual, start[free], bounds=bounds, loss="soft_l1", f_scale=0.05).x)
 
-    @staticmethod
-    def _memory(theta: np.ndarray, amounts: _Amounts) -> np.ndarray:
-        """Measured memory for parameters theta (intercept, coefficients, floor, library, capacity)."""
-        n = amounts.design.shape[1]
-        measured = _demand(theta[0], theta[1 : 1 + n], theta[1 + n], theta[2 + n], amounts)
-        return _smooth_min(measured, theta[3 + n])
+    def demand(self, amounts: _Amounts) -> np.ndarray:
+        """What each row asks for, before the capacity caps what is measured."""
+        return _demand(self.intercept_, self.coef_, self.floor_mib_, self.library_mib_, amounts)
+
+    def predict_demand(self, X: Any) -> np.ndarray:  # noqa: N803
+        """What each row asks for, before the capacity caps what is measured."""
+        check_is_fitted(self)
+        return self.demand(_Amounts.split(validate_data(self, X, reset=False), self.roles))
+
+    def predict(self, X: Any) -> np.ndarray:  # noqa: N803
+        """What would be measured: the demand capped at the capacity."""
+        return _smooth_min(self.predict_demand(X), self.capacity_mib_)
+
+
+def _demand(intercept: float, coef: np.ndarray, floor: float, library: float, amounts: _Amounts) -> np.ndarray:
+    """Memory an iteration asks for: fixed footprints, exact offset and fitted terms, above the floor."""
+    return _smooth_max(_unfloored(intercept, coef, library, amounts), floor + library * amounts.uses_library)
+
+
+def _unfloored(intercept: float, coef: np.ndarray, library: float, amounts: _Amounts) -> np.ndarray:
+    """The fixed footprints and exact amounts, plus the larger of the activations the
+    allocator holds and the optimizer's temporary (allocated once the activations are freed)."""
+    held = _smooth_max(amounts.design @ coef, amounts.optimizer)
+    return intercept + library * amounts.uses_library + amounts.offset + held
+
+
+def _measured(fitted: dict[str, Any], amounts: _Amounts) -> np.ndarray:
+    """Measured memory for named parameters (intercept, coef, floor, library, capacity)."""
+    demand = _demand(fitted["intercept"], fitted["coef"], fitted["floor"], fitted["library"], amounts)
+    return _smooth_min(demand, fitted["capacity"])
+
+
+class LatencySolver(RegressorMixin, BaseEstimator):
+    """Latency as a fixed cost plus a non-negative rate per term, from term amounts.
+
+    `terms` names X's columns; `ties` pairs (term, fitted term): a term that no training row
+    holds takes its tie's rate (`tied_terms_` names those). Fitted: `intercept_`, `coef_`
+    (one per term, named by `terms_`).
+    """
+
+    def __init__(self, terms: tuple[str, ...] | None = None, ties: tuple[tuple[str, str], ...] = ()) -> None:
+        self.terms = terms
+        self.ties = ties
+
+    def __sklearn_tags__(self) -> Any:
+        tags = super().__sklearn_tags__()
+        tags.input_tags.positive_only = True  # amounts of operations, bytes and counts
+        tags.target_tags.positive_only = True  # fitted on relative error
+        return tags
+
+    def fit(self, X: Any, y: Any, sample_weight: Any = None) -> LatencySolver:  # noqa: N803
+        """Non-negative least squares on relative error, columns scaled for conditioning."""
+        X, y, root = _checked_fit_data(self, X, y, sample_weight)  # noqa: N806
+        terms = _term_names(self, X.shape[1])
+        ties = dict(self.ties)
+        unknown = sorted({*ties, *ties.values()} - set(terms))
+        if unknown:
+            raise ValueError(f"LatencySolver: ties name unknown terms: {', '.join(unknown)}")
+        absent = ~X.any(axis=0)
+        tied = [i for i, name in enumerate(terms) if name in ties and absent[i]]
+        parameters = _Parameters(intercept=None, coef=len(terms))
+        fitted = parameters.vector(intercept=True, coef=~np.isin(np.arange(len(terms)), tied)).astype(bool)
+        full = np.column_stack([np.ones(len(y)), X])[:, fitted]
+        scale = np.abs(full).max(axis=0)
+        scale[scale == 0] = 1.0
+        solution, _ = nnls(full / scale * (root / y)[:, None], root)
+        coefficients = np.zeros(parameters.size)
+        coefficients[fitted] = solution / scale
+        named = parameters.named(coefficients)
+        coef = named["coef"]
+        for i in tied:
+            coef[i] = coef[terms.index(ties[terms[i]])]
+        self.terms_ = np.array(terms)
+        self.intercept_ = named["intercept"]
+        self.coef_ = coef
+        self.tied_terms_ = [terms[i] for i in tied]
+        return self
+
+    def demand(self, design: np.ndarray) -> np.ndarray:
+        """The latency of each row of term amounts."""
+        return self.intercept_ + design @ self.coef_
+
+    def predict(self, X: Any) -> np.ndarray:  # noqa: N803
+        """The latency of each row of term amounts."""
+        check_is_fitted(self)
+        return self.demand(validate_data(self, X, reset=False))
+
+
+class PhysicalRegressor(RegressorMixin, BaseEstimator):
+    """Memory or latency as a few device coefficients times whole-network amounts.
+
+    `target` picks the model: `mem_used` (MiB) or `latency` (ms); the terms are those the
+    feature set declares (`FEATURE_TERMS[feature_set]`). After fitting, `solver_` holds the
+    fitted solver; `coef_` its coefficient per fitted term (`terms_`) and `intercept_` the
+    fixed cost; the memory model also has `floor_mib_`, `library_mib_` (cuBLAS, for networks
+    with a Linear layer) and `capacity_mib_`, the latency model `tied_terms_`.
+    """
+
+    feature_set = "network"
+    trusted_types: tuple[str, ...] = ("perf4sight.fit.physical.LatencySolver", "perf4sight.fit.physical.MemorySolver")
+
+    def __init__(self, target: str = "mem_used") -> None:
+        self.target = target
+
+    def _memory(self) -> bool:
+        known = tuple(TARGET_COLUMNS.values())
+        if self.target not in known:
+            raise ConfigError(f"{type(self).__name__}: unknown target '{self.target}'; known: {', '.join(known)}")
+        return self.target == TARGET_COLUMNS["memory"]
+
+    def _terms(self) -> tuple[Term, ...]:
+        return FEATURE_TERMS[self.feature_set].by_kind["memory" if self._memory() else "latency"]
+
+    def _design(self, X: Any) -> np.ndarray:  # noqa: N803
+        """The term amounts of a feature table (MiB for memory), one column per term."""
+        if not isinstance(X, pd.DataFrame):
+            raise ValueError(f"{type(self).__name__} needs a DataFrame of '{self.feature_set}' features (named columns)")
+        terms, scale = self._terms(), _MIB if self._memory() else 1.0
+        try:
+            return term_design(X, terms, scale)
+        except ValueError as exc:
+            raise ValueError(f"{type(self).__name__}: {exc}") from None
+
+    def fit(self, X: Any, y: Any, sample_weight: Any = None) -> PhysicalRegressor:  # noqa: N803
+        """Fit the solver on the term amounts; `sample_weight` weighs each row's relative error."""
+        design = self._design(X)
+        terms = self._terms()
+        names = tuple(term.name for term in terms)
+        if self._memory():
+            solver = MemorySolver(terms=names, roles=tuple(term.role.value for term in terms))
+        else:
+            solver = LatencySolver(terms=names, ties=tuple((term.name, term.tie) for term in terms if term.tie))
+        self.solver_ = solver.fit(design, y, sample_weight=sample_weight)
+        self.n_features_in_ = X.shape[1]
+        self.feature_names_in_ = np.asarray(X.columns, dtype=object)
+        return self
+
+    def __getattr__(self, name: str) -> Any:
+        """The fitted solver's attributes (`coef_`, `terms_`, `capacity_mib_`...) as the model's."""
+        if name.endswith("_") and not name.startswith("_") and "solver_" in self.__dict__:
+            return getattr(self.__dict__["solver_"], name)
+        raise AttributeError(f"'{type(self).__name__}' object has no attribute '{name}'")
 
     def predict_demand(self, X: Any) -> np.ndarray:  # noqa: N803
         """What the iteration asks for, before the device's capacity caps the measurement."""
         check_is_fitted(self)
-        amounts = self._amounts(X)
-        if self.target == "mem_used":
-            return _demand(self.intercept_, self.coef_, self.floor_mib_, self.library_mib_, amounts)
-        return self.intercept_ + amounts.design @ self.coef_
+        design = self._design(X)
+        if isinstance(self.solver_, MemorySolver):
+            return self.solver_.demand(_Amounts.split(design, self.solver_.roles))
+        return self.solver_.demand(design)
 
     def predict(self, X: Any) -> np.ndarray:  # noqa: N803
         """What would be measured: memory capped at the device's capacity, or latency."""
         demand = self.predict_demand(X)
-        if self.target == "mem_used":
-            return _smooth_min(demand, self.capacity_mib_)
+        if isinstance(self.solver_, MemorySolver):
+            return _smooth_min(demand, self.solver_.capacity_mib_)
         return demand
 
     def capacity_mib(self) -> float:
         """The device's memory capacity the fit learned from runs that saturated it (MiB);
         infinite when the data showed none, and for the latency model."""
         check_is_fitted(self)
-        return self.capacity_mib_ if self.target == "mem_used" else np.inf
+        return self.solver_.capacity_mib_ if isinstance(self.solver_, MemorySolver) else np.inf
 
     def predict_fits(self, X: Any) -> np.ndarray:  # noqa: N803
         """Whether each row fits in the device's memory (memory model only)."""
-        if self.target != "mem_used":
+        if self.target != TARGET_COLUMNS["memory"]:
             raise ValueError("predict_fits needs the memory model (target='mem_used')")
-        return self.predict_demand(X) <= self.capacity_mib_
+        return self.predict_demand(X) <= self.capacity_mib()
 
 
 class ReplayRegressor(PhysicalRegressor):
-    """`PhysicalRegressor` whose memory model follows the allocator replay.
+    """`PhysicalRegressor` on the `replay` features, whose memory model follows the allocator replay.
 
     The same latency model. Memory is the runtime's footprint (and cuBLAS's), plus the peak
     of live tensors as the replay finds it, plus a fitted multiple of what the caching
@@ -361,6 +451,3 @@ class ReplayRegressor(PhysicalRegressor):
     """
 
     feature_set = "replay"
-    memory_terms = REPLAY_MEMORY_TERMS
-    memory_exact = REPLAY_MEMORY_EXACT
-    memory_optimizer = None

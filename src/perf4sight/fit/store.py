@@ -49,7 +49,8 @@ from perf4sight.networks import load_architecture
 __all__ = ["FittedModel", "library_versions", "stored_model_path", "save_model", "load_model"]
 
 # 5: the reference network's features are stored (`feature_probe`); 6: the estimator's identity;
-# 7: one object, the `CalibratedModel`, holds the family corrections and the bound
+# 7: one object, the `CalibratedModel`, holds the family corrections and the bound, and the
+# physical models hold their fitted solver (`solver_`)
 _FORMAT = 7
 # The attribute of a stored model that names what it was fitted for (`_identity`).
 _IDENTITY = "perf4sight_identity_"

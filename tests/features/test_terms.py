@@ -1,0 +1,65 @@
+"""The terms each feature set declares: every column they weigh is one the set computes, on a
+real torchvision network, and a term naming a column the set does not compute is caught."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+
+from perf4sight.features import FEATURE_SETS, FEATURE_TERMS
+from perf4sight.features.network import LAYER_GROUPS, NETWORK_TERMS, group_column
+from perf4sight.features.terms import Role, Term, TermSet, report_only
+from perf4sight.fit.physical import term_design
+from perf4sight.networks import load_architecture
+
+
+@pytest.fixture(scope="module")
+def tables():
+    """Each feature set with terms, for torchvision's MobileNetV2 (depthwise, 1x1 and Linear
+    layers) at a small input."""
+    arch = load_architecture("mobilenet_v2", input_size=(3, 32, 32), num_classes=10)
+    return {name: FEATURE_SETS[name](arch, [1, 3], "training") for name in FEATURE_TERMS}
+
+
+@pytest.mark.parametrize("feature_set", sorted(FEATURE_TERMS))
+def test_every_term_weighs_columns_its_feature_set_computes(tables, feature_set):
+    table, terms = tables[feature_set], FEATURE_TERMS[feature_set]
+    assert terms.columns() <= set(table.columns)
+    for kind, declared in terms.by_kind.items():
+        design = term_design(table, declared)
+        assert design.shape == (2, len(declared)), kind
+        # every term of this network holds something (it has every kind the terms weigh but
+        # grouped convolutions), and grows with the batch size or stays as it is
+        held = {term.name for term, column in zip(declared, design.T) if column.any()}
+        assert held == {term.name for term in declared} - {"grouped"}
+        assert (design[1] >= design[0]).all()
+    # the rest of the columns feed no model: the batch size, the amounts kept for reading
+    # and the layer counts (the predictor's check of the training ranges and layer groups)
+    rest = report_only(table.columns, terms)
+    assert sorted(rest + sorted(terms.columns())) == sorted(table.columns)
+    assert {group_column(group, "count") for group in LAYER_GROUPS} - terms.columns() <= set(rest)
+
+
+def test_a_term_on_a_renamed_group_is_caught(tables):
+    """Were a group renamed in a term but not where the columns are computed (or the reverse),
+    the term's column would be missing from the table: the fit refuses it by name."""
+    table = tables["network"]
+    depthwise = next(term for term in NETWORK_TERMS.latency if term.name == "depthwise")
+    (column,) = depthwise.columns
+    renamed = dataclasses.replace(depthwise, columns={column.replace("depthwise", "dw"): 1.0})
+    terms = TermSet(memory=NETWORK_TERMS.memory,
+                    latency=tuple(renamed if term is depthwise else term for term in NETWORK_TERMS.latency))
+    assert not terms.columns() <= set(table.columns)
+    with pytest.raises(ValueError, match=f"missing: {column.replace('depthwise', 'dw')}"):
+        term_design(table, terms.latency)
+
+
+def test_term_sets_refuse_ties_to_nothing_and_names_twice():
+    traffic = Term("traffic", {"a": 1.0}, "bytes")
+    with pytest.raises(ValueError, match="tied to no fitted term: depthwise"):
+        TermSet(memory=(), latency=(traffic, Term("depthwise", {"b": 1.0}, "bytes", tie="gemm")))
+    with pytest.raises(ValueError, match="named twice"):
+        TermSet(memory=(traffic, traffic), latency=())
+    with pytest.raises(ValueError, match="no columns"):
+        Term("empty", {}, "bytes", Role.EXACT)

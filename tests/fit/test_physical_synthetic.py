@@ -1,0 +1,120 @@
+"""The physical models recover known device coefficients from rows generated with them.
+
+The feature rows are real (`network` features of small traced networks); the measurements
+are made up from chosen coefficients with plain maxima and minima, so the fit (smooth
+corners, robust loss, ties) must find those coefficients again. Needs no data outside the
+repository."""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+import pytest
+from torch import nn
+
+from perf4sight.features import FEATURE_SETS
+from perf4sight.features.network import NETWORK_TERMS
+from perf4sight.features.terms import Role
+from perf4sight.fit.physical import PhysicalRegressor
+from perf4sight.networks import load_architecture
+
+MIB = float(1 << 20)
+BATCH_SIZES = [1, 2, 4, 8, 16, 32, 64, 128, 256, 512]
+
+
+def _net(width: int, *, linear: bool, depthwise: bool) -> nn.Module:
+    """Convolutions (with a depthwise one or not), ending in a Linear layer or a 1x1 convolution."""
+    middle = (nn.Conv2d(width, width, 3, padding=1, groups=width) if depthwise
+              else nn.Conv2d(width, width, 3, padding=1))
+    head = ([nn.AdaptiveAvgPool2d(1), nn.Flatten(), nn.Linear(2 * width, 10)] if linear
+            else [nn.Conv2d(2 * width, 10, 1), nn.AdaptiveAvgPool2d(1), nn.Flatten()])
+    pointwise = [module for _ in range(width % 3) for module in (nn.Conv2d(width, width, 1), nn.ReLU())]
+    return nn.Sequential(nn.Conv2d(3, width, 3, padding=1), nn.BatchNorm2d(width), nn.ReLU(), middle, nn.ReLU(),
+                         *pointwise, nn.Conv2d(width, 2 * width, 1), nn.ReLU(), *head)
+
+
+@pytest.fixture(scope="module")
+def rows() -> pd.DataFrame:
+    """`network` features of eight networks at ten batch sizes, with each row's network."""
+    frames = []
+    for index, (width, linear, depthwise) in enumerate(
+        [(8, True, False), (12, False, False), (16, True, True), (20, False, True),
+         (24, True, False), (28, False, False), (32, True, True), (40, False, True)]
+    ):
+        arch = load_architecture(_net(width, linear=linear, depthwise=depthwise), input_size=(3, 24, 24))
+        frames.append(FEATURE_SETS["network"](arch, BATCH_SIZES, "training").assign(net=index))
+    return pd.concat(frames, ignore_index=True)
+
+
+def _amount(rows: pd.DataFrame, name: str, kind: str) -> np.ndarray:
+    """A declared term's weighted sum of columns."""
+    term = next(term for term in NETWORK_TERMS.by_kind[kind] if term.name == name)
+    return sum(rows[column].to_numpy() * weight for column, weight in term.columns.items())
+
+
+def _of_role(kind: str, role: Role) -> str:
+    (term,) = [term for term in NETWORK_TERMS.by_kind[kind] if term.role is role]
+    return term.name
+
+
+def test_memory_recovers_intercept_scale_floor_library_and_capacity(rows):
+    intercept, scale, floor, library = 40.0, 1.5, 60.0, 15.0
+    activations = _amount(rows, "activations", "memory") / MIB
+    exact = _amount(rows, _of_role("memory", Role.EXACT), "memory") / MIB
+    optimizer = _amount(rows, _of_role("memory", Role.OPTIMIZER), "memory") / MIB
+    loads = (_amount(rows, _of_role("memory", Role.LIBRARY), "memory") > 0).astype(float)
+    unfloored = intercept + library * loads + exact + np.maximum(scale * activations, optimizer)
+    demand = np.maximum(unfloored, floor + library * loads)
+    capacity = float(np.quantile(demand, 0.9))
+    measured = np.minimum(demand, capacity)
+    assert (unfloored < floor + library * loads).sum() >= 10 and (demand > capacity).sum() >= 8
+
+    model = PhysicalRegressor(target="mem_used").fit(rows.drop(columns="net"), measured)
+    assert list(model.terms_) == ["activations"]
+    assert model.coef_[0] == pytest.approx(scale, rel=0.01)
+    assert model.intercept_ == pytest.approx(intercept, rel=0.02)
+    assert model.floor_mib_ == pytest.approx(floor, rel=0.02)
+    assert model.library_mib_ == pytest.approx(library, rel=0.05)
+    assert model.capacity_mib() == pytest.approx(capacity, rel=0.01)
+    np.testing.assert_allclose(model.predict(rows.drop(columns="net")), measured, rtol=0.02)
+
+    # no row reaches a capacity or lies below a floor: neither is kept
+    clear = demand < 0.95 * capacity
+    clear &= demand > 1.05 * (floor + library * loads)
+    unbounded = PhysicalRegressor(target="mem_used").fit(rows.drop(columns="net")[clear], demand[clear])
+    assert unbounded.capacity_mib() == np.inf and unbounded.floor_mib_ == 0.0
+    assert unbounded.coef_[0] == pytest.approx(scale, rel=0.01)
+
+
+def _latency(rows: pd.DataFrame, intercept: float, rates: dict[str, float]) -> np.ndarray:
+    return intercept + sum(rate * _amount(rows, name, "latency") for name, rate in rates.items())
+
+
+def test_latency_recovers_each_rate_and_ties_an_absent_kind(rows):
+    rates = {"gemm": 2e-9, "traffic": 5e-9, "launches": 0.05, "depthwise": 4e-8, "grouped": 1e-8}
+    measured = _latency(rows, 3.0, rates)
+    model = PhysicalRegressor(target="latency").fit(rows.drop(columns="net"), measured)
+    fitted = dict(zip(model.terms_, model.coef_))
+    # no network has grouped (not depthwise) convolutions: their rate is the GEMMs'
+    assert model.tied_terms_ == ["grouped"] and fitted["grouped"] == fitted["gemm"]
+    for name in ("gemm", "traffic", "launches", "depthwise"):
+        assert fitted[name] == pytest.approx(rates[name], rel=1e-6), name
+    assert model.intercept_ == pytest.approx(3.0, rel=1e-6)
+
+    # without the networks that have depthwise convolutions, they move bytes at the traffic rate
+    plain = rows[_amount(rows, "depthwise", "latency") == 0]
+    without = PhysicalRegressor(target="latency").fit(plain.drop(columns="net"), _latency(plain, 3.0, rates))
+    fitted = dict(zip(without.terms_, without.coef_))
+    assert without.tied_terms_ == ["depthwise", "grouped"]
+    assert fitted["depthwise"] == fitted["traffic"] == pytest.approx(rates["traffic"], rel=1e-6)
+
+
+def test_weights_count_networks_not_rows(rows):
+    """A weight of 0 leaves a row out; the rest weigh each row's relative error."""
+    rates = {"gemm": 2e-9, "traffic": 5e-9, "launches": 0.05, "depthwise": 4e-8}
+    measured = _latency(rows, 3.0, rates)
+    spoiled = measured.copy()
+    spoiled[rows["net"].to_numpy() == 0] *= 3  # one network measured wrong
+    weight = (rows["net"].to_numpy() != 0).astype(float)
+    model = PhysicalRegressor(target="latency").fit(rows.drop(columns="net"), spoiled, sample_weight=weight)
+    np.testing.assert_allclose(model.predict(rows.drop(columns="net")), measured, rtol=1e-6)
