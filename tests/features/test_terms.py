@@ -7,6 +7,7 @@ import dataclasses
 
 import pytest
 
+from perf4sight.architecture import Detail
 from perf4sight.features import FEATURE_SETS, FEATURE_TERMS
 from perf4sight.features.network import LAYER_GROUPS, NETWORK_TERMS, group_column
 from perf4sight.features.terms import Role, Term, TermSet, report_only
@@ -18,7 +19,7 @@ from perf4sight.networks import load_architecture
 def tables():
     """Each feature set with terms, for torchvision's MobileNetV2 (depthwise, 1x1 and Linear
     layers) at a small input."""
-    arch = load_architecture("mobilenet_v2", input_size=(3, 32, 32), num_classes=10)
+    arch = load_architecture("mobilenet_v2", input_size=(3, 32, 32), num_classes=10, needs=Detail.LIFETIMES)
     return {name: FEATURE_SETS[name](arch, [1, 3], "training") for name in FEATURE_TERMS}
 
 

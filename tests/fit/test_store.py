@@ -97,7 +97,8 @@ def test_a_memory_model_keeps_its_bound_and_its_predictions(tmp_path):
     untrusted = skops.io.get_untrusted_types(file=stored_model_path(tmp_path, "training", "mem_used"))
     assert set(untrusted) == {"perf4sight.fit.calibration.CalibratedModel",
                               "perf4sight.fit.calibration.FamilyCalibration",
-                              "perf4sight.fit.physical.PhysicalRegressor"}
+                              "perf4sight.fit.physical.PhysicalRegressor",
+                              "perf4sight.fit.physical.MemorySolver"}
     loaded = load_model(tmp_path, stage="training", target="mem_used").estimator
     assert loaded.bound_ == fitted.bound_ and fitted.bound_["calibrated_ratio"] is not None
     for rows in (memory.rows, memory.rows.assign(family="never profiled")):
