@@ -20,6 +20,7 @@ import pandas as pd
 from perf4sight.architecture import Architecture, Detail
 from perf4sight.device.definitions import TARGET_COLUMNS, check_batch_sizes, check_stage, is_positive_int
 from perf4sight.errors import DataNotFoundError, UsageError
+from perf4sight.features.network import group_column
 from perf4sight.fit import FittedModel, load_model, query_rows
 
 __all__ = ["Predictor", "MEMORY", "MEMORY_BOUND", "LATENCY", "MAX_SEARCH_BATCH", "BudgetError"]
@@ -200,5 +201,5 @@ def _rare_groups(model: FittedModel, features: pd.DataFrame) -> set[str]:
     networks held too rarely to fit their cost (metadata `layer_groups`)."""
     held = model.metadata.get("layer_groups") or {}
     enough = min(_NETWORKS_PER_GROUP, len(model.metadata.get("train_nets", ())))
-    return {group for group, nets in held.items()
-            if nets < enough and f"{group}_count" in features and features[f"{group}_count"].iloc[0] > 0}
+    counts = {group: group_column(group, "count") for group, nets in held.items() if nets < enough}
+    return {group for group, column in counts.items() if column in features and features[column].iloc[0] > 0}
