@@ -39,15 +39,16 @@ from perf4sight.device.logs import GT_SUFFIX
 from perf4sight.features import FEATURE_SETS
 from perf4sight.fit import (
     BOUND_QUANTILE,
-    CANDIDATE_METHODS,
     DEFAULT_METHOD,
     METHODS,
     TARGETS,
+    Target,
     ArchitectureCatalog,
     CalibratedModel,
     Dataset,
     architecture_name,
     build_dataset,
+    candidate_methods,
     choose_method,
     mape_pct,
     read_logs,
@@ -116,17 +117,20 @@ def _mask(rows: pd.DataFrame, selection: dict[str, tuple[int, ...]]) -> np.ndarr
     return np.logical_or.reduce([(rows["net"] == net) & levels.isin(lv) for net, lv in selection.items()])
 
 
-def candidates(method: str) -> tuple[str, ...]:
+_MEMORY = next(target for target in TARGETS if target.kind == "memory")
+
+
+def candidates(method: str, kind: str) -> tuple[str, ...]:
     """The methods `method` fits: itself, or for `default` the ones it chooses among."""
-    return CANDIDATE_METHODS if method == DEFAULT_METHOD else (method,)
+    return candidate_methods(kind) if method == DEFAULT_METHOD else (method,)
 
 
-def _datasets(method: str, logs: pd.DataFrame, column: str, catalog: ArchitectureCatalog, stage: str,
+def _datasets(method: str, logs: pd.DataFrame, target: Target, catalog: ArchitectureCatalog, stage: str,
               passed_only: bool = True) -> dict[str, Dataset]:
-    """The runs of `logs` in the feature set of each method `method` fits."""
-    return {m: build_dataset(logs, target=column, feature_set=METHODS[m].feature_set, stage=stage,
+    """The runs of `logs` in the feature set of each method `method` fits for `target`."""
+    return {m: build_dataset(logs, target=target.column, feature_set=METHODS[m].feature_set, stage=stage,
                              catalog=catalog, passed_only=passed_only)
-            for m in candidates(method)}
+            for m in candidates(method, target.kind)}
 
 
 def _fit(method: str, trained_on: dict[str, Dataset], column: str) -> tuple[str, CalibratedModel]:
@@ -148,7 +152,7 @@ def evaluate_method(
     fitted: dict[tuple[str, str], dict[str, str]] = {}
     for target in TARGETS:
         logs = read_logs(data.nets, data.levels, [data.logs / target.kind], [target.column])
-        full = _datasets(method, logs, target.column, catalog, stage)
+        full = _datasets(method, logs, target, catalog, stage)
         rows = next(iter(full.values())).rows
         for case, net, train, evaluation in data.cases():
             train_mask, eval_mask = _mask(rows, train), _mask(rows, evaluation)
@@ -177,7 +181,7 @@ def memory_boundary(
     """
     logs = read_logs(data.nets, data.levels, [data.logs / "memory"], ["mem_used"])
     passed = set(zip(logs.loc[logs["passed"], "model"].map(architecture_name), logs.loc[logs["passed"], "bs"]))
-    full = _datasets(method, logs, "mem_used", catalog, stage, passed_only=False)
+    full = _datasets(method, logs, _MEMORY, catalog, stage, passed_only=False)
     out = {}
     for case, net, train_levels, evaluation in data.cases():
         chosen = fitted[(case, net)]["memory"]
@@ -267,7 +271,8 @@ def main(argv: list[str] | None = None) -> int:
                             ("case", "evaluated net", "fit / no fit right %", "memory under-estimated %",
                              "bound under-estimated %", "bound above measured %"), rows)
         sizes = list(range(8, 208, 8))
-        for feature_set in dict.fromkeys(METHODS[m].feature_set for m in candidates(method)):
+        methods = (m for target in TARGETS for m in candidates(method, target.kind))
+        for feature_set in dict.fromkeys(METHODS[m].feature_set for m in methods):
             ms = feature_ms(feature_set, data, catalog, sizes, args.stage)
             print(f"'{feature_set}' features of one network for {len(sizes)} batch sizes: {ms:.2f} ms (median)")
     unseen = "unseen network (" + ("trained on " + ", ".join(data.train_nets) if data.train_nets

@@ -5,11 +5,12 @@ from __future__ import annotations
 
 import dataclasses
 
+import numpy as np
 import pytest
 
 from perf4sight.architecture import Detail
 from perf4sight.features import FEATURE_SETS, FEATURE_TERMS
-from perf4sight.features.network import LAYER_GROUPS, NETWORK_TERMS, group_column
+from perf4sight.features.network import LAYER_GROUPS, NETWORK_TERMS, STREAM_TERMS, group_column
 from perf4sight.features.terms import Role, Term, TermSet, report_only
 from perf4sight.fit.physical import term_design
 from perf4sight.networks import load_architecture
@@ -23,9 +24,10 @@ def tables():
     return {name: FEATURE_SETS[name](arch, [1, 3], "training") for name in FEATURE_TERMS}
 
 
-@pytest.mark.parametrize("feature_set", sorted(FEATURE_TERMS))
-def test_every_term_weighs_columns_its_feature_set_computes(tables, feature_set):
-    table, terms = tables[feature_set], FEATURE_TERMS[feature_set]
+@pytest.mark.parametrize(("feature_set", "terms"),
+                         [(name, terms) for name, sets in sorted(FEATURE_TERMS.items()) for terms in sets])
+def test_every_term_weighs_columns_its_feature_set_computes(tables, feature_set, terms):
+    table = tables[feature_set]
     assert terms.columns() <= set(table.columns)
     for kind, declared in terms.by_kind.items():
         design = term_design(table, declared)
@@ -40,6 +42,19 @@ def test_every_term_weighs_columns_its_feature_set_computes(tables, feature_set)
     rest = report_only(table.columns, terms)
     assert sorted(rest + sorted(terms.columns())) == sorted(table.columns)
     assert {group_column(group, "count") for group in LAYER_GROUPS} - terms.columns() <= set(rest)
+
+
+def test_the_split_latency_model_moves_the_same_bytes(tables):
+    """`STREAM_TERMS` splits `NETWORK_TERMS`' traffic by the kernels that move it: the two
+    parts add up to the one, and depthwise convolutions stay a term of their own."""
+    table = tables["network"]
+    one = dict(zip((t.name for t in NETWORK_TERMS.latency), term_design(table, NETWORK_TERMS.latency).T))
+    split = dict(zip((t.name for t in STREAM_TERMS.latency), term_design(table, STREAM_TERMS.latency).T))
+    assert split["gemm_traffic"].all() and split["memory_bound_traffic"].all()
+    np.testing.assert_allclose(split["gemm_traffic"] + split["memory_bound_traffic"], one["traffic"], rtol=1e-12)
+    for name in ("gemm", "launches", "depthwise", "grouped"):
+        np.testing.assert_array_equal(split[name], one[name])
+    assert {t.name: t.tie for t in STREAM_TERMS.latency}["depthwise"] == "memory_bound_traffic"
 
 
 def test_a_term_on_a_renamed_group_is_caught(tables):

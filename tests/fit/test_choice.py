@@ -13,6 +13,7 @@ import pytest
 from perf4sight.config import FingerprintSettings
 from perf4sight.fit import (
     CANDIDATE_METHODS,
+    candidate_methods,
     ArchitectureCatalog,
     build_dataset,
     choose_method,
@@ -50,7 +51,7 @@ def test_the_method_with_the_lowest_held_out_error_is_chosen(memory_datasets):
     choice = choose_method(memory_datasets, "mem_used")
     # the caching allocator's replay is far better on this GPU's networks never fitted on
     assert choice.chosen == "replay" and choice.left_out == "network"
-    assert set(choice.errors) == set(CANDIDATE_METHODS)
+    assert set(choice.errors) == set(candidate_methods("memory"))
     assert choice.errors["replay"] < choice.errors["physical"]
     for method, dataset in memory_datasets.items():
         assert choice.errors[method] == pytest.approx(held_out_error(method, dataset, "mem_used")[0])
@@ -90,6 +91,18 @@ def test_a_kind_no_training_network_has_takes_its_ties_rate(latency_dataset):
     assert with_depthwise.coef_[terms.index("depthwise")] > 3 * with_depthwise.coef_[terms.index("traffic")]
 
 
+def test_latency_chooses_between_one_rate_and_a_rate_per_stream_of_bytes(latency_dataset):
+    """Both latency candidates read the same features; the choice is each one's error on the
+    networks left out in turn, and the chosen one's latency is what it predicts."""
+    choice = choose_method({method: latency_dataset for method in candidate_methods("latency")}, "latency")
+    assert set(choice.errors) == {"physical", "streams"} and choice.left_out == "network"
+    for method in ("physical", "streams"):
+        assert choice.errors[method] == pytest.approx(held_out_error(method, latency_dataset, "latency")[0])
+    assert choice.chosen == min(choice.errors, key=lambda m: (choice.errors[m], m != "physical"))
+    streams = fit_method("streams", latency_dataset, "latency")
+    assert set(streams.terms_) == {"gemm", "gemm_traffic", "memory_bound_traffic", "launches", "depthwise", "grouped"}
+
+
 @pytest.mark.slow
 def test_fingerprint_stores_the_choice_and_the_predictor_uses_it(tmp_path):
     settings = FingerprintSettings(
@@ -101,9 +114,9 @@ def test_fingerprint_stores_the_choice_and_the_predictor_uses_it(tmp_path):
     memory = load_model(settings.model_storedir, stage="training", target="mem_used")
     latency = load_model(settings.model_storedir, stage="training", target="latency")
     assert memory.metadata["method"] == report["memory"]["method"] == "replay"
-    # replay's latency model is physical's: latency has one candidate
-    assert latency.metadata["method"] == "physical"
-    assert list(latency.metadata["method_choice"]["errors"]) == ["physical"]
+    # replay's latency model is physical's: the latency candidates are those whose latency differs
+    assert list(latency.metadata["method_choice"]["errors"]) == list(candidate_methods("latency"))
+    assert latency.metadata["method"] == latency.metadata["method_choice"]["chosen"] in candidate_methods("latency")
     assert report["memory"]["method_choice"] == memory.metadata["method_choice"]
     assert memory.metadata["layer_groups"]["conv_depthwise"] == 1 and memory.metadata["layer_groups"]["conv_1x1"] == 3
 

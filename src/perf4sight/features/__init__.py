@@ -15,7 +15,7 @@ from typing import Protocol
 import pandas as pd
 
 from perf4sight.architecture import Architecture, Detail
-from perf4sight.features.network import NETWORK_TERMS, network_features
+from perf4sight.features.network import NETWORK_TERMS, STREAM_TERMS, network_features
 from perf4sight.features.paper import paper_features
 from perf4sight.features.replay import REPLAY_TERMS, replay_features
 from perf4sight.features.terms import TermSet
@@ -37,8 +37,9 @@ FEATURE_SETS: dict[str, FeatureFunction] = {
     "replay": replay_features,
 }
 
-# The terms each feature set declares for the physical models (`perf4sight.features.terms`).
-FEATURE_TERMS: dict[str, TermSet] = {
-    "network": NETWORK_TERMS,
-    "replay": REPLAY_TERMS,
+# The term sets each feature set declares for the physical models (`perf4sight.features.terms`):
+# alternative models of the same columns, which a device's own data choose between.
+FEATURE_TERMS: dict[str, tuple[TermSet, ...]] = {
+    "network": (NETWORK_TERMS, STREAM_TERMS),
+    "replay": (REPLAY_TERMS,),
 }

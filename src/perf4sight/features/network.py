@@ -29,7 +29,7 @@ from perf4sight.features.inputs import checked_batch_sizes, needs
 from perf4sight.features.terms import Role, Term, TermSet
 
 __all__ = [
-    "KIND_GROUPS", "LAYER_GROUPS", "NETWORK_TERMS", "PARAMETER_STREAM_FACTOR", "network_features", "layer_group",
+    "KIND_GROUPS", "LAYER_GROUPS", "NETWORK_TERMS", "STREAM_TERMS", "PARAMETER_STREAM_FACTOR", "network_features", "layer_group",
     "networks_per_group", "group_column",
 ]
 
@@ -279,16 +279,40 @@ _MEMORY_TERMS = (
 # cost nothing beyond their neighbours' traffic, the H200's 9 times the traffic rate): each
 # has a rate of its own where the training networks hold such layers, and otherwise the rate
 # of what it is: depthwise convolutions move bytes, grouped ones are GEMMs.
+_GEMM_WORK = Term("gemm", {group_column(group, "padded_flops"): 1.0 for group in _GEMM_GROUPS
+                           if group not in (_DEPTHWISE, _GROUPED)}, "flops")
+_PARAMETER_PASSES = {_PARAM_TRAFFIC: PARAMETER_STREAM_FACTOR, _CONV_WEIGHT_TRAFFIC: 1.0}
+_LAUNCHES = Term("launches", {_LAYERS: 1.0}, "count")
+_GROUPED_WORK = Term("grouped", {group_column(_GROUPED, "padded_flops"): 1.0}, "flops", tie="gemm")
+_DEPTHWISE_BYTES = {group_column(_DEPTHWISE, "bytes"): 1.0}
 _LATENCY_TERMS = (
-    Term("gemm", {group_column(group, "padded_flops"): 1.0 for group in _GEMM_GROUPS
-                  if group not in (_DEPTHWISE, _GROUPED)}, "flops"),
+    _GEMM_WORK,
     Term("traffic", {
         **{group_column(group, "bytes"): 1.0 for group in LAYER_GROUPS if group != _DEPTHWISE},
-        _PARAM_TRAFFIC: PARAMETER_STREAM_FACTOR,
-        _CONV_WEIGHT_TRAFFIC: 1.0,
+        **_PARAMETER_PASSES,
     }, "bytes"),
-    Term("launches", {_LAYERS: 1.0}, "count"),
-    Term("depthwise", {group_column(_DEPTHWISE, "bytes"): 1.0}, "bytes", tie="traffic"),
-    Term("grouped", {group_column(_GROUPED, "padded_flops"): 1.0}, "flops", tie="gemm"),
+    _LAUNCHES,
+    Term("depthwise", _DEPTHWISE_BYTES, "bytes", tie="traffic"),
+    _GROUPED_WORK,
 )
 NETWORK_TERMS = TermSet(memory=_MEMORY_TERMS, latency=_LATENCY_TERMS)
+# The same latency model with the bytes moved split by the kernels that move them, each at a
+# rate of its own: the GEMM layers' activations with the parameters' passes (what the GEMM
+# and optimizer kernels stream), and the memory-bound layers' (normalisation, activation,
+# pooling, elementwise), whose kernels reach another share of the device's bandwidth. A
+# depthwise convolution is a memory-bound kernel too: where no training network holds one,
+# it takes their rate. Which of the two latency models a device's data support is measured
+# per device (`perf4sight.fit.choice`): with one rate for all bytes, networks whose bytes are
+# mostly the memory-bound layers' (the depthwise ones) are predicted at the GEMM layers' cost.
+_STREAM_LATENCY_TERMS = (
+    _GEMM_WORK,
+    Term("gemm_traffic", {
+        **{group_column(group, "bytes"): 1.0 for group in _GEMM_GROUPS if group != _DEPTHWISE},
+        **_PARAMETER_PASSES,
+    }, "bytes"),
+    Term("memory_bound_traffic", {group_column(group, "bytes"): 1.0 for group in (*_GROUPS, "other")}, "bytes"),
+    _LAUNCHES,
+    Term("depthwise", _DEPTHWISE_BYTES, "bytes", tie="memory_bound_traffic"),
+    _GROUPED_WORK,
+)
+STREAM_TERMS = TermSet(memory=_MEMORY_TERMS, latency=_STREAM_LATENCY_TERMS)

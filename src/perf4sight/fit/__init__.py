@@ -11,12 +11,13 @@ from perf4sight.fit.methods import (
     DEFAULT_METHOD,
     METHODS,
     PaperExtraTrees,
+    candidate_methods,
     fit_method,
     network_weights,
     predict_rows,
     resolve_method,
 )
-from perf4sight.fit.physical import PhysicalRegressor, ReplayRegressor
+from perf4sight.fit.physical import PhysicalRegressor, ReplayRegressor, StreamRegressor
 from perf4sight.fit.report import mape_pct, summarise
 from perf4sight.fit.store import FittedModel, load_model, save_model, stored_model_path
 
@@ -33,11 +34,13 @@ __all__ = [
     "PaperExtraTrees",
     "PhysicalRegressor",
     "ReplayRegressor",
+    "StreamRegressor",
     "TARGETS",
     "Target",
     "BOUND_QUANTILE",
     "architecture_name",
     "build_dataset",
+    "candidate_methods",
     "choose_method",
     "find_logs",
     "fingerprint_device",

@@ -19,7 +19,7 @@ from sklearn.utils.validation import check_is_fitted, has_fit_parameter, validat
 
 from perf4sight.errors import ArgumentError
 from perf4sight.fit.dataset import Dataset
-from perf4sight.fit.physical import PhysicalRegressor, ReplayRegressor
+from perf4sight.fit.physical import PhysicalRegressor, ReplayRegressor, StreamRegressor
 
 __all__ = [
     "PaperExtraTrees", "METHODS", "CANDIDATE_METHODS", "DEFAULT_METHOD", "candidate_methods", "fit_method", "network_weights",
@@ -70,20 +70,23 @@ METHODS: dict[str, type] = {
     "paper": PaperExtraTrees,
     "physical": PhysicalRegressor,
     "replay": ReplayRegressor,
+    "streams": StreamRegressor,
 }
 
 # `method = default`: the candidate with the lowest error on networks left out of the fit,
 # chosen per device and target at fingerprint time (`perf4sight.fit.choice`); ties go to
 # the earlier one, the faster to predict with.
 DEFAULT_METHOD = "default"
-CANDIDATE_METHODS = ("physical", "replay")
+CANDIDATE_METHODS = ("physical", "replay", "streams")
+# The candidates that differ in each target kind: `replay` differs from `physical` in memory
+# only (the replay's features, seconds per base network, are not computed for latency),
+# `streams` in latency only.
+_CANDIDATES_BY_KIND = {"memory": ("physical", "replay"), "latency": ("physical", "streams")}
 
 
 def candidate_methods(kind: str) -> tuple[str, ...]:
-    """The candidates `method = default` compares for a target kind ('memory', 'latency'):
-    `replay` differs from `physical` in memory only, so latency has one candidate (and the
-    replay's features, seconds per base network, are not computed for it)."""
-    return CANDIDATE_METHODS if kind == "memory" else CANDIDATE_METHODS[:1]
+    """The candidates `method = default` compares for a target kind ('memory', 'latency')."""
+    return _CANDIDATES_BY_KIND[kind]
 
 
 def resolve_method(name: str) -> str:

@@ -29,7 +29,8 @@ of their own where the training networks hold them (their kernels' cost differs 
 between devices; tied to the traffic and GEMM rates where no network shows it); fitted with
 non-negative least squares on relative error.
 
-The terms are the feature set's (`perf4sight.features.FEATURE_TERMS`): `term_design` turns a
+The terms are declared by the feature set (`perf4sight.features.FEATURE_TERMS`), one term set
+per regressor (`terms`): `term_design` turns a
 feature table into one column per term, and a solver fits named parameters on those plain
 arrays (`MemorySolver`, `LatencySolver`); `PhysicalRegressor` joins the two for a target.
 """
@@ -49,10 +50,11 @@ from sklearn.utils.validation import _check_sample_weight, check_is_fitted, chec
 
 from perf4sight.device.definitions import TARGET_COLUMNS
 from perf4sight.errors import ConfigError
-from perf4sight.features import FEATURE_TERMS
-from perf4sight.features.terms import Role, Term
+from perf4sight.features.network import NETWORK_TERMS, STREAM_TERMS
+from perf4sight.features.replay import REPLAY_TERMS
+from perf4sight.features.terms import Role, Term, TermSet
 
-__all__ = ["PhysicalRegressor", "ReplayRegressor", "MemorySolver", "LatencySolver", "term_design"]
+__all__ = ["PhysicalRegressor", "ReplayRegressor", "StreamRegressor", "MemorySolver", "LatencySolver", "term_design"]
 
 _MIB = float(1 << 20)
 # Sharpness of the smooth corners at the memory floor and capacity: a p-norm of this
@@ -360,14 +362,15 @@ class LatencySolver(RegressorMixin, BaseEstimator):
 class PhysicalRegressor(RegressorMixin, BaseEstimator):
     """Memory or latency as a few device coefficients times whole-network amounts.
 
-    `target` picks the model: `mem_used` (MiB) or `latency` (ms); the terms are those the
-    feature set declares (`FEATURE_TERMS[feature_set]`). After fitting, `solver_` holds the
+    `target` picks the model: `mem_used` (MiB) or `latency` (ms); `terms` are those of the
+    feature set's term sets it weighs (`FEATURE_TERMS[feature_set]`). After fitting, `solver_` holds the
     fitted solver; `coef_` its coefficient per fitted term (`terms_`) and `intercept_` the
     fixed cost; the memory model also has `floor_mib_`, `library_mib_` (cuBLAS, for networks
     with a Linear layer) and `capacity_mib_`, the latency model `tied_terms_`.
     """
 
     feature_set = "network"
+    terms: TermSet = NETWORK_TERMS
     trusted_types: tuple[str, ...] = ("perf4sight.fit.physical.LatencySolver", "perf4sight.fit.physical.MemorySolver")
 
     def __init__(self, target: str = "mem_used") -> None:
@@ -380,7 +383,7 @@ class PhysicalRegressor(RegressorMixin, BaseEstimator):
         return self.target == TARGET_COLUMNS["memory"]
 
     def _terms(self) -> tuple[Term, ...]:
-        return FEATURE_TERMS[self.feature_set].by_kind["memory" if self._memory() else "latency"]
+        return self.terms.by_kind["memory" if self._memory() else "latency"]
 
     def _design(self, X: Any) -> np.ndarray:  # noqa: N803
         """The term amounts of a feature table (MiB for memory), one column per term."""
@@ -451,3 +454,11 @@ class ReplayRegressor(PhysicalRegressor):
     """
 
     feature_set = "replay"
+    terms = REPLAY_TERMS
+
+
+class StreamRegressor(PhysicalRegressor):
+    """`PhysicalRegressor` whose latency model moves the GEMM layers' bytes and the
+    memory-bound layers' at two rates (`STREAM_TERMS`); the same memory model."""
+
+    terms = STREAM_TERMS
