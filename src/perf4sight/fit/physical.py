@@ -6,7 +6,7 @@ amounts, not the device's cost of each. Both models here have non-negative
 coefficients on features that never shrink with the batch size, so their predictions
 never fall when the batch size grows.
 
-Memory (`mem_used`, MiB): the runtime's fixed footprint (CUDA context, libraries), plus
+Memory (`mem_used_mib`): the runtime's fixed footprint (CUDA context, libraries), plus
 weights, gradients and momentum, plus the activations the caching allocator holds. Those
 lie between the least the backward pass needs at its worst moment (the saved tensors
 plus one layer's gradients and workspace) and every layer output the iteration
@@ -41,7 +41,7 @@ from scipy.optimize import least_squares, nnls
 from sklearn.base import BaseEstimator, RegressorMixin
 from sklearn.utils.validation import check_is_fitted
 
-from perf4sight.device.definitions import TARGET_COLUMNS
+from perf4sight.device.definitions import MEMORY, QUANTITIES
 from perf4sight.errors import ConfigError
 
 __all__ = [
@@ -162,7 +162,7 @@ def _unfloored(intercept: float, coef: np.ndarray, library: float, amounts: _Amo
 class PhysicalRegressor(RegressorMixin, BaseEstimator):
     """Memory or latency as a few device coefficients times whole-network amounts.
 
-    `target` picks the model: `mem_used` (MiB) or `latency` (ms). After fitting,
+    `target` picks the model: `mem_used_mib` or `latency_ms`. After fitting,
     `coef_` holds one coefficient per term (`terms_`) and `intercept_` the fixed cost;
     the memory model also has `floor_mib_`, `library_mib_` (cuBLAS, for networks with a
     Linear layer) and `capacity_mib_`.
@@ -176,14 +176,14 @@ class PhysicalRegressor(RegressorMixin, BaseEstimator):
     memory_exact: tuple[str, ...] = MEMORY_EXACT
     memory_optimizer: str | None = MEMORY_OPTIMIZER
 
-    def __init__(self, target: str = "mem_used") -> None:
+    def __init__(self, target: str = MEMORY.name) -> None:
         self.target = target
 
     def _terms(self) -> dict[str, dict[str, float]]:
-        known = tuple(TARGET_COLUMNS.values())
+        known = tuple(quantity.name for quantity in QUANTITIES)
         if self.target not in known:
             raise ConfigError(f"{type(self).__name__}: unknown target '{self.target}'; known: {', '.join(known)}")
-        return self.memory_terms if self.target == "mem_used" else LATENCY_TERMS
+        return self.memory_terms if self.target == MEMORY.name else LATENCY_TERMS
 
     def _amounts(self, X: Any) -> _Amounts:  # noqa: N803 (scikit-learn's names)
         """The term amounts, one column per term, and for memory the exact bytes, the
@@ -191,7 +191,7 @@ class PhysicalRegressor(RegressorMixin, BaseEstimator):
         if not isinstance(X, pd.DataFrame):
             raise ValueError("PhysicalRegressor needs a DataFrame of 'network' features (named columns)")
         terms = self._terms()
-        memory = self.target == "mem_used"
+        memory = self.target == MEMORY.name
         optimizer = () if self.memory_optimizer is None else (self.memory_optimizer,)
         exact = (*self.memory_exact, *optimizer, MEMORY_LIBRARY) if memory else ()
         missing = sorted({c for cols in terms.values() for c in cols}.union(exact) - set(X.columns.tolist()))
@@ -236,7 +236,7 @@ class PhysicalRegressor(RegressorMixin, BaseEstimator):
         self.terms_ = np.array(list(self._terms()))
         self.n_features_in_ = X.shape[1]
         self.feature_names_in_ = np.asarray(X.columns, dtype=object)
-        if self.target == "mem_used":
+        if self.target == MEMORY.name:
             self._fit_memory(amounts, y, root)
         else:
             self._fit_additive(amounts.design, y, root)
@@ -326,14 +326,14 @@ class PhysicalRegressor(RegressorMixin, BaseEstimator):
         """What the iteration asks for, before the device's capacity caps the measurement."""
         check_is_fitted(self)
         amounts = self._amounts(X)
-        if self.target == "mem_used":
+        if self.target == MEMORY.name:
             return _demand(self.intercept_, self.coef_, self.floor_mib_, self.library_mib_, amounts)
         return self.intercept_ + amounts.design @ self.coef_
 
     def predict(self, X: Any) -> np.ndarray:  # noqa: N803
         """What would be measured: memory capped at the device's capacity, or latency."""
         demand = self.predict_demand(X)
-        if self.target == "mem_used":
+        if self.target == MEMORY.name:
             return _smooth_min(demand, self.capacity_mib_)
         return demand
 
@@ -341,12 +341,12 @@ class PhysicalRegressor(RegressorMixin, BaseEstimator):
         """The device's memory capacity the fit learned from runs that saturated it (MiB);
         infinite when the data showed none, and for the latency model."""
         check_is_fitted(self)
-        return self.capacity_mib_ if self.target == "mem_used" else np.inf
+        return self.capacity_mib_ if self.target == MEMORY.name else np.inf
 
     def predict_fits(self, X: Any) -> np.ndarray:  # noqa: N803
         """Whether each row fits in the device's memory (memory model only)."""
-        if self.target != "mem_used":
-            raise ValueError("predict_fits needs the memory model (target='mem_used')")
+        if self.target != MEMORY.name:
+            raise ValueError(f"predict_fits needs the memory model (target='{MEMORY.name}')")
         return self.predict_demand(X) <= self.capacity_mib_
 
 
