@@ -12,6 +12,7 @@ import pytest
 
 from perf4sight.cli import main
 from perf4sight.config import FingerprintSettings
+from perf4sight.device.definitions import LATENCY
 from perf4sight.errors import DataNotFoundError, LogFormatError
 from perf4sight.fit import ArchitectureCatalog, build_dataset, fingerprint_device, read_logs
 from perf4sight.fit.methods import CANDIDATE_METHODS, candidate_methods
@@ -41,14 +42,14 @@ def trained(tx2_dir, tmp_path_factory):
 def test_report_structure_and_accuracy(trained):
     settings, report = trained
     assert set(report) == {"mem_used_mib", "latency_ms"}
-    for kind, target in (("memory", "mem_used_mib"), ("latency", "latency_ms")):
+    for target in ("mem_used_mib", "latency_ms"):
         entry = report[target]
-        bound = {"bound_under_pct"} if kind == "memory" else set()  # the memory model stores a bound
+        bound = {"bound_under_pct"} if target == "mem_used_mib" else set()  # the memory model stores a bound
         assert set(entry) == {"mape_pct", "n", "under_pct", "per_net", "method", "method_choice", *bound}
         # `method = default`: chosen among the candidates by each level of resnet18 left out
         choice = entry["method_choice"]
         assert entry["method"] == choice["chosen"] in CANDIDATE_METHODS and choice["left_out"] == "architecture"
-        assert set(choice["errors"]) == set(candidate_methods(kind))
+        assert set(choice["errors"]) == set(candidate_methods(target))
         assert choice["errors"][choice["chosen"]] == min(choice["errors"].values()) and choice["reason"]
         assert set(entry["per_net"]["resnet18"]) == {"mape_pct", "n", "under_pct", *bound}
         assert set(entry["per_net"]) == {"resnet18"}
@@ -130,7 +131,7 @@ def test_missing_architectures_are_counted_once_and_none_left_is_an_error(tx2_di
     assert warning.count("warning") == 1 and f"skipped {skipped} log rows" in warning and "resnet18_50" in warning
     empty = tmp_path / "no_models"
     empty.mkdir()
-    with pytest.raises(DataNotFoundError, match=f"no usable latency log rows.*{empty}"):
+    with pytest.raises(DataNotFoundError, match=f"no usable latency_ms log rows.*{empty}"):
         build_dataset(logs, target="latency_ms", feature_set="paper", stage="training",
                       catalog=ArchitectureCatalog(empty))
 

@@ -63,7 +63,7 @@ def _train(settings: FingerprintSettings, target: Quantity, method: str, catalog
         else:
             console.info(f"{target.kind} model already stored at {path}; kept (overwrite = False)")
             return
-    candidates = candidate_methods(target.kind) if method == DEFAULT_METHOD else (method,)
+    candidates = candidate_methods(target.name) if method == DEFAULT_METHOD else (method,)
     datasets = {}
     for candidate in candidates:
         datasets[candidate] = _dataset(settings, target, METHODS[candidate].feature_set, catalog,

@@ -17,6 +17,7 @@ from sklearn.base import BaseEstimator, RegressorMixin
 from sklearn.ensemble import ExtraTreesRegressor
 from sklearn.utils.validation import check_is_fitted, has_fit_parameter, validate_data
 
+from perf4sight.device.definitions import MEMORY
 from perf4sight.errors import ArgumentError
 from perf4sight.fit.dataset import Dataset
 from perf4sight.fit.physical import PhysicalRegressor, ReplayRegressor
@@ -79,11 +80,11 @@ DEFAULT_METHOD = "default"
 CANDIDATE_METHODS = ("physical", "replay")
 
 
-def candidate_methods(kind: str) -> tuple[str, ...]:
-    """The candidates `method = default` compares for a target kind ('memory', 'latency'):
+def candidate_methods(target: str) -> tuple[str, ...]:
+    """The candidates `method = default` compares for a target (`mem_used_mib`, `latency_ms`):
     `replay` differs from `physical` in memory only, so latency has one candidate (and the
     replay's features, seconds per base network, are not computed for it)."""
-    return CANDIDATE_METHODS if kind == "memory" else CANDIDATE_METHODS[:1]
+    return CANDIDATE_METHODS if target == MEMORY.name else CANDIDATE_METHODS[:1]
 
 
 def resolve_method(name: str) -> str:
