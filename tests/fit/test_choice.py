@@ -120,5 +120,5 @@ def test_fingerprint_stores_the_choice_and_the_predictor_uses_it(tmp_path):
 
     forced = fingerprint_device(replace(settings, method="physical", model_storedir=tmp_path / "forced"))
     stored = load_model(tmp_path / "forced", stage="training", target="mem_used_mib")
-    assert forced["memory"]["method"] == stored.metadata["method"] == "physical"
+    assert forced["mem_used_mib"]["method"] == stored.metadata["method"] == "physical"
     assert stored.metadata["method_choice"] is None
