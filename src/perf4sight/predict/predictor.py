@@ -77,18 +77,18 @@ class Predictor:
         dataset_size: int | None = None,
         **load_options: Any,
     ) -> pd.DataFrame:
-        """One row per batch size: predicted memory (MiB), latency per iteration (ms), and
-        with `dataset_size` the time per epoch (s); `mem_bound_mib` (when fingerprinting
-        could leave a network out) the memory that held-out networks' runs stayed under
-        (95 % of them; for a calibrated prediction, held-out levels of its family), never
-        below the prediction; `fits_device` (when the memory model learned the device's
-        capacity) whether training fits on the profiled device; `calibrated` whether the
-        network's family (other pruning levels of it) was profiled and corrected the
-        predictions (`perf4sight.fit.CalibratedModel`); `extrapolated` marks rows outside
-        the fitted range (a batch size outside the profiled range, a bigger network than any
-        profiled, or, for a network of a family not profiled, a layer group that fewer than two of
-        the training networks held, which `extrapolated_layers` names: its cost was fitted on one
-        network or tied to another's)."""
+        """One row per batch size: the predicted memory (`mem_used_mib`) and latency per
+        iteration (`latency_ms`) of the models loaded, and with `dataset_size` the time per
+        epoch (s); `mem_bound_mib` (when fingerprinting could leave a network out) the memory
+        that held-out networks' runs stayed under (95 % of them; for a calibrated prediction,
+        held-out levels of its family), never below the prediction; `fits_device` (when the
+        memory model learned the device's capacity) whether training fits on the profiled
+        device; `calibrated` whether the network's family (other pruning levels of it) was
+        profiled and corrected the predictions (`perf4sight.fit.CalibratedModel`);
+        `extrapolated` marks rows outside the fitted range (a batch size outside the profiled
+        range, a bigger network than any profiled, or, for a network of a family not profiled, a
+        layer group that fewer than two of the training networks held, which
+        `extrapolated_layers` names: its cost was fitted on one network or tied to another's)."""
         sizes = check_batch_sizes(batch_sizes, "batch sizes", UsageError)
         if dataset_size is not None and not is_positive_int(dataset_size):
             raise UsageError(f"dataset size {dataset_size!r}: expected a positive number of images per epoch")
