@@ -23,6 +23,7 @@ from pathlib import Path
 import torchvision
 
 from perf4sight import console
+from perf4sight.device.definitions import LATENCY, MEMORY
 
 SIZES = (64, 224)
 BATCH = 8
@@ -43,8 +44,7 @@ def one(name: str, side: int, models: Path) -> None:
 
     def predict(module: torch.nn.Module) -> dict[str, float]:
         table = predictor.predict(module, [BATCH], input_size=size, num_classes=10)
-        return {"memory_mib": round(float(table.iloc[0]["mem_used_mib"]), 1),
-                "latency_ms": round(float(table.iloc[0]["latency_ms"]), 1)}
+        return {name: round(float(table.iloc[0][name]), 1) for name in (MEMORY.name, LATENCY.name)}
 
     module = load_network(name, input_size=size, num_classes=10).module
     arch = trace_architecture(module, size, name=name)  # a NetworkError here: another size is tried
@@ -111,7 +111,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"no fitted models at {args.models}; run `make demo` first")
         return 0
     names = args.nets or torchvision.models.list_models(module=torchvision.models)
-    columns = ("input", "layers", "params_match", "pruned", "memory_mib", "latency_ms", "error", "seconds")
+    columns = ("input", "layers", "params_match", "pruned", MEMORY.name, LATENCY.name, "error", "seconds")
     rows = []
     for name in names:
         row = _run(name, args.models, args.timeout)

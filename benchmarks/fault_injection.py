@@ -43,12 +43,17 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from perf4sight.device.definitions import LATENCY, MEMORY
+
 ROOT = Path(__file__).resolve().parents[1]
 TX2 = ROOT.parent / "shared" / "datasets" / "tx2"
 OUTCOMES = ("one line", "right", "traceback", "silent", "lost", "executed", "other")
 MAX_LINE = 4096
 DEEP = "[" * 100_000 + "]" * 100_000
 HUGE = "99999999999999999999999"
+# The stored models (`<stage>_<target>` .skops and .json) that the stored-model cases break.
+MEMORY_MODEL = f"training_{MEMORY.name}"
+LATENCY_MODEL = f"training_{LATENCY.name}"
 
 
 @dataclass
@@ -386,18 +391,18 @@ def _doubled(path: Path) -> None:
 
 
 def _warned(word: str) -> Callable[[Path, str, str], bool]:
-    return lambda scratch, out, err: word in err and (scratch / "fitted" / "training_mem_used.skops").is_file()
+    return lambda scratch, out, err: word in err and (scratch / "fitted" / f"{MEMORY_MODEL}.skops").is_file()
 
 
 LOG_CASES = [
     *(_log_case(f"bs = {v!r}", _edit_field("bs", v)) for v in (
         "\u00b2", "0", "-1", "1.5", HUGE, "abc", "", "\u0663", "1e3", "0x10")),
     *(_log_case(f"passed = {v!r}", _edit_field("passed", v)) for v in ("maybe", "", "1")),
-    *(_log_case(f"mem_used = {v!r}", _edit_field("mem_used", v)) for v in ("abc", "nan", "inf", "-5", "0")),
+    *(_log_case(f"{MEMORY.column} = {v!r}", _edit_field(MEMORY.column, v)) for v in ("abc", "nan", "inf", "-5", "0")),
     _log_case("model empty", _edit_field("model", "")),
     _log_case("dataset bogus", _edit_field("dataset", "bogus")),
     _log_case("a field too many", lambda p: p.write_text(p.read_text().replace("\n", "|extra\n", 2))),
-    _log_case("column missing", lambda p: p.write_text(p.read_text().replace("mem_used", "mem_usd", 1))),
+    _log_case("column missing", lambda p: p.write_text(p.read_text().replace(MEMORY.column, "mem_usd", 1))),
     _log_case("empty file", _replace_file(b"")),
     _log_case("binary file", _replace_file(bytes(range(256)) * 4)),
     _log_case("a folder in its place", _replace_file(None)),
@@ -414,7 +419,7 @@ def _stored_case(name: str, change: Callable[[Path], None]) -> Case:
     def setup(scratch: Path, fixtures: Fixtures) -> list[str]:
         models = scratch / "models"
         shutil.copytree(fixtures.models(), models)
-        change(models / "training_mem_used.skops")
+        change(models / f"{MEMORY_MODEL}.skops")
         return ["predict", "--models", str(models), "--net", "squeezenet1_0", "--bs", "8"]
 
     return Case("stored model", name, setup, needs_tx2=True)
@@ -470,14 +475,14 @@ def _meta(change: Callable[[dict], Any]) -> Callable[[Path], None]:
 
 
 def _swap(path: Path) -> None:
-    shutil.copy(path.with_name("training_latency.skops"), path)
+    shutil.copy(path.with_name(f"{LATENCY_MODEL}.skops"), path)
     _sha(path)
 
 
 def _swap_with_metadata(path: Path) -> None:
     for suffix in (".skops", ".json"):
-        shutil.copy(path.with_name("training_latency" + suffix), path.with_suffix(suffix))
-    _meta(lambda m: m.update(target="mem_used"))(path)
+        shutil.copy(path.with_name(LATENCY_MODEL + suffix), path.with_suffix(suffix))
+    _meta(lambda m: m.update(target=MEMORY.name))(path)
 
 
 def _replace(suffix: str, content: bytes | None) -> Callable[[Path], None]:
@@ -498,7 +503,8 @@ STORED_CASES = [
     _stored_case("random bytes, hash fixed", _model_bytes(lambda p: os.urandom(4096))),
     _stored_case("a zip that is not skops, hash fixed", _model_bytes(_zip_of_text)),
     _stored_case("truncated .skops, hash fixed", _model_bytes(lambda p: p.read_bytes()[: len(p.read_bytes()) // 2])),
-    _stored_case("another model's bytes, hash not fixed", lambda p: shutil.copy(p.with_name("training_latency.skops"), p)),
+    _stored_case("another model's bytes, hash not fixed",
+                 lambda p: shutil.copy(p.with_name(f"{LATENCY_MODEL}.skops"), p)),
     *(_stored_case(f"metadata {name}", _meta(change)) for name, change in {
         "versions []": lambda m: m.update(versions=[]),
         "versions without scikit-learn": lambda m: m["versions"].update({"scikit-learn": None}),
@@ -527,7 +533,7 @@ STORED_CASES = [
         "method bogus": lambda m: m.update(method="bogus"),
         "method of another class": lambda m: m.update(method="paper"),
         "stage inference": lambda m: m.update(stage="inference"),
-        "target latency": lambda m: m.update(target="latency"),
+        f"target {LATENCY.name}": lambda m: m.update(target=LATENCY.name),
         "n_train -1": lambda m: m.update(n_train=-1),
         "sha256 'x'": lambda m: m.update(sha256="x"),
         "a list": lambda m: [],

@@ -41,6 +41,7 @@ import torch
 from torch import nn
 
 from perf4sight.config import FingerprintSettings, NetworkDatasetSettings
+from perf4sight.device.definitions import QUANTITIES
 from perf4sight.features import FEATURE_SETS
 from perf4sight.fit import fingerprint_device, load_model
 from perf4sight.networks import architecture_from_spec, create_network_dataset, read_spec
@@ -140,7 +141,7 @@ def main() -> None:
         networks = _networks(out, args.networks, args.levels, args.model_files)
         predictor = Predictor.load(fit(out, args.method))
         paper_dir = fit(out, "paper")
-        paper = [load_model(paper_dir, stage="training", target=t) for t in ("mem_used", "latency")]
+        paper = [load_model(paper_dir, stage="training", target=q.name) for q in QUANTITIES]
         # The setup's objects (torch, the fitted models) leave the collector's generations,
         # so that neither way is charged a full collection of them (a 0.3 s pause here).
         gc.collect()

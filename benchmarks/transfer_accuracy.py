@@ -2,7 +2,7 @@
 
 Each method is fitted on every passed run of the training set (`--train-logs`, `--train-models`)
 and evaluated on every passed run of the other (`--eval-logs`, `--eval-models`), for memory
-(`mem_used`) and latency, as the tool predicts (calibrated where a network's family, at the same
+(`mem_used_mib`) and latency (`latency_ms`), as the tool predicts (calibrated where a network's family, at the same
 input size, was trained on); MAPE in percent per evaluated network. The two sets may differ in
 input size (the demo's 3x64x64 against `examples/cpu_resolution.ini`'s 3x128x128), in networks,
 or in both; what is evaluated was never seen by the fit.
@@ -22,9 +22,9 @@ from pathlib import Path
 import numpy as np
 
 from perf4sight import console
+from perf4sight.device.definitions import LATENCY, MEMORY, QUANTITIES, Quantity
 from perf4sight.fit import (
     METHODS,
-    TARGETS,
     ArchitectureCatalog,
     CalibratedModel,
     Dataset,
@@ -35,13 +35,13 @@ from perf4sight.fit import (
 from tx2_accuracy import profiled
 
 
-def _dataset(logs: Path, models: Path, feature_set: str, kind: str, column: str) -> Dataset:
+def _dataset(logs: Path, models: Path, feature_set: str, target: Quantity) -> Dataset:
     nets, levels = profiled(logs)
     if not nets:
-        raise SystemExit(f"no logs under {logs / 'memory'}")
-    runs = read_logs(nets, levels, [logs / kind], [column])
+        raise SystemExit(f"no logs under {logs / MEMORY.kind}")
+    runs = read_logs(nets, levels, [logs / target.kind], [target])
     catalog = ArchitectureCatalog(models)
-    return build_dataset(runs, target=column, feature_set=feature_set, stage="training", catalog=catalog)
+    return build_dataset(runs, target=target.name, feature_set=feature_set, stage="training", catalog=catalog)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -55,21 +55,21 @@ def main(argv: list[str] | None = None) -> int:
     for method in args.method or list(METHODS):
         feature_set = METHODS[method].feature_set
         results: dict[str, dict[str, float]] = {}
-        for target in TARGETS:
-            train = _dataset(args.train_logs, args.train_models, feature_set, target.kind, target.column)
-            evaluated = _dataset(args.eval_logs, args.eval_models, feature_set, target.kind, target.column)
+        for target in QUANTITIES:
+            train = _dataset(args.train_logs, args.train_models, feature_set, target)
+            evaluated = _dataset(args.eval_logs, args.eval_models, feature_set, target)
             # as the tool predicts: a network of a profiled family (same input size) is calibrated
-            model = CalibratedModel(method, target.column).fit(train.features, train.target, train.rows)
+            model = CalibratedModel(method, target.name).fit(train.features, train.target, train.rows)
             predicted = model.predict(evaluated.features, evaluated.rows)
             rows = evaluated.rows.assign(predicted=predicted)
             for net, group in rows.groupby("net", sort=True):
-                results.setdefault(str(net), {})[target.kind] = mape_pct(group["measured"], group["predicted"])
-            results.setdefault("all", {})[target.kind] = mape_pct(rows["measured"], rows["predicted"])
-        table = [(net, r["memory"], r["latency"]) for net, r in results.items()]
+                results.setdefault(str(net), {})[target.name] = mape_pct(group["measured"], group["predicted"])
+            results.setdefault("all", {})[target.name] = mape_pct(rows["measured"], rows["predicted"])
+        table = [(net, r[MEMORY.name], r[LATENCY.name]) for net, r in results.items()]
         console.print_table(f"{args.eval_logs} predicted from {args.train_logs}, MAPE %, method = {method}",
-                            ("evaluated net", "memory (mem_used)", "latency"), table)
-        means = np.mean([[r["memory"], r["latency"]] for net, r in results.items() if net != "all"], axis=0)
-        console.info(f"mean over networks: memory {means[0]:.2f} %, latency {means[1]:.2f} %")
+                            ("evaluated net", MEMORY.name, LATENCY.name), table)
+        means = np.mean([[r[MEMORY.name], r[LATENCY.name]] for net, r in results.items() if net != "all"], axis=0)
+        console.info(f"mean over networks: {MEMORY.name} {means[0]:.2f} %, {LATENCY.name} {means[1]:.2f} %")
     return 0
 
 

@@ -1,6 +1,6 @@
 """Accuracy of the fingerprinting methods on a device's training measurements (default: Jetson TX2).
 
-Two cases, each for memory (`mem_used`) and latency, MAPE in percent over passed rows of one
+Two cases, each for memory (`mem_used_mib`) and latency (`latency_ms`), MAPE in percent over passed rows of one
 stage (`--stage`, default training), predicted as the tool predicts (calibrated on a network's
 family when it was trained on; `--raw`: the models alone):
   (a) the paper's protocol: per network, train on levels 0, 30, 50, 70, 90, evaluate on the rest;
@@ -35,14 +35,13 @@ import numpy as np
 import pandas as pd
 
 from perf4sight import console
+from perf4sight.device.definitions import LATENCY, MEMORY, QUANTITIES
 from perf4sight.device.logs import GT_SUFFIX
 from perf4sight.features import FEATURE_SETS
 from perf4sight.fit import (
     BOUND_QUANTILE,
     DEFAULT_METHOD,
     METHODS,
-    TARGETS,
-    Target,
     ArchitectureCatalog,
     CalibratedModel,
     Dataset,
@@ -88,7 +87,7 @@ class Data:
 
 def profiled(logs: Path) -> tuple[tuple[str, ...], tuple[int, ...]]:
     """The networks (sorted) and levels of the memory logs under `logs`."""
-    found = [_LOG_NAME.fullmatch(path.name) for path in sorted((logs / "memory").glob(f"*{GT_SUFFIX}"))]
+    found = [_LOG_NAME.fullmatch(path.name) for path in sorted((logs / MEMORY.kind).glob(f"*{GT_SUFFIX}"))]
     found = [match for match in found if match]
     return tuple(sorted({m["net"] for m in found})), tuple(sorted({int(m["level"]) for m in found}))
 
@@ -117,50 +116,47 @@ def _mask(rows: pd.DataFrame, selection: dict[str, tuple[int, ...]]) -> np.ndarr
     return np.logical_or.reduce([(rows["net"] == net) & levels.isin(lv) for net, lv in selection.items()])
 
 
-_MEMORY = next(target for target in TARGETS if target.kind == "memory")
-
-
-def candidates(method: str, kind: str) -> tuple[str, ...]:
+def candidates(method: str, target: str) -> tuple[str, ...]:
     """The methods `method` fits: itself, or for `default` the ones it chooses among."""
-    return candidate_methods(kind) if method == DEFAULT_METHOD else (method,)
+    return candidate_methods(target) if method == DEFAULT_METHOD else (method,)
 
 
-def _datasets(method: str, logs: pd.DataFrame, target: Target, catalog: ArchitectureCatalog, stage: str,
+def _datasets(method: str, logs: pd.DataFrame, target: str, catalog: ArchitectureCatalog, stage: str,
               passed_only: bool = True) -> dict[str, Dataset]:
-    """The runs of `logs` in the feature set of each method `method` fits for `target`."""
-    return {m: build_dataset(logs, target=target.column, feature_set=METHODS[m].feature_set, stage=stage,
+    """The runs of `logs` in the feature set of each method `method` fits."""
+    return {m: build_dataset(logs, target=target, feature_set=METHODS[m].feature_set, stage=stage,
                              catalog=catalog, passed_only=passed_only)
-            for m in candidates(method, target.kind)}
+            for m in candidates(method, target)}
 
 
-def _fit(method: str, trained_on: dict[str, Dataset], column: str) -> tuple[str, CalibratedModel]:
+def _fit(method: str, trained_on: dict[str, Dataset], target: str) -> tuple[str, CalibratedModel]:
     """The method fitted (for `default`, the one chosen on `trained_on`, as fingerprinting
     chooses) and its model."""
-    chosen = choose_method(trained_on, column).chosen if method == DEFAULT_METHOD else method
+    chosen = choose_method(trained_on, target).chosen if method == DEFAULT_METHOD else method
     data = trained_on[chosen]
-    return chosen, CalibratedModel(chosen, column).fit(data.features, data.target, data.rows)
+    return chosen, CalibratedModel(chosen, target).fit(data.features, data.target, data.rows)
 
 
 def evaluate_method(
     method: str, data: Data, catalog: ArchitectureCatalog, stage: str = "training", calibrate: bool = True
 ) -> tuple[dict[tuple[str, str], dict[str, float]], dict[tuple[str, str], dict[str, str]]]:
-    """MAPE per (case, net) and target kind for one method, and the method fitted for each
+    """MAPE per (case, net) and target for one method, and the method fitted for each
     (the one `default` chose); with `calibrate`, as the tool predicts: corrected on the
     evaluated network's family where it was trained on (the protocol's case; an unseen
     network's family never is)."""
     results: dict[tuple[str, str], dict[str, float]] = {}
     fitted: dict[tuple[str, str], dict[str, str]] = {}
-    for target in TARGETS:
-        logs = read_logs(data.nets, data.levels, [data.logs / target.kind], [target.column])
-        full = _datasets(method, logs, target, catalog, stage)
+    for target in QUANTITIES:
+        logs = read_logs(data.nets, data.levels, [data.logs / target.kind], [target])
+        full = _datasets(method, logs, target.name, catalog, stage)
         rows = next(iter(full.values())).rows
         for case, net, train, evaluation in data.cases():
             train_mask, eval_mask = _mask(rows, train), _mask(rows, evaluation)
-            chosen, model = _fit(method, {m: d.select(train_mask) for m, d in full.items()}, target.column)
+            chosen, model = _fit(method, {m: d.select(train_mask) for m, d in full.items()}, target.name)
             evaluated = full[chosen].select(eval_mask)
             predicted = model.predict(evaluated.features, evaluated.rows, calibrate=calibrate)
-            results.setdefault((case, net), {})[target.kind] = mape_pct(evaluated.target, predicted)
-            fitted.setdefault((case, net), {})[target.kind] = chosen
+            results.setdefault((case, net), {})[target.name] = mape_pct(evaluated.target, predicted)
+            fitted.setdefault((case, net), {})[target.name] = chosen
     return results, fitted
 
 
@@ -177,19 +173,19 @@ def memory_boundary(
     memory method of each case (`evaluate_method`'s, the one `default` chose).
 
     A method with `predict_fits` decides itself; any other fits when its prediction is at
-    most the largest `mem_used` measured in training.
+    most the largest `mem_used_mib` measured in training.
     """
-    logs = read_logs(data.nets, data.levels, [data.logs / "memory"], ["mem_used"])
+    logs = read_logs(data.nets, data.levels, [data.logs / MEMORY.kind], [MEMORY])
     passed = set(zip(logs.loc[logs["passed"], "model"].map(architecture_name), logs.loc[logs["passed"], "bs"]))
-    full = _datasets(method, logs, _MEMORY, catalog, stage, passed_only=False)
+    full = _datasets(method, logs, MEMORY.name, catalog, stage, passed_only=False)
     out = {}
     for case, net, train_levels, evaluation in data.cases():
-        chosen = fitted[(case, net)]["memory"]
+        chosen = fitted[(case, net)][MEMORY.name]
         every = full[chosen]
         ok = np.array([(m, b) in passed for m, b in zip(every.rows["model"], every.rows["batch_size"])])
         train = every.select(_mask(every.rows, train_levels) & ok)
-        model = CalibratedModel(chosen, "mem_used", bound_quantile=BOUND_QUANTILE).fit(train.features, train.target,
-                                                                                      train.rows)
+        model = CalibratedModel(chosen, MEMORY.name, bound_quantile=BOUND_QUANTILE).fit(train.features, train.target,
+                                                                                       train.rows)
         evaluated = _mask(every.rows, evaluation)
         test = every.select(evaluated)
         if hasattr(model.regressor_, "predict_fits"):
@@ -241,8 +237,8 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     console.set_quiet(True)  # the memory bound's refits: thousands of progress lines
     models = args.models or args.logs / "models"
-    if not models.is_dir() or not (args.logs / "memory").is_dir():
-        print(f"no logs at {args.logs / 'memory'} or specs at {models}; nothing to benchmark")
+    if not models.is_dir() or not (args.logs / MEMORY.kind).is_dir():
+        print(f"no logs at {args.logs / MEMORY.kind} or specs at {models}; nothing to benchmark")
         return 0
     data = find_data(args.logs, models, args.train_levels, TX2_NETS, args.train_nets)
     device = "TX2" if args.logs == TX2_DIR else str(args.logs)
@@ -252,16 +248,16 @@ def main(argv: list[str] | None = None) -> int:
         start = time.perf_counter()
         results, fitted = evaluate_method(method, data, catalog, args.stage, calibrate=not args.raw)
         seconds = time.perf_counter() - start
-        rows = [(case, net, r["memory"], r["latency"], *fitted[(case, net)].values())
+        rows = [(case, net, r[MEMORY.name], r[LATENCY.name], *fitted[(case, net)].values())
                 for (case, net), r in results.items()]
         for case in ("protocol", "unseen"):
-            mem = [r["memory"] for (c, _), r in results.items() if c == case]
-            lat = [r["latency"] for (c, _), r in results.items() if c == case]
+            mem = [r[MEMORY.name] for (c, _), r in results.items() if c == case]
+            lat = [r[LATENCY.name] for (c, _), r in results.items() if c == case]
             rows.append((case, "mean", float(np.mean(mem)), float(np.mean(lat)), "", ""))
             summary.append((method, case, float(np.mean(mem)), float(np.mean(lat))))
         console.print_table(f"{device} {args.stage} MAPE %, method = {method} ({seconds:.1f} s)",
-                            ("case", "evaluated net", "memory (mem_used)", "latency", "memory method",
-                             "latency method"), rows)
+                            ("case", "evaluated net", MEMORY.name, LATENCY.name, f"{MEMORY.name} method",
+                             f"{LATENCY.name} method"), rows)
         boundary = memory_boundary(method, data, catalog, fitted, args.stage, calibrate=not args.raw)
         rows = [(case, net, *values) for (case, net), values in boundary.items()]
         for case in ("protocol", "unseen"):
@@ -271,14 +267,14 @@ def main(argv: list[str] | None = None) -> int:
                             ("case", "evaluated net", "fit / no fit right %", "memory under-estimated %",
                              "bound under-estimated %", "bound above measured %"), rows)
         sizes = list(range(8, 208, 8))
-        methods = (m for target in TARGETS for m in candidates(method, target.kind))
+        methods = (m for quantity in QUANTITIES for m in candidates(method, quantity.name))
         for feature_set in dict.fromkeys(METHODS[m].feature_set for m in methods):
             ms = feature_ms(feature_set, data, catalog, sizes, args.stage)
             print(f"'{feature_set}' features of one network for {len(sizes)} batch sizes: {ms:.2f} ms (median)")
     unseen = "unseen network (" + ("trained on " + ", ".join(data.train_nets) if data.train_nets
                                    else "each left out, trained on the others") + ")"
     console.print_table(f"{device} {args.stage} MAPE %, every method: protocol and {unseen}",
-                        ("method", "case", "memory (mem_used)", "latency"), summary)
+                        ("method", "case", MEMORY.name, LATENCY.name), summary)
     return 0
 
 

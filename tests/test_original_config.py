@@ -123,5 +123,5 @@ def test_the_original_config_runs_on_host_and_device(tmp_path: Path) -> None:
     assert "pruned_models_storedir = models/pruned/random_pruning/cifar10" in notice[0]
     assert "model_storedir = out/fitted" in notice[0]
     fitted = host / "out" / "fitted"
-    assert any(fitted.glob("*latency*")) and not any(fitted.glob("*mem_used*"))
+    assert any(fitted.glob("*latency_ms*")) and not any(fitted.glob("*mem_used*"))
     assert test_config.read_text() == made

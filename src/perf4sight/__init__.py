@@ -17,8 +17,7 @@ __version__ = version("perf4sight")
 _EXPORTS = {
     # the workload's names, defined once on the device side
     "STAGES": "perf4sight.device.definitions",
-    "TARGET_COLUMNS": "perf4sight.device.definitions",
-    "TARGET_UNITS": "perf4sight.device.definitions",
+    "QUANTITIES": "perf4sight.device.definitions",
     "DATASETS": "perf4sight.device.definitions",
     "load_config": "perf4sight.config",
     "run_config": "perf4sight.pipeline",

@@ -26,6 +26,7 @@ from pathlib import Path
 from typing import Any, Union
 
 from perf4sight.device.checks import read_ini
+from perf4sight.device.definitions import TEST_VARIABLES
 from perf4sight.errors import ArgumentError, ConfigError, clip
 
 __all__ = [
@@ -75,7 +76,7 @@ class ProfileSettings:
     dataset: str = "spec"
     bs: list[int] = field(default_factory=lambda: [2, 4, 8, 16, 32, 64, 128, 256])
     stage: list[str] = field(default_factory=lambda: ["training"])
-    profile_variables: list[str] = field(default_factory=lambda: ["memory", "latency"])
+    profile_variables: list[str] = field(default_factory=lambda: list(TEST_VARIABLES))
     local_model_loc: Path | None = None
     device_model_loc: Path | None = None
     # the original's two halves: make the test config (host), run it (device)

@@ -12,6 +12,7 @@ import pytest
 
 from perf4sight import console
 from perf4sight.architecture import Detail, family_key
+from perf4sight.device.definitions import LATENCY, MEMORY
 from perf4sight.features.network import network_features
 from perf4sight.fit import (
     BOUND_QUANTILE,
@@ -41,19 +42,20 @@ def h200_catalog():
     return ArchitectureCatalog(H200 / "models")
 
 
-@pytest.fixture(scope="module", params=[("memory", "mem_used"), ("latency", "latency")], ids=["memory", "latency"])
+@pytest.fixture(scope="module", params=[MEMORY, LATENCY], ids=["memory", "latency"])
 def h200(request, h200_catalog):
     """(train, query, model) for one target: the model fitted on three networks at levels
     0, 30 and 90 (memory with its bound); the query holds level 60 of those and every
     level of vgg11, a network never profiled."""
-    kind, column = request.param
+    quantity = request.param
     console.set_quiet(True)  # the bound's refits
-    logs = read_logs([*H200_TRAIN, "vgg11"], H200_LEVELS, [H200 / kind], [column])
-    data = build_dataset(logs, target=column, feature_set="network", stage="training", catalog=h200_catalog)
+    logs = read_logs([*H200_TRAIN, "vgg11"], H200_LEVELS, [H200 / quantity.kind], [quantity])
+    data = build_dataset(logs, target=quantity.name, feature_set="network", stage="training", catalog=h200_catalog)
     trained = data.rows["net"].isin(H200_TRAIN) & _level(data).isin((0, 30, 90))
     train, query = data.select(trained.to_numpy()), data.select(~trained.to_numpy())
-    quantile = BOUND_QUANTILE if kind == "memory" else None
-    model = CalibratedModel("physical", column, bound_quantile=quantile).fit(train.features, train.target, train.rows)
+    quantile = BOUND_QUANTILE if quantity == MEMORY else None
+    model = CalibratedModel("physical", quantity.name, bound_quantile=quantile).fit(
+        train.features, train.target, train.rows)
     console.set_quiet(False)
     return train, query, model
 
@@ -117,7 +119,7 @@ def test_the_bound_lies_above_every_prediction_and_covers_the_held_out_runs(h200
     for net in H200_TRAIN:
         out = (train.rows["net"] == net).to_numpy()
         rest, held = train.select(~out), train.select(out)
-        without = CalibratedModel("physical", "mem_used").fit(rest.features, rest.target, rest.rows)
+        without = CalibratedModel("physical", "mem_used_mib").fit(rest.features, rest.target, rest.rows)
         ratios.append(held.target / without.predict(held.features, held.rows, calibrate=False))
     ratios = np.concatenate(ratios)
     assert bound["ratio"] == pytest.approx(np.quantile(ratios, BOUND_QUANTILE))
@@ -163,17 +165,17 @@ def catalog(tx2_dir):
     return ArchitectureCatalog(tx2_dir / "models")
 
 
-def _tx2(tx2_dir, catalog, kind: str, column: str):
-    logs = read_logs(["resnet18", "squeezenet"], (*PROFILED, *OTHERS), [tx2_dir / kind], [column])
-    data = build_dataset(logs, target=column, feature_set="network", stage="training", catalog=catalog)
+def _tx2(tx2_dir, catalog, quantity):
+    logs = read_logs(["resnet18", "squeezenet"], (*PROFILED, *OTHERS), [tx2_dir / quantity.kind], [quantity])
+    data = build_dataset(logs, target=quantity.name, feature_set="network", stage="training", catalog=catalog)
     level = _level(data)
     return data.select(level.isin(PROFILED).to_numpy()), data.select(level.isin(OTHERS).to_numpy())
 
 
-@pytest.mark.parametrize(("kind", "column"), [("memory", "mem_used"), ("latency", "latency")])
-def test_calibration_on_profiled_levels_improves_the_others(catalog, tx2_dir, kind, column):
-    train, query = _tx2(tx2_dir, catalog, kind, column)
-    model = CalibratedModel("physical", column).fit(train.features, train.target, train.rows)
+@pytest.mark.parametrize("quantity", [MEMORY, LATENCY], ids=["memory", "latency"])
+def test_calibration_on_profiled_levels_improves_the_others(catalog, tx2_dir, quantity):
+    train, query = _tx2(tx2_dir, catalog, quantity)
+    model = CalibratedModel("physical", quantity.name).fit(train.features, train.target, train.rows)
     raw = model.predict(query.features, query.rows, calibrate=False)
     corrected = model.predict(query.features, query.rows)
     assert model.calibrated(query.rows).all()
@@ -181,8 +183,8 @@ def test_calibration_on_profiled_levels_improves_the_others(catalog, tx2_dir, ki
 
 
 def test_a_calibrated_bound_is_tighter_and_holds_the_other_levels(catalog, tx2_dir):
-    train, query = _tx2(tx2_dir, catalog, "memory", "mem_used")
-    model = CalibratedModel("physical", "mem_used", bound_quantile=BOUND_QUANTILE).fit(
+    train, query = _tx2(tx2_dir, catalog, MEMORY)
+    model = CalibratedModel("physical", "mem_used_mib", bound_quantile=BOUND_QUANTILE).fit(
         train.features, train.target, train.rows)
     assert 1 < model.bound_["calibrated_ratio"] < model.bound_["ratio"]
     corrected, bounded = model.predict(query.features, query.rows, return_bound=True)
@@ -190,9 +192,9 @@ def test_a_calibrated_bound_is_tighter_and_holds_the_other_levels(catalog, tx2_d
 
 
 def test_calibrated_tx2_predictions_rise_with_the_batch_size(catalog, tx2_dir):
-    logs = read_logs(["resnet18", "googlenet"], PROFILED, [tx2_dir / "memory"], ["mem_used"])
-    data = build_dataset(logs, target="mem_used", feature_set="network", stage="training", catalog=catalog)
-    model = CalibratedModel("physical", "mem_used").fit(data.features, data.target, data.rows)
+    logs = read_logs(["resnet18", "googlenet"], PROFILED, [tx2_dir / "memory"], [MEMORY])
+    data = build_dataset(logs, target="mem_used_mib", feature_set="network", stage="training", catalog=catalog)
+    model = CalibratedModel("physical", "mem_used_mib").fit(data.features, data.target, data.rows)
     sizes = np.arange(1, 257)
     for name in ("resnet18_45", "googlenet_85"):
         arch = catalog.get(name)

@@ -11,6 +11,7 @@ import numpy as np
 import pytest
 
 from perf4sight.config import FingerprintSettings
+from perf4sight.device.definitions import LATENCY, MEMORY
 from perf4sight.fit import (
     CANDIDATE_METHODS,
     candidate_methods,
@@ -33,37 +34,37 @@ LEVELS = [0, 30, 60, 90]
 
 @pytest.fixture(scope="module")
 def memory_datasets():
-    logs = read_logs(TRAIN, [0, 90], [H200 / "memory"], ["mem_used"])  # few networks to replay
+    logs = read_logs(TRAIN, [0, 90], [H200 / "memory"], [MEMORY])  # few networks to replay
     catalog = ArchitectureCatalog(H200 / "models")
-    return {method: build_dataset(logs, target="mem_used", feature_set=method_set, stage="training",
+    return {method: build_dataset(logs, target="mem_used_mib", feature_set=method_set, stage="training",
                                   catalog=catalog)
             for method, method_set in (("physical", "network"), ("replay", "replay"))}
 
 
 @pytest.fixture(scope="module")
 def latency_dataset():
-    logs = read_logs([*TRAIN, "mnasnet"], LEVELS, [H200 / "latency"], ["latency"])
+    logs = read_logs([*TRAIN, "mnasnet"], LEVELS, [H200 / "latency"], [LATENCY])
     catalog = ArchitectureCatalog(H200 / "models")
-    return build_dataset(logs, target="latency", feature_set="network", stage="training", catalog=catalog)
+    return build_dataset(logs, target="latency_ms", feature_set="network", stage="training", catalog=catalog)
 
 
 def test_the_method_with_the_lowest_held_out_error_is_chosen(memory_datasets):
-    choice = choose_method(memory_datasets, "mem_used")
+    choice = choose_method(memory_datasets, "mem_used_mib")
     # the caching allocator's replay is far better on this GPU's networks never fitted on
     assert choice.chosen == "replay" and choice.left_out == "network"
-    assert set(choice.errors) == set(candidate_methods("memory"))
+    assert set(choice.errors) == set(candidate_methods("mem_used_mib"))
     assert choice.errors["replay"] < choice.errors["physical"]
     for method, dataset in memory_datasets.items():
-        assert choice.errors[method] == pytest.approx(held_out_error(method, dataset, "mem_used")[0])
+        assert choice.errors[method] == pytest.approx(held_out_error(method, dataset, "mem_used_mib")[0])
     assert "mobilenetv2, resnet18, squeezenet" in choice.reason and "replay" in choice.reason
 
 
 def test_one_network_leaves_out_its_architectures(memory_datasets):
     one = {m: d.select((d.rows["net"] == "resnet18").to_numpy()) for m, d in memory_datasets.items()}
-    choice = choose_method(one, "mem_used")
+    choice = choose_method(one, "mem_used_mib")
     assert choice.left_out == "architecture" and np.isfinite(list(choice.errors.values())).all()
     single = {m: d.select((d.rows["model"] == "resnet18_90").to_numpy()) for m, d in memory_datasets.items()}
-    nothing = choose_method(single, "mem_used")
+    nothing = choose_method(single, "mem_used_mib")
     assert nothing.chosen == CANDIDATE_METHODS[0] and "nothing to leave out" in nothing.reason
     assert set(nothing.as_dict()["errors"].values()) == {None}  # stored as JSON null, not NaN
 
@@ -71,21 +72,21 @@ def test_one_network_leaves_out_its_architectures(memory_datasets):
 def test_datasets_of_other_runs_are_refused(memory_datasets):
     fewer = memory_datasets["replay"].select((memory_datasets["replay"].rows["net"] != "squeezenet").to_numpy())
     with pytest.raises(ValueError, match="different runs"):
-        choose_method({"physical": memory_datasets["physical"], "replay": fewer}, "mem_used")
+        choose_method({"physical": memory_datasets["physical"], "replay": fewer}, "mem_used_mib")
     with pytest.raises(ValueError, match="candidates"):
-        choose_method({"paper": memory_datasets["physical"]}, "mem_used")
+        choose_method({"paper": memory_datasets["physical"]}, "mem_used_mib")
 
 
 def test_a_kind_no_training_network_has_takes_its_ties_rate(latency_dataset):
     nets = latency_dataset.rows["net"]
     without = fit_method("physical", latency_dataset.select(~nets.isin(["mobilenetv2", "mnasnet"]).to_numpy()),
-                         "latency")
+                         "latency_ms")
     terms = list(without.terms_)
     ties = {term.name: term.tie for term in NETWORK_TERMS.latency if term.tie is not None}
     assert set(without.tied_terms_) == set(ties) == {"depthwise", "grouped"}
     for kind, tie in ties.items():
         assert without.coef_[terms.index(kind)] == without.coef_[terms.index(tie)]
-    with_depthwise = fit_method("physical", latency_dataset, "latency")
+    with_depthwise = fit_method("physical", latency_dataset, "latency_ms")
     assert with_depthwise.tied_terms_ == ["grouped"]
     # the H200's depthwise kernels cost several times the traffic rate per byte
     assert with_depthwise.coef_[terms.index("depthwise")] > 3 * with_depthwise.coef_[terms.index("traffic")]
@@ -94,12 +95,12 @@ def test_a_kind_no_training_network_has_takes_its_ties_rate(latency_dataset):
 def test_latency_chooses_between_one_rate_and_a_rate_per_stream_of_bytes(latency_dataset):
     """Both latency candidates read the same features; the choice is each one's error on the
     networks left out in turn, and the chosen one's latency is what it predicts."""
-    choice = choose_method({method: latency_dataset for method in candidate_methods("latency")}, "latency")
+    choice = choose_method({method: latency_dataset for method in candidate_methods("latency_ms")}, "latency_ms")
     assert set(choice.errors) == {"physical", "streams"} and choice.left_out == "network"
     for method in ("physical", "streams"):
-        assert choice.errors[method] == pytest.approx(held_out_error(method, latency_dataset, "latency")[0])
+        assert choice.errors[method] == pytest.approx(held_out_error(method, latency_dataset, "latency_ms")[0])
     assert choice.chosen == min(choice.errors, key=lambda m: (choice.errors[m], m != "physical"))
-    streams = fit_method("streams", latency_dataset, "latency")
+    streams = fit_method("streams", latency_dataset, "latency_ms")
     assert set(streams.terms_) == {"gemm", "gemm_traffic", "memory_bound_traffic", "launches", "depthwise", "grouped"}
 
 
@@ -111,13 +112,13 @@ def test_fingerprint_stores_the_choice_and_the_predictor_uses_it(tmp_path):
         model_storedir=tmp_path / "default", report=None,
     )
     report = fingerprint_device(settings)
-    memory = load_model(settings.model_storedir, stage="training", target="mem_used")
-    latency = load_model(settings.model_storedir, stage="training", target="latency")
-    assert memory.metadata["method"] == report["memory"]["method"] == "replay"
+    memory = load_model(settings.model_storedir, stage="training", target="mem_used_mib")
+    latency = load_model(settings.model_storedir, stage="training", target="latency_ms")
+    assert memory.metadata["method"] == report["mem_used_mib"]["method"] == "replay"
     # replay's latency model is physical's: the latency candidates are those whose latency differs
-    assert list(latency.metadata["method_choice"]["errors"]) == list(candidate_methods("latency"))
-    assert latency.metadata["method"] == latency.metadata["method_choice"]["chosen"] in candidate_methods("latency")
-    assert report["memory"]["method_choice"] == memory.metadata["method_choice"]
+    assert list(latency.metadata["method_choice"]["errors"]) == list(candidate_methods("latency_ms"))
+    assert latency.metadata["method"] == latency.metadata["method_choice"]["chosen"] in candidate_methods("latency_ms")
+    assert report["mem_used_mib"]["method_choice"] == memory.metadata["method_choice"]
     assert memory.metadata["layer_groups"]["conv_depthwise"] == 1 and memory.metadata["layer_groups"]["conv_1x1"] == 3
 
     predictor = Predictor.load(settings.model_storedir)
@@ -132,6 +133,6 @@ def test_fingerprint_stores_the_choice_and_the_predictor_uses_it(tmp_path):
     assert set(predictor.predict(H200 / "models" / "resnet50_30.json", [8])["extrapolated_layers"]) == {""}
 
     forced = fingerprint_device(replace(settings, method="physical", model_storedir=tmp_path / "forced"))
-    stored = load_model(tmp_path / "forced", stage="training", target="mem_used")
-    assert forced["memory"]["method"] == stored.metadata["method"] == "physical"
+    stored = load_model(tmp_path / "forced", stage="training", target="mem_used_mib")
+    assert forced["mem_used_mib"]["method"] == stored.metadata["method"] == "physical"
     assert stored.metadata["method_choice"] is None

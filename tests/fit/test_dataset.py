@@ -10,6 +10,7 @@ import torchvision
 from perf4sight.errors import LogFormatError
 from perf4sight.features import paper_features
 from perf4sight.architecture import Detail
+from perf4sight.device.definitions import MEMORY
 from perf4sight.fit import ArchitectureCatalog, architecture_name, build_dataset, read_logs
 from perf4sight.networks import spec_from_module, write_spec
 
@@ -35,14 +36,14 @@ def test_complete_catalog_traces_what_a_spec_describes(tx2_dir):
 
 
 def test_rows_get_the_features_of_their_architecture_and_batch_size(tx2_dir):
-    logs = read_logs(["googlenet", "resnet18"], [20, 70], [tx2_dir / "memory"], ["mem_used"])
+    logs = read_logs(["googlenet", "resnet18"], [20, 70], [tx2_dir / "memory"], [MEMORY])
     catalog = ArchitectureCatalog(tx2_dir / "models")
-    dataset = build_dataset(logs, target="mem_used", feature_set="paper", stage="training", catalog=catalog)
+    dataset = build_dataset(logs, target="mem_used_mib", feature_set="paper", stage="training", catalog=catalog)
     passed = logs[logs["passed"]]
     assert len(dataset) == len(dataset.features) == len(passed)
     assert set(dataset.rows["model"]) == {"googlenet_20", "googlenet_70", "resnet18_20", "resnet18_70"}
     assert (dataset.features["batch_size"].to_numpy() == dataset.rows["batch_size"].to_numpy()).all()
-    np.testing.assert_array_equal(np.sort(dataset.target), np.sort(passed["mem_used"].to_numpy()))
+    np.testing.assert_array_equal(np.sort(dataset.target), np.sort(passed["mem_used_mib"].to_numpy()))
     row = dataset.rows.index[(dataset.rows["model"] == "resnet18_70") & (dataset.rows["batch_size"] == 32)][0]
     expected = paper_features(catalog.get("resnet18_70", needs=Detail.LAYER_TABLE), [32]).iloc[0]
     pd.testing.assert_series_equal(dataset.features.iloc[row], expected, check_names=False)
@@ -62,16 +63,16 @@ def _log_as(tmp_path, dataset: str):
     log = tmp_path / "logs" / "squeezenet_0-gt.csv"
     log.parent.mkdir()
     log.write_text("\n".join(["passed|mem_used|bs|dataset|net_name|model|stage", *rows]) + "\n")
-    return read_logs(["squeezenet"], [0], [log.parent], ["mem_used"])
+    return read_logs(["squeezenet"], [0], [log.parent], [MEMORY])
 
 
 @pytest.mark.parametrize("feature_set", ["paper", "network"])
 def test_features_follow_the_input_size_the_logs_dataset_ran(tmp_path, feature_set):
     catalog = ArchitectureCatalog(tmp_path / "models")
     logs = _log_as(tmp_path, "cifar10")
-    built = build_dataset(logs, target="mem_used", feature_set=feature_set, stage="training", catalog=catalog)
+    built = build_dataset(logs, target="mem_used_mib", feature_set=feature_set, stage="training", catalog=catalog)
     # cifar10 ran the 3x64x64 spec on 3x32x32 inputs: a quarter of the activations
-    spec_size = build_dataset(logs.assign(dataset="spec"), target="mem_used", feature_set=feature_set,
+    spec_size = build_dataset(logs.assign(dataset="spec"), target="mem_used_mib", feature_set=feature_set,
                               stage="training", catalog=catalog)
     smaller = built.features.drop(columns="batch_size") < spec_size.features.drop(columns="batch_size")
     assert smaller.any(axis=1).all()
@@ -84,4 +85,4 @@ def test_an_unknown_dataset_in_a_log_names_the_file(tmp_path):
     logs = _log_as(tmp_path, "mnist")
     catalog = ArchitectureCatalog(tmp_path / "models")
     with pytest.raises(LogFormatError, match=r"squeezenet_0-gt.csv: dataset='mnist' .*known: spec, imagenet"):
-        build_dataset(logs, target="mem_used", feature_set="paper", stage="training", catalog=catalog)
+        build_dataset(logs, target="mem_used_mib", feature_set="paper", stage="training", catalog=catalog)

@@ -12,6 +12,7 @@ import pytest
 
 from perf4sight.cli import main
 from perf4sight.config import FingerprintSettings
+from perf4sight.device.definitions import LATENCY
 from perf4sight.errors import DataNotFoundError, LogFormatError
 from perf4sight.fit import ArchitectureCatalog, build_dataset, fingerprint_device, read_logs
 from perf4sight.fit.methods import CANDIDATE_METHODS, candidate_methods
@@ -40,18 +41,17 @@ def trained(tx2_dir, tmp_path_factory):
 
 def test_report_structure_and_accuracy(trained):
     settings, report = trained
-    assert set(report) == {"memory", "latency"}
-    for kind, target in (("memory", "mem_used"), ("latency", "latency")):
-        entry = report[kind]
-        bound = {"bound_under_pct"} if kind == "memory" else set()  # the memory model stores a bound
-        assert set(entry) == {"target", "mape_pct", "n", "under_pct", "per_net", "method", "method_choice", *bound}
+    assert set(report) == {"mem_used_mib", "latency_ms"}
+    for target in ("mem_used_mib", "latency_ms"):
+        entry = report[target]
+        bound = {"bound_under_pct"} if target == "mem_used_mib" else set()  # the memory model stores a bound
+        assert set(entry) == {"mape_pct", "n", "under_pct", "per_net", "method", "method_choice", *bound}
         # `method = default`: chosen among the candidates by each level of resnet18 left out
         choice = entry["method_choice"]
         assert entry["method"] == choice["chosen"] in CANDIDATE_METHODS and choice["left_out"] == "architecture"
-        assert set(choice["errors"]) == set(candidate_methods(kind))
+        assert set(choice["errors"]) == set(candidate_methods(target))
         assert choice["errors"][choice["chosen"]] == min(choice["errors"].values()) and choice["reason"]
         assert set(entry["per_net"]["resnet18"]) == {"mape_pct", "n", "under_pct", *bound}
-        assert entry["target"] == target
         assert set(entry["per_net"]) == {"resnet18"}
         assert entry["per_net"]["resnet18"]["n"] == entry["n"] >= 10
         # resnet18_30 lies between trained levels: well inside the noise of a bad model
@@ -62,30 +62,30 @@ def test_report_structure_and_accuracy(trained):
 def test_report_files_beside_the_json(trained):
     settings, report = trained
     predictions = pd.read_csv(settings.report.with_name("tx2_predictions.csv"))
-    assert list(predictions.columns) == ["model_kind", "target", "net", "model", "batch_size", "measured", "predicted"]
+    assert list(predictions.columns) == ["target", "net", "model", "batch_size", "measured", "predicted"]
     assert set(predictions["model"]) == {"resnet18_30"}
-    assert len(predictions) == report["memory"]["n"] + report["latency"]["n"]
-    for kind, rows in predictions.groupby("model_kind"):
+    assert len(predictions) == report["mem_used_mib"]["n"] + report["latency_ms"]["n"]
+    for target, rows in predictions.groupby("target"):
         under = 100 * (rows["predicted"] < rows["measured"]).mean()
-        assert report[kind]["under_pct"] == pytest.approx(under)
+        assert report[target]["under_pct"] == pytest.approx(under)
     # the bound lies above every prediction, so it is below the measurement no more often
-    assert report["memory"]["bound_under_pct"] <= report["memory"]["under_pct"]
+    assert report["mem_used_mib"]["bound_under_pct"] <= report["mem_used_mib"]["under_pct"]
     assert settings.report.with_suffix(".png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     models = sorted(p.name for p in settings.model_storedir.iterdir())
-    assert models == ["training_latency.json", "training_latency.skops",
-                      "training_mem_used.json", "training_mem_used.skops"]
+    assert models == ["training_latency_ms.json", "training_latency_ms.skops",
+                      "training_mem_used_mib.json", "training_mem_used_mib.skops"]
 
 
 def test_stored_models_are_kept_unless_overwrite(trained, tx2_dir):
     settings, report = trained
-    path = settings.model_storedir / "training_mem_used.skops"
+    path = settings.model_storedir / "training_mem_used_mib.skops"
     before = path.stat().st_mtime_ns
     again = fingerprint_device(replace(settings, report=None))
     assert path.stat().st_mtime_ns == before
     assert again == report
     evaluated = fingerprint_device(replace(settings, report=None, evaluate=True, eval_logs=[10, 20],
                                            latency_model=False))
-    assert set(evaluated) == {"memory"} and evaluated["memory"]["n"] > report["memory"]["n"]
+    assert set(evaluated) == {"mem_used_mib"} and evaluated["mem_used_mib"]["n"] > report["mem_used_mib"]["n"]
     assert path.stat().st_mtime_ns == before
 
 
@@ -101,19 +101,19 @@ def _features_computed_otherwise(meta: dict) -> None:
 def test_a_stored_model_that_cannot_be_used_is_refitted(tx2_dir, tmp_path, edit_metadata, capsys, edit):
     settings = _settings(tx2_dir, tmp_path, report=None, latency_model=False)
     fingerprint_device(settings)
-    path = settings.model_storedir / "training_mem_used.skops"
+    path = settings.model_storedir / "training_mem_used_mib.skops"
     fitted = json.loads(path.with_suffix(".json").read_text())
     edit_metadata(path, edit)
     capsys.readouterr()
     report = fingerprint_device(settings)
     captured = capsys.readouterr()
-    assert "cannot be used" in captured.out + captured.err and report["memory"]["n"] > 0
+    assert "cannot be used" in captured.out + captured.err and report["mem_used_mib"]["n"] > 0
     refitted = json.loads(path.with_suffix(".json").read_text())
     assert refitted["format"] == fitted["format"] and refitted["feature_probe"] == fitted["feature_probe"]
 
 
 def test_evaluate_without_stored_models_says_where_it_looked(tx2_dir, tmp_path):
-    with pytest.raises(DataNotFoundError, match="training_mem_used.skops"):
+    with pytest.raises(DataNotFoundError, match="training_mem_used_mib.skops"):
         fingerprint_device(_settings(tx2_dir, tmp_path, evaluate=True))
 
 
@@ -121,9 +121,9 @@ def test_missing_architectures_are_counted_once_and_none_left_is_an_error(tx2_di
     models = tmp_path / "models_subset"
     models.mkdir()
     shutil.copy(tx2_dir / "models" / "resnet18_0.json", models)
-    logs = read_logs(["resnet18"], [0, 50], [tx2_dir / "latency"], ["latency"])
+    logs = read_logs(["resnet18"], [0, 50], [tx2_dir / "latency"], [LATENCY])
     catalog = ArchitectureCatalog(models)
-    dataset = build_dataset(logs, target="latency", feature_set="paper", stage="training", catalog=catalog)
+    dataset = build_dataset(logs, target="latency_ms", feature_set="paper", stage="training", catalog=catalog)
     passed = logs[logs["passed"]]
     skipped = int((passed["model"].str.endswith("resnet18_50.py")).sum())
     assert set(dataset.rows["model"]) == {"resnet18_0"} and len(dataset) == len(passed) - skipped
@@ -131,16 +131,16 @@ def test_missing_architectures_are_counted_once_and_none_left_is_an_error(tx2_di
     assert warning.count("warning") == 1 and f"skipped {skipped} log rows" in warning and "resnet18_50" in warning
     empty = tmp_path / "no_models"
     empty.mkdir()
-    with pytest.raises(DataNotFoundError, match=f"no usable latency log rows.*{empty}"):
-        build_dataset(logs, target="latency", feature_set="paper", stage="training",
+    with pytest.raises(DataNotFoundError, match=f"no usable latency_ms log rows.*{empty}"):
+        build_dataset(logs, target="latency_ms", feature_set="paper", stage="training",
                       catalog=ArchitectureCatalog(empty))
 
 
 def test_rows_of_another_stage_do_not_train(tx2_dir):
-    logs = read_logs(["squeezenet"], [0], [tx2_dir / "latency"], ["latency"])
+    logs = read_logs(["squeezenet"], [0], [tx2_dir / "latency"], [LATENCY])
     catalog = ArchitectureCatalog(tx2_dir / "models")
     with pytest.raises(DataNotFoundError, match="stage 'training'"):
-        build_dataset(logs.assign(stage="inference"), target="latency", feature_set="paper", stage="training",
+        build_dataset(logs.assign(stage="inference"), target="latency_ms", feature_set="paper", stage="training",
                       catalog=catalog)
 
 
@@ -155,7 +155,7 @@ def test_cli_fingerprint_command(tx2_dir, tmp_path, capsys):
     )
     assert main(["fingerprint", "--config", str(config)]) == 0
     report = json.loads((tmp_path / "report.json").read_text())
-    assert set(report) == {"latency"} and report["latency"]["per_net"]["squeezenet"]["n"] > 0
+    assert set(report) == {"latency_ms"} and report["latency_ms"]["per_net"]["squeezenet"]["n"] > 0
     config.write_text(config.read_text().replace("train_logs = [0, 90]", "train_logs = [7]")
                       .replace("method = default", "overwrite = True"))
     capsys.readouterr()
@@ -173,5 +173,5 @@ def test_a_run_measured_at_zero_is_named_not_fitted(tx2_dir, tmp_path):
     table.loc[table["passed"] == "True", "mem_used"] = "0"  # a broken reading
     table.to_csv(logs / "resnet18_50-gt.csv", sep="|", index=False)
     settings = _settings(tx2_dir, tmp_path, memory_logs=[logs], latency_model=False, eval_logs=[])
-    with pytest.raises(LogFormatError, match=r"memory_logs: \d+ passed runs measured mem_used <= 0 \(first: resnet18_50"):
+    with pytest.raises(LogFormatError, match=r"memory_logs: \d+ passed runs measured mem_used_mib <= 0 \(first: resnet18_50"):
         fingerprint_device(settings)

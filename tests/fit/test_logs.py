@@ -8,6 +8,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
+from perf4sight.device.definitions import LATENCY, MEMORY
 from perf4sight.device.logs import read_journal, write_gt
 from perf4sight.device.test_config import ProfileTest
 from perf4sight.errors import DataNotFoundError, LogFormatError
@@ -20,21 +21,22 @@ def _copy(tx2_dir: Path, kind: str, name: str, dest: Path) -> Path:
 
 
 def test_reads_tx2_memory_and_latency_logs(tx2_dir):
-    memory = read_gt_log(tx2_dir / "memory" / "googlenet_0-gt.csv", ["mem_used"])
+    memory = read_gt_log(tx2_dir / "memory" / "googlenet_0-gt.csv", [MEMORY])
     assert memory["passed"].dtype == bool and memory["bs"].dtype.kind == "i"
     assert memory["passed"].any() and not memory["passed"].all()
-    assert (memory.loc[memory["passed"], "mem_used"] > 0).all()
-    latency = read_gt_log(tx2_dir / "latency" / "googlenet_0-gt.csv", ["latency"])
-    assert "mem_used" not in latency.columns
+    assert (memory.loc[memory["passed"], "mem_used_mib"] > 0).all()
+    latency = read_gt_log(tx2_dir / "latency" / "googlenet_0-gt.csv", [LATENCY])
+    assert "mem_used" not in memory.columns  # the log column, read under its name with unit
+    assert "mem_used_mib" not in latency.columns
     # failed rows carry "None" latencies, read as NaN; passed rows have numbers
-    assert latency.loc[~latency["passed"], "latency"].isna().all()
-    assert latency.loc[latency["passed"], "latency"].notna().all()
+    assert latency.loc[~latency["passed"], "latency_ms"].isna().all()
+    assert latency.loc[latency["passed"], "latency_ms"].notna().all()
 
 
 def test_latency_log_lacks_the_memory_target(tx2_dir):
     path = tx2_dir / "latency" / "resnet18_0-gt.csv"
     with pytest.raises(LogFormatError, match=rf"{path}: line 1: missing column 'mem_used'"):
-        read_gt_log(path, ["mem_used"])
+        read_gt_log(path, [MEMORY])
 
 
 def test_missing_column_names_file_and_line(tx2_dir, tmp_path):
@@ -43,7 +45,7 @@ def test_missing_column_names_file_and_line(tx2_dir, tmp_path):
     # drop the `bs` column (the 9th) from every line
     path.write_text("\n".join("|".join(f for i, f in enumerate(line.split("|")) if i != 8) for line in lines) + "\n")
     with pytest.raises(LogFormatError, match=rf"{path}: line 1: missing column 'bs'"):
-        read_gt_log(path, ["mem_used"])
+        read_gt_log(path, [MEMORY])
 
 
 @pytest.mark.parametrize(
@@ -60,7 +62,7 @@ def test_malformed_row_names_file_and_line(tx2_dir, tmp_path, field, value, mess
     lines[4] = "|".join(fields)
     path.write_text("\n".join(lines) + "\n")
     with pytest.raises(LogFormatError, match=rf"{path}: line 5: {message}"):
-        read_gt_log(path, ["mem_used"])
+        read_gt_log(path, [MEMORY])
 
 
 def test_short_row_names_file_and_line(tx2_dir, tmp_path):
@@ -69,7 +71,7 @@ def test_short_row_names_file_and_line(tx2_dir, tmp_path):
     lines[2] = lines[2].rsplit("|", 1)[0]
     path.write_text("\n".join(lines) + "\n")
     with pytest.raises(LogFormatError, match=rf"{path}: line 3: 6 fields, the header has 7"):
-        read_gt_log(path, ["latency"])
+        read_gt_log(path, [LATENCY])
 
 
 def test_levels_that_match_nothing_list_the_paths_searched(tx2_dir, tmp_path):
@@ -90,11 +92,11 @@ def test_a_log_that_is_not_text_names_the_file(tmp_path):
     path = tmp_path / "squeezenet_0-gt.csv"
     path.write_bytes("passed|bs|model|latency\nTrue|2|squeezenet_0|1.0\n".encode("utf-16"))
     with pytest.raises(LogFormatError, match=rf"{path}: line 1: not UTF-8 text"):
-        read_gt_log(path, ["latency"])
+        read_gt_log(path, [LATENCY])
 
 
 def test_read_logs_keeps_the_levels_found_and_tags_the_net(tx2_dir):
-    logs = read_logs(["resnet18", "squeezenet"], [0, 50, 51], [tx2_dir / "memory"], ["mem_used"])
+    logs = read_logs(["resnet18", "squeezenet"], [0, 50, 51], [tx2_dir / "memory"], [MEMORY])
     assert set(logs["net"]) == {"resnet18", "squeezenet"}
     assert logs["log"].nunique() == 4
     assert set(logs["net_name"]) == {"resnet18", "squeezenet"}
@@ -105,12 +107,12 @@ def test_repeated_tests_are_used_once_with_a_warning_and_empty_logs_named(tx2_di
     logs.mkdir()
     for level in (0, 50, 90):
         shutil.copy(tx2_dir / "memory" / f"squeezenet_{level}-gt.csv", logs)
-    once = read_logs(["squeezenet"], [0, 50], [logs], ["mem_used"])
+    once = read_logs(["squeezenet"], [0, 50], [logs], [MEMORY])
     rows = (logs / "squeezenet_50-gt.csv").read_text().splitlines()
     (logs / "squeezenet_50-gt.csv").write_text("\n".join(rows + rows[1:]) + "\n")  # two campaigns' rows
     (logs / "squeezenet_90-gt.csv").write_text(rows[0] + "\n")  # a header only
     capsys.readouterr()
-    twice = read_logs(["squeezenet"], [0, 50, 90], [logs], ["mem_used"])
+    twice = read_logs(["squeezenet"], [0, 50, 90], [logs], [MEMORY])
     err = " ".join(capsys.readouterr().err.split())
     assert f"{len(rows) - 1} log rows repeat a test" in err and "squeezenet_90-gt.csv: no test rows" in err
     pd.testing.assert_frame_equal(twice.drop(columns="log"), once.drop(columns="log"))
@@ -134,15 +136,15 @@ def test_the_journal_and_the_gt_log_read_every_missing_spelling_alike(tmp_path, 
     journal.write_text(f"{header}\nFalse|{spelling}|1.0|{spelling}|||||error|out of memory|{params!r}\n")
     assert read_journal(journal)[0]["mem_used"] is None
     gt = write_gt(journal, "memory")
-    frame = read_gt_log(gt, ["mem_used"])
-    assert frame["mem_used"].isna().all() and frame["mem_reserved"].tolist() == [1.0]
+    frame = read_gt_log(gt, [MEMORY])
+    assert frame["mem_used_mib"].isna().all() and frame["mem_reserved"].tolist() == [1.0]
     # the -gt file as the original wrote it: the spelling itself in the field
     lines = gt.read_text().splitlines()
     fields = lines[1].split("|")
     fields[3] = spelling
     gt.write_text("\n".join([lines[0], "|".join(fields)]) + "\n")
-    assert read_gt_log(gt, ["mem_used"])["mem_used"].isna().all()
+    assert read_gt_log(gt, [MEMORY])["mem_used_mib"].isna().all()
     fields[0] = "True"
     gt.write_text("\n".join([lines[0], "|".join(fields)]) + "\n")
     with pytest.raises(LogFormatError, match=rf"{gt}: line 2: mem_used=.*expected a number"):
-        read_gt_log(gt, ["mem_used"])
+        read_gt_log(gt, [MEMORY])

@@ -51,7 +51,7 @@ def features() -> dict[str, pd.DataFrame]:
 def _targets(X: pd.DataFrame) -> dict[str, np.ndarray]:  # noqa: N803
     """Made-up measurements that grow with the batch size and the network's state."""
     batch, state = X["batch_size"].to_numpy(float), X["param_state_bytes"].to_numpy(float)
-    return {"mem_used": 300 + 2 * batch + state / 2**20, "latency": 1 + 0.5 * batch + state / 2**16}
+    return {"mem_used_mib": 300 + 2 * batch + state / 2**20, "latency_ms": 1 + 0.5 * batch + state / 2**16}
 
 
 @pytest.mark.parametrize("cls", [PhysicalRegressor, ReplayRegressor])
@@ -61,24 +61,24 @@ def test_physical_methods_clone_and_refit(cls, features):
     # get_params is __init__'s signature, with the values given to it
     init = [name for name in inspect.signature(cls.__init__).parameters if name != "self"]
     assert sorted(cls().get_params()) == sorted(init) == ["target"]
-    assert cls().get_params() == {"target": "mem_used"}
-    assert cls(target="latency").get_params() == {"target": "latency"}
+    assert cls().get_params() == {"target": "mem_used_mib"}
+    assert cls(target="latency_ms").get_params() == {"target": "latency_ms"}
 
-    fitted = cls(target="mem_used").fit(X, y["mem_used"])
+    fitted = cls(target="mem_used_mib").fit(X, y["mem_used_mib"])
     assert all(hasattr(fitted, name) for name in MEMORY_ONLY)
     copy = clone(fitted)  # unfitted, same parameters
     assert copy is not fitted and copy.get_params() == fitted.get_params()
     with pytest.raises(NotFittedError):
         check_is_fitted(copy)
     assert not any(hasattr(copy, name) for name in ("coef_", "intercept_", *MEMORY_ONLY))
-    np.testing.assert_allclose(copy.fit(X, y["mem_used"]).predict(X), fitted.predict(X))
+    np.testing.assert_allclose(copy.fit(X, y["mem_used_mib"]).predict(X), fitted.predict(X))
 
     # the same estimator refitted for latency keeps nothing of the memory fit
-    assert fitted.set_params(target="latency") is fitted
-    fitted.fit(X, y["latency"])
+    assert fitted.set_params(target="latency_ms") is fitted
+    fitted.fit(X, y["latency_ms"])
     assert not any(hasattr(fitted, name) for name in MEMORY_ONLY)
-    assert list(fitted.terms_) == list(cls(target="latency").fit(X, y["latency"]).terms_)
-    np.testing.assert_allclose(fitted.predict(X), cls(target="latency").fit(X, y["latency"]).predict(X))
+    assert list(fitted.terms_) == list(cls(target="latency_ms").fit(X, y["latency_ms"]).terms_)
+    np.testing.assert_allclose(fitted.predict(X), cls(target="latency_ms").fit(X, y["latency_ms"]).predict(X))
     with pytest.raises(ValueError, match="memory model"):
         fitted.predict_fits(X)
 

@@ -8,6 +8,7 @@ import pytest
 from sklearn.base import clone
 from sklearn.exceptions import NotFittedError
 
+from perf4sight.device.definitions import QUANTITIES
 from perf4sight.errors import ConfigError
 from perf4sight.features import FEATURE_SETS
 from perf4sight.fit import (
@@ -30,17 +31,17 @@ from perf4sight.features.network import PARAMETER_STREAM_FACTOR
 from perf4sight.fit.physical import PhysicalRegressor, ReplayRegressor
 
 NETS = ("resnet18", "googlenet", "squeezenet")
-TARGETS = {"mem_used": "memory", "latency": "latency"}
 
 
 @pytest.fixture(scope="module")
 def datasets(tx2_dir):
-    """Three levels of each TX2 network, with whole-network features, per target column."""
+    """Three levels of each TX2 network, with whole-network features, per target."""
     catalog = ArchitectureCatalog(tx2_dir / "models")
     out = {}
-    for column, kind in TARGETS.items():
-        logs = read_logs(NETS, (0, 50, 90), [tx2_dir / kind], [column])
-        out[column] = build_dataset(logs, target=column, feature_set="network", stage="training", catalog=catalog)
+    for quantity in QUANTITIES:
+        logs = read_logs(NETS, (0, 50, 90), [tx2_dir / quantity.kind], [quantity])
+        out[quantity.name] = build_dataset(logs, target=quantity.name, feature_set="network", stage="training",
+                                           catalog=catalog)
     return out
 
 
@@ -56,9 +57,9 @@ def test_registered_and_default():
 
 
 def test_estimator_contract(datasets):
-    data = datasets["latency"]
-    model = PhysicalRegressor(target="latency")
-    assert model.get_params() == {"target": "latency"}
+    data = datasets["latency_ms"]
+    model = PhysicalRegressor(target="latency_ms")
+    assert model.get_params() == {"target": "latency_ms"}
     assert clone(model).get_params() == model.get_params()
     with pytest.raises(NotFittedError):
         model.predict(data.features)
@@ -68,7 +69,7 @@ def test_estimator_contract(datasets):
     assert model.coef_.shape == (len(model.terms_),) and (model.coef_ >= 0).all()
 
 
-@pytest.mark.parametrize("column, bound_pct", [("mem_used", 12.0), ("latency", 12.0)])
+@pytest.mark.parametrize("column, bound_pct", [("mem_used_mib", 12.0), ("latency_ms", 12.0)])
 def test_interpolates_held_out_levels(datasets, column, bound_pct):
     data = datasets[column]
     held_out = _levels(data) == 50
@@ -80,7 +81,7 @@ def test_interpolates_held_out_levels(datasets, column, bound_pct):
 
 # About twice the errors measured on googlenet (2.50 % memory, 7.25 % latency), from the
 # stored TX2 measurements: a change to the model that costs accuracy fails here.
-@pytest.mark.parametrize("column, bound_pct", [("mem_used", 5.0), ("latency", 14.5)])
+@pytest.mark.parametrize("column, bound_pct", [("mem_used_mib", 5.0), ("latency_ms", 14.5)])
 def test_predicts_an_unseen_network(datasets, column, bound_pct):
     data = datasets[column]
     unseen = (data.rows["net"] == "googlenet").to_numpy()
@@ -90,8 +91,8 @@ def test_predicts_an_unseen_network(datasets, column, bound_pct):
 
 
 def test_memory_model_is_physical_and_monotone(datasets, tx2_dir):
-    data = datasets["mem_used"]
-    model = fit_method("physical", data, "mem_used")
+    data = datasets["mem_used_mib"]
+    model = fit_method("physical", data, "mem_used_mib")
     # a runtime footprint (CUDA context, libraries) of some hundreds of MiB, capacity under 8 GiB
     assert 300 < model.intercept_ < 3000
     assert model.floor_mib_ < model.capacity_mib_ < 8192
@@ -105,9 +106,9 @@ def test_memory_model_is_physical_and_monotone(datasets, tx2_dir):
 
 
 def test_capacity_only_when_the_data_reach_it(datasets, tx2_dir):
-    data = datasets["mem_used"]
+    data = datasets["mem_used_mib"]
     small = data.select(data.rows["batch_size"].to_numpy() <= 32)
-    model = fit_method("physical", small, "mem_used")
+    model = fit_method("physical", small, "mem_used_mib")
     assert model.capacity_mib_ == np.inf
     arch = ArchitectureCatalog(tx2_dir / "models").get("googlenet_0")
     features = FEATURE_SETS["network"](arch, [256], "training")[data.features.columns]
@@ -116,8 +117,8 @@ def test_capacity_only_when_the_data_reach_it(datasets, tx2_dir):
 
 
 def test_latency_rises_with_batch_size(datasets, tx2_dir):
-    data = datasets["latency"]
-    model = fit_method("physical", data, "latency")
+    data = datasets["latency_ms"]
+    model = fit_method("physical", data, "latency_ms")
     arch = ArchitectureCatalog(tx2_dir / "models").get("squeezenet_0")
     features = FEATURE_SETS["network"](arch, [1, 2, 4, 16, 64, 256], "training")[data.features.columns]
     assert (np.diff(model.predict(features)) > 0).all()
@@ -126,29 +127,29 @@ def test_latency_rises_with_batch_size(datasets, tx2_dir):
 
 
 def test_stored_with_skops_and_reloaded(datasets, tmp_path):
-    data = datasets["mem_used"]
-    model = CalibratedModel("physical", "mem_used").fit(data.features, data.target, data.rows)
-    save_model(model, storedir=tmp_path, stage="training", target="mem_used", dataset=data)
-    loaded = load_model(tmp_path, stage="training", target="mem_used")
-    assert loaded.estimator.regressor_.get_params() == {"target": "mem_used"}
+    data = datasets["mem_used_mib"]
+    model = CalibratedModel("physical", "mem_used_mib").fit(data.features, data.target, data.rows)
+    save_model(model, storedir=tmp_path, stage="training", target="mem_used_mib", dataset=data)
+    loaded = load_model(tmp_path, stage="training", target="mem_used_mib")
+    assert loaded.estimator.regressor_.get_params() == {"target": "mem_used_mib"}
     np.testing.assert_allclose(loaded.estimator.regressor_.predict(data.features), model.regressor_.predict(data.features))
 
 
 def test_bad_input(datasets):
-    data = datasets["latency"]
+    data = datasets["latency_ms"]
     with pytest.raises(ConfigError, match="unknown target 'power'"):
         PhysicalRegressor(target="power").fit(data.features, data.target)
     with pytest.raises(ValueError, match="missing: layers"):
-        PhysicalRegressor(target="latency").fit(data.features.drop(columns="layers"), data.target)
+        PhysicalRegressor(target="latency_ms").fit(data.features.drop(columns="layers"), data.target)
     with pytest.raises(ValueError, match="DataFrame"):
-        PhysicalRegressor(target="latency").fit(data.features.to_numpy(), data.target)
+        PhysicalRegressor(target="latency_ms").fit(data.features.to_numpy(), data.target)
 
 
 def test_cublas_footprint_only_where_the_data_tell_it_apart(datasets):
-    data = datasets["mem_used"]
+    data = datasets["mem_used_mib"]
     nets = data.rows["net"].to_numpy()
     # resnet18 has a Linear layer (cuBLAS loaded), squeezenet none: the footprint is identifiable
-    mixed = fit_method("physical", data.select(nets != "googlenet"), "mem_used")
+    mixed = fit_method("physical", data.select(nets != "googlenet"), "mem_used_mib")
     assert 100 < mixed.library_mib_ < 600
     features = data.features[nets == "googlenet"]
     without = features.assign(linear_count=0.0)
@@ -158,18 +159,18 @@ def test_cublas_footprint_only_where_the_data_tell_it_apart(datasets):
     assert (np.abs(added - mixed.library_mib_) <= 0.012 * demand).all()
     assert np.median(np.abs(added - mixed.library_mib_)) < 1e-6 * mixed.library_mib_
     # every training network has a Linear layer: the footprint is part of the runtime
-    same = fit_method("physical", data.select(nets != "squeezenet"), "mem_used")
+    same = fit_method("physical", data.select(nets != "squeezenet"), "mem_used_mib")
     assert same.library_mib_ == 0.0
 
 
 def test_memory_model_has_no_absolute_scale(datasets):
     """A device with 16x less of everything (a CPU next to the TX2's unified memory) is fitted
     as well: the corners at the floor and capacity are relative, not a fixed number of MiB."""
-    data = datasets["mem_used"]
-    model = fit_method("physical", data, "mem_used")
+    data = datasets["mem_used_mib"]
+    model = fit_method("physical", data, "mem_used_mib")
     byte_columns = [c for c in data.features.columns if c.endswith("_bytes")]
     small = data.features.assign(**{c: data.features[c] / 16 for c in byte_columns})
-    scaled = fit_method("physical", Dataset(small, data.target / 16, data.rows), "mem_used")
+    scaled = fit_method("physical", Dataset(small, data.target / 16, data.rows), "mem_used_mib")
     np.testing.assert_allclose(16 * scaled.predict(small), model.predict(data.features), rtol=1e-4)
     np.testing.assert_allclose(16 * scaled.floor_mib_, model.floor_mib_, rtol=1e-4)
 
@@ -178,8 +179,8 @@ def test_parameters_cost_memory_traffic(datasets):
     """Parameter traffic is charged at the rate fitted for the layers' memory traffic, so
     training networks with few parameters still price a network with many; it streams
     faster than activations, but a convolution's weight reorders do not."""
-    data = datasets["latency"]
-    model = fit_method("physical", data, "latency")
+    data = datasets["latency_ms"]
+    model = fit_method("physical", data, "latency_ms")
     rate = model.coef_[list(model.terms_).index("traffic")]
     assert rate > 0
     streamed = data.features.assign(param_traffic_bytes=data.features["param_traffic_bytes"] + 1e8)
@@ -189,7 +190,7 @@ def test_parameters_cost_memory_traffic(datasets):
     np.testing.assert_allclose(model.predict(reordered) - base, 1e8 * rate)
 
 
-@pytest.mark.parametrize("column", ["mem_used", "latency"])
+@pytest.mark.parametrize("column", ["mem_used_mib", "latency_ms"])
 def test_rows_weighted_zero_are_left_out_of_the_fit(datasets, column):
     data = datasets[column]
     kept = (data.rows["net"] != "squeezenet").to_numpy()
@@ -202,19 +203,19 @@ def test_rows_weighted_zero_are_left_out_of_the_fit(datasets, column):
 
 
 def test_fitting_weighs_each_network_equally(datasets):
-    data = datasets["latency"].select((datasets["latency"].rows["net"] != "googlenet").to_numpy())
+    data = datasets["latency_ms"].select((datasets["latency_ms"].rows["net"] != "googlenet").to_numpy())
     weights = network_weights(data.rows["net"])
     per_net = pd.Series(weights).groupby(data.rows["net"].to_numpy()).sum()
     assert np.allclose(per_net, per_net.iloc[0]) and weights.mean() == pytest.approx(1.0)
     assert data.rows["net"].value_counts().nunique() > 1  # the networks passed different numbers of runs
-    expected = PhysicalRegressor(target="latency").fit(data.features, data.target, sample_weight=weights)
-    np.testing.assert_allclose(fit_method("physical", data, "latency").coef_, expected.coef_)
-    assert fit_method("paper", data, "latency").predict(data.features).shape == (len(data.target),)
+    expected = PhysicalRegressor(target="latency_ms").fit(data.features, data.target, sample_weight=weights)
+    np.testing.assert_allclose(fit_method("physical", data, "latency_ms").coef_, expected.coef_)
+    assert fit_method("paper", data, "latency_ms").predict(data.features).shape == (len(data.target),)
 
 
 def test_memory_holds_the_larger_of_activations_and_the_optimizer_temporary(datasets):
-    data = datasets["mem_used"]
-    model = fit_method("physical", data, "mem_used")
+    data = datasets["mem_used_mib"]
+    model = fit_method("physical", data, "mem_used_mib")
     features = data.features.iloc[:5].copy()
     base = model.predict_demand(features)
     # the optimizer's temporary of these conv networks hides under their activations
@@ -233,14 +234,14 @@ def _left_out_ratios(data: Dataset, groups: pd.Series) -> np.ndarray:
     for group in groups.unique():
         out = (groups == group).to_numpy()
         held = data.select(out)
-        ratios.append(held.target / fit_method("physical", data.select(~out), "mem_used").predict(held.features))
+        ratios.append(held.target / fit_method("physical", data.select(~out), "mem_used_mib").predict(held.features))
     return np.concatenate(ratios)
 
 
 def test_held_out_ratio_leaves_out_networks_then_architectures(datasets):
-    data = datasets["mem_used"]
+    data = datasets["mem_used_mib"]
     nets = data.rows["net"]
-    across = held_out_ratio(CalibratedModel("physical", "mem_used"), data)
+    across = held_out_ratio(CalibratedModel("physical", "mem_used_mib"), data)
     assert across["left_out"] == "network" and across["quantile"] == BOUND_QUANTILE
     assert across["ratio"] == pytest.approx(np.quantile(_left_out_ratios(data, nets), BOUND_QUANTILE))
     assert across["ratio"] > 1  # an unseen network can measure above its prediction: the bound widens it
@@ -248,8 +249,8 @@ def test_held_out_ratio_leaves_out_networks_then_architectures(datasets):
     one_net = data.select((nets == "resnet18").to_numpy())
     by_architecture = _left_out_ratios(one_net, one_net.rows["model"])
     for quantile in (BOUND_QUANTILE, 0.5):
-        within = held_out_ratio(CalibratedModel("physical", "mem_used"), one_net, quantile=quantile)
+        within = held_out_ratio(CalibratedModel("physical", "mem_used_mib"), one_net, quantile=quantile)
         assert within["left_out"] == "architecture" and within["quantile"] == quantile
         assert within["ratio"] == pytest.approx(np.quantile(by_architecture, quantile))
     one_model = one_net.select((one_net.rows["model"] == "resnet18_50").to_numpy())
-    assert held_out_ratio(CalibratedModel("physical", "mem_used"), one_model) is None
+    assert held_out_ratio(CalibratedModel("physical", "mem_used_mib"), one_model) is None

@@ -14,6 +14,7 @@ import pytest
 import skops.io
 
 from perf4sight import console
+from perf4sight.device.definitions import LATENCY, MEMORY
 from perf4sight.errors import DataNotFoundError, FittedModelError
 from perf4sight.features import FEATURE_SETS
 from perf4sight.fit import (
@@ -36,40 +37,40 @@ H200 = Path(__file__).resolve().parents[2] / "benchmarks" / "data" / "h200"
 NETS = ["squeezenet", "resnet18", "googlenet"]
 
 
-def _dataset(kind: str, column: str):
-    logs = read_logs(NETS, [0, 30, 90], [H200 / kind], [column])
+def _dataset(quantity):
+    logs = read_logs(NETS, [0, 30, 90], [H200 / quantity.kind], [quantity])
     catalog = ArchitectureCatalog(H200 / "models")
-    return build_dataset(logs, target=column, feature_set="network", stage="training", catalog=catalog)
+    return build_dataset(logs, target=quantity.name, feature_set="network", stage="training", catalog=catalog)
 
 
 @pytest.fixture(scope="module")
 def dataset():
-    return _dataset("latency", "latency")
+    return _dataset(LATENCY)
 
 
 @pytest.fixture(scope="module")
 def fitted(dataset):
-    return CalibratedModel("physical", "latency").fit(dataset.features, dataset.target, dataset.rows)
+    return CalibratedModel("physical", "latency_ms").fit(dataset.features, dataset.target, dataset.rows)
 
 
 @pytest.fixture()
 def stored(dataset, fitted, tmp_path):
-    path = save_model(fitted, storedir=tmp_path, stage="training", target="latency", dataset=dataset)
+    path = save_model(fitted, storedir=tmp_path, stage="training", target="latency_ms", dataset=dataset)
     return fitted, path
 
 
 def test_round_trip_keeps_predictions_and_metadata(dataset, stored, tmp_path):
     fitted, path = stored
-    assert path == stored_model_path(tmp_path, "training", "latency") == tmp_path / "training_latency.skops"
+    assert path == stored_model_path(tmp_path, "training", "latency_ms") == tmp_path / "training_latency_ms.skops"
     assert zipfile.is_zipfile(path)  # skops' format, not a pickle
-    model = load_model(tmp_path, stage="training", target="latency")
+    model = load_model(tmp_path, stage="training", target="latency_ms")
     assert type(model.estimator) is CalibratedModel and model.estimator.get_params() == fitted.get_params()
     np.testing.assert_array_equal(model.estimator.predict(dataset.features, dataset.rows),
                                   fitted.predict(dataset.features, dataset.rows))
     assert model.estimator.calibration_.residuals == fitted.calibration_.residuals
     meta = model.metadata
     assert (meta["method"], meta["stage"], meta["target"], meta["feature_set"]) == (
-        "physical", "training", "latency", "network")
+        "physical", "training", "latency_ms", "network")
     assert meta["estimator"] == "perf4sight.fit.physical.PhysicalRegressor"
     assert "bound_ratio" not in meta and "family_residuals" not in meta  # model content: in the object
     assert meta["feature_names"] == list(dataset.features.columns)
@@ -89,17 +90,17 @@ def test_round_trip_keeps_predictions_and_metadata(dataset, stored, tmp_path):
 
 def test_a_memory_model_keeps_its_bound_and_its_predictions(tmp_path):
     console.set_quiet(True)
-    memory = _dataset("memory", "mem_used")
-    fitted = CalibratedModel("physical", "mem_used", bound_quantile=BOUND_QUANTILE).fit(
+    memory = _dataset(MEMORY)
+    fitted = CalibratedModel("physical", "mem_used_mib", bound_quantile=BOUND_QUANTILE).fit(
         memory.features, memory.target, memory.rows)
-    save_model(fitted, storedir=tmp_path, stage="training", target="mem_used", dataset=memory)
+    save_model(fitted, storedir=tmp_path, stage="training", target="mem_used_mib", dataset=memory)
     # one object: its regressor, its corrections and its bound, only types a method declares
-    untrusted = skops.io.get_untrusted_types(file=stored_model_path(tmp_path, "training", "mem_used"))
+    untrusted = skops.io.get_untrusted_types(file=stored_model_path(tmp_path, "training", "mem_used_mib"))
     assert set(untrusted) == {"perf4sight.fit.calibration.CalibratedModel",
                               "perf4sight.fit.calibration.FamilyCalibration",
                               "perf4sight.fit.physical.PhysicalRegressor",
                               "perf4sight.fit.physical.MemorySolver"}
-    loaded = load_model(tmp_path, stage="training", target="mem_used").estimator
+    loaded = load_model(tmp_path, stage="training", target="mem_used_mib").estimator
     assert loaded.bound_ == fitted.bound_ and fitted.bound_["calibrated_ratio"] is not None
     for rows in (memory.rows, memory.rows.assign(family="never profiled")):
         before = fitted.predict(memory.features, rows, return_bound=True)
@@ -111,30 +112,30 @@ def test_a_memory_model_keeps_its_bound_and_its_predictions(tmp_path):
 
 
 def test_another_stage_or_target_is_refused(stored, tmp_path):
-    with pytest.raises(DataNotFoundError, match="training_mem_used.skops"):
-        load_model(tmp_path, stage="training", target="mem_used")
-    path = stored_model_path(tmp_path, "training", "latency")
-    inference = stored_model_path(tmp_path, "inference", "latency")
+    with pytest.raises(DataNotFoundError, match="training_mem_used_mib.skops"):
+        load_model(tmp_path, stage="training", target="mem_used_mib")
+    path = stored_model_path(tmp_path, "training", "latency_ms")
+    inference = stored_model_path(tmp_path, "inference", "latency_ms")
     path.rename(inference)
     path.with_suffix(".json").rename(inference.with_suffix(".json"))
     with pytest.raises(FittedModelError, match="fitted for stage 'training', this run needs 'inference'"):
-        load_model(tmp_path, stage="inference", target="latency")
+        load_model(tmp_path, stage="inference", target="latency_ms")
 
 
 def test_another_library_version_is_refused(stored, tmp_path, edit_metadata):
     edit_metadata(stored[1], lambda meta: meta["versions"].update({"scikit-learn": "0.24.2"}))
     with pytest.raises(FittedModelError, match="stored by scikit-learn 0.24.2, this is scikit-learn"):
-        load_model(tmp_path, stage="training", target="latency")
+        load_model(tmp_path, stage="training", target="latency_ms")
 
 
 def test_an_older_storage_format_is_refused(stored, tmp_path, edit_metadata):
     edit_metadata(stored[1], lambda meta: meta.update(format=1))
-    with pytest.raises(FittedModelError, match="stored in format 1, this perf4sight reads format 7; fingerprint again"):
-        load_model(tmp_path, stage="training", target="latency")
+    with pytest.raises(FittedModelError, match="stored in format 1, this perf4sight reads format 8; fingerprint again"):
+        load_model(tmp_path, stage="training", target="latency_ms")
 
 
 def test_a_model_fitted_on_features_computed_otherwise_is_refused(stored, tmp_path, monkeypatch):
-    assert load_model(tmp_path, stage="training", target="latency").metadata["feature_probe"]
+    assert load_model(tmp_path, stage="training", target="latency_ms").metadata["feature_probe"]
     network = FEATURE_SETS["network"]
 
     def changed(arch, batch_sizes, stage):  # one column defined differently since the fit
@@ -144,24 +145,24 @@ def test_a_model_fitted_on_features_computed_otherwise_is_refused(stored, tmp_pa
     changed.needs = network.needs
     monkeypatch.setitem(FEATURE_SETS, "network", changed)
     with pytest.raises(FittedModelError, match="fitted on 'network' features as another version of the code computed"):
-        load_model(tmp_path, stage="training", target="latency")
+        load_model(tmp_path, stage="training", target="latency_ms")
 
 
 def test_a_replaced_model_file_is_refused(dataset, stored, tmp_path):
     _, path = stored
-    other = CalibratedModel("physical", "latency").fit(dataset.features, dataset.target * 2, dataset.rows)
+    other = CalibratedModel("physical", "latency_ms").fit(dataset.features, dataset.target * 2, dataset.rows)
     skops.io.dump(other, path)
     with pytest.raises(FittedModelError, match="does not match its metadata"):
-        load_model(tmp_path, stage="training", target="latency")
+        load_model(tmp_path, stage="training", target="latency_ms")
 
 
 def test_a_model_without_its_metadata_is_refused(stored, tmp_path):
     """A fit stopped between its two files leaves the model without metadata: unusable,
     so fingerprinting refits it (a missing model would send the user to fit it first)."""
-    path = stored_model_path(tmp_path, "training", "latency")
+    path = stored_model_path(tmp_path, "training", "latency_ms")
     path.with_suffix(".json").unlink()
-    with pytest.raises(FittedModelError, match="training_latency.json is missing; fingerprint again to refit"):
-        load_model(tmp_path, stage="training", target="latency")
+    with pytest.raises(FittedModelError, match="training_latency_ms.json is missing; fingerprint again to refit"):
+        load_model(tmp_path, stage="training", target="latency_ms")
     assert not list(tmp_path.glob(".*.tmp"))  # the writes left no temporary files behind
 
 
@@ -173,14 +174,14 @@ def _fix_hash(path):
 
 def test_a_model_copied_over_another_target_is_refused_by_its_own_identity(dataset, stored, tmp_path):
     fitted, latency = stored
-    memory = save_model(fitted, storedir=tmp_path, stage="training", target="mem_used", dataset=dataset)
-    assert load_model(tmp_path, stage="training", target="mem_used").metadata["target"] == "mem_used"
+    memory = save_model(fitted, storedir=tmp_path, stage="training", target="mem_used_mib", dataset=dataset)
+    assert load_model(tmp_path, stage="training", target="mem_used_mib").metadata["target"] == "mem_used_mib"
     assert not hasattr(fitted, "perf4sight_identity_")  # the caller's model is left as it was
     memory.write_bytes(latency.read_bytes())  # the latency model under the memory model's name
     _fix_hash(memory)
-    with pytest.raises(FittedModelError, match=r"training_mem_used\.skops: the model inside says it was fitted for "
-                                               r"stage training, target latency"):
-        load_model(tmp_path, stage="training", target="mem_used")
+    with pytest.raises(FittedModelError, match=r"training_mem_used_mib\.skops: the model inside says it was fitted for "
+                                               r"stage training, target latency_ms"):
+        load_model(tmp_path, stage="training", target="mem_used_mib")
 
 
 @pytest.mark.parametrize("content", [b"", b"\x80\x04K\x01.", b"PK\x05\x06" + bytes(18)])
@@ -188,8 +189,8 @@ def test_a_model_file_that_is_not_skops_is_one_error(stored, tmp_path, content):
     _, path = stored
     path.write_bytes(content)
     _fix_hash(path)
-    with pytest.raises(FittedModelError, match=r"training_latency\.skops: not a (readable )?skops file"):
-        load_model(tmp_path, stage="training", target="latency")
+    with pytest.raises(FittedModelError, match=r"training_latency_ms\.skops: not a (readable )?skops file"):
+        load_model(tmp_path, stage="training", target="latency_ms")
 
 
 @pytest.mark.parametrize(("change", "message"), [
@@ -202,7 +203,7 @@ def test_a_model_file_that_is_not_skops_is_one_error(stored, tmp_path, content):
                                      "calibrated_ratio": None}), "bound_ratio: Extra inputs are not permitted"),
     (lambda m: m.update(family_residuals="abc"), "family_residuals: Extra inputs are not permitted"),
     (lambda m: m.update(training_ranges="zzz"), "training_ranges: Input should be a valid dictionary"),
-    (lambda m: m.update(format="7"), "stored in format '7', this perf4sight reads format 7"),
+    (lambda m: m.update(format="8"), "stored in format '8', this perf4sight reads format 8"),
     (lambda m: m.update(layer_groups="abc"), "layer_groups: Input should be a valid dictionary"),
     (lambda m: m.update(method_choice={"chosen": "replay", "errors": "x", "left_out": "network", "reason": ""}),
      "method_choice.errors: Input should be a valid dictionary"),
@@ -210,7 +211,7 @@ def test_a_model_file_that_is_not_skops_is_one_error(stored, tmp_path, content):
 def test_tampered_metadata_is_one_error_naming_the_field(stored, tmp_path, edit_metadata, change, message):
     edit_metadata(stored[1], change)
     with pytest.raises(FittedModelError, match=re.escape(message)):
-        load_model(tmp_path, stage="training", target="latency")
+        load_model(tmp_path, stage="training", target="latency_ms")
 
 
 def test_half_a_pair_is_an_error_and_no_pair_is_no_model(stored, tmp_path):
@@ -220,10 +221,10 @@ def test_half_a_pair_is_an_error_and_no_pair_is_no_model(stored, tmp_path):
     assert Predictor.load(tmp_path).models.keys() == {"latency_ms"}  # no memory model: none stored, no error
     path.unlink()
     path.mkdir()  # a folder where the model was
-    with pytest.raises(FittedModelError, match=r"training_latency\.skops: not a file"):
+    with pytest.raises(FittedModelError, match=r"training_latency_ms\.skops: not a file"):
         Predictor.load(tmp_path)
     path.rmdir()
-    with pytest.raises(FittedModelError, match=r"training_latency\.json: its model training_latency\.skops is missing"):
+    with pytest.raises(FittedModelError, match=r"training_latency_ms\.json: its model training_latency_ms\.skops is missing"):
         Predictor.load(tmp_path)
 
 
@@ -275,7 +276,7 @@ def test_a_tampered_model_object_is_one_error_naming_what_is_wrong(dataset, stor
     _, path = stored
     _rewrite_model(path, _regressor(dataset) if change == "regressor" else change)
     with pytest.raises(FittedModelError, match=re.escape(message)):
-        load_model(tmp_path, stage="training", target="latency")
+        load_model(tmp_path, stage="training", target="latency_ms")
 
 
 def test_skops_trusts_the_model_types_and_the_methods_only():

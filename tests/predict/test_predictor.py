@@ -13,9 +13,10 @@ import pytest
 
 from perf4sight.cli import main
 from perf4sight.config import FingerprintSettings
+from perf4sight.device.definitions import LATENCY, MEMORY
 from perf4sight.errors import DataNotFoundError, UsageError
 from perf4sight.fit import ArchitectureCatalog, build_dataset, fingerprint_device, read_logs
-from perf4sight.predict import LATENCY, MEMORY, MEMORY_BOUND, BudgetError, Predictor, plan_variants
+from perf4sight.predict import MEMORY_BOUND, BudgetError, Predictor, plan_variants
 
 LEVELS = [0, 10, 20, 25, 30, 35, 45, 50, 65, 70, 75, 85, 90]
 
@@ -45,11 +46,11 @@ def test_predictions_per_batch_size(predictor: Predictor, tx2_dir: Path) -> None
     sizes = [2, 8, 32, 128]
     table = predictor.predict(tx2_dir / "models" / "googlenet_50.json", sizes, dataset_size=1000)
     assert list(table["batch_size"]) == sizes
-    assert table[MEMORY].is_monotonic_increasing and table[LATENCY].is_monotonic_increasing
-    assert (table[MEMORY] > 0).all()
-    expected_epoch = [math.ceil(1000 / b) * lat / 1e3 for b, lat in zip(sizes, table[LATENCY])]
+    assert table[MEMORY.name].is_monotonic_increasing and table[LATENCY.name].is_monotonic_increasing
+    assert (table[MEMORY.name] > 0).all()
+    expected_epoch = [math.ceil(1000 / b) * lat / 1e3 for b, lat in zip(sizes, table[LATENCY.name])]
     assert table["epoch_s"].tolist() == pytest.approx(expected_epoch)
-    assert table["images_per_s"].tolist() == pytest.approx([b / lat * 1e3 for b, lat in zip(sizes, table[LATENCY])])
+    assert table["images_per_s"].tolist() == pytest.approx([b / lat * 1e3 for b, lat in zip(sizes, table[LATENCY.name])])
     # googlenet has more layers than either network the models were fitted on, and
     # BatchNorm and Linear layers, which only resnet18 of the two has
     assert table["extrapolated"].all() and set(table["extrapolated_layers"]) == {"linear, norm"}
@@ -59,8 +60,8 @@ def test_predictions_per_batch_size(predictor: Predictor, tx2_dir: Path) -> None
 def test_every_description_of_one_network_predicts_the_same(predictor: Predictor, tx2_dir: Path) -> None:
     from_spec = predictor.predict(tx2_dir / "models" / "resnet18_0.json", [4, 16])
     from_name = predictor.predict("resnet18", [4, 16])
-    assert from_spec[MEMORY].tolist() == pytest.approx(from_name[MEMORY].tolist())
-    assert from_spec[LATENCY].tolist() == pytest.approx(from_name[LATENCY].tolist())
+    assert from_spec[MEMORY.name].tolist() == pytest.approx(from_name[MEMORY.name].tolist())
+    assert from_spec[LATENCY.name].tolist() == pytest.approx(from_name[LATENCY.name].tolist())
 
 
 def test_beyond_the_fitted_range_is_flagged(predictor: Predictor) -> None:
@@ -71,16 +72,16 @@ def test_beyond_the_fitted_range_is_flagged(predictor: Predictor) -> None:
 
 def test_largest_batch_size_within_a_budget(predictor: Predictor) -> None:
     table = predictor.predict("resnet18", [32, 33])
-    budget = float(table[MEMORY].iloc[0]) + 0.5 * float(table[MEMORY].iloc[1] - table[MEMORY].iloc[0])
+    budget = float(table[MEMORY.name].iloc[0]) + 0.5 * float(table[MEMORY.name].iloc[1] - table[MEMORY.name].iloc[0])
     best = predictor.max_batch_size("resnet18", budget)
-    assert best["batch_size"] == 32 and best[MEMORY] <= budget
+    assert best["batch_size"] == 32 and best[MEMORY.name] <= budget
     with pytest.raises(BudgetError, match="no batch size fits"):
         predictor.max_batch_size("resnet18", 1.0)
 
 
 def test_a_latency_limit_lowers_the_batch_size(predictor: Predictor) -> None:
     free = predictor.max_batch_size("resnet18", 1e9, batch_sizes=[2, 4, 8, 16, 32, 64])
-    limit = float(predictor.predict("resnet18", [8])[LATENCY].iloc[0]) * (1 + 1e-9)
+    limit = float(predictor.predict("resnet18", [8])[LATENCY.name].iloc[0]) * (1 + 1e-9)
     limited = predictor.max_batch_size("resnet18", 1e9, max_latency_ms=limit, batch_sizes=[2, 4, 8, 16, 32, 64])
     assert free["batch_size"] == 64 and limited["batch_size"] == 8
 
@@ -100,11 +101,11 @@ def test_missing_models(tmp_path: Path) -> None:
 
 def test_plan_ranks_feasible_variants(predictor: Predictor) -> None:
     # halfway between the unpruned network's predictions at 16 and 17: clear of rounding
-    budget = float(predictor.predict("resnet18", [16, 17])[MEMORY].mean())
+    budget = float(predictor.predict("resnet18", [16, 17])[MEMORY.name].mean())
     table = plan_variants(predictor=predictor, network="resnet18", levels=[0, 50, 90], budget_mib=budget)
     assert set(table["level"]) == {0, 50, 90}
     assert table["images_per_s"].is_monotonic_decreasing
-    assert (table[MEMORY] <= budget).all()
+    assert (table[MEMORY.name] <= budget).all()
     by_level = table.set_index("level")
     assert by_level.loc[0, "batch_size"] == 16  # the unpruned network just fits at 16
     assert by_level.loc[90, "batch_size"] > by_level.loc[0, "batch_size"]
@@ -126,7 +127,7 @@ def test_cli_predict_json_and_errors(models_dir: Path, capsys: pytest.CaptureFix
     assert main(["predict", "--models", str(models_dir), "--net", "resnet18", "--max-batch-size",
                  "--budget", "2GiB", "--json"]) == 0
     (best,) = json.loads(capsys.readouterr().out)
-    assert best[MEMORY] <= 2048
+    assert best[MEMORY.name] <= 2048
     for argv, message in [
         (["--net", "resnet18", "--bs", "0"], "--bs: expected positive integers, got 0"),
         (["--net", "resnet18", "--max-batch-size"], "--max-batch-size needs --budget"),
@@ -159,7 +160,7 @@ def test_cli_says_when_the_search_ended_at_its_largest_batch_size(
     captured = capsys.readouterr()
     assert json.loads(captured.out)[0]["batch_size"] == 8
     assert "every batch size up to 8, the largest searched" in captured.err
-    at_4 = Predictor.load(models_dir).predict("squeezenet", [4])[MEMORY].iloc[0]
+    at_4 = Predictor.load(models_dir).predict("squeezenet", [4])[MEMORY.name].iloc[0]
     assert main([*argv, f"{at_4:.1f}MiB", "--json"]) == 0  # a budget that ends the search earlier
     captured = capsys.readouterr()
     assert json.loads(captured.out)[0]["batch_size"] < 8 and "largest searched" not in captured.err
@@ -195,16 +196,16 @@ def test_the_devices_out_of_memory_boundary(predictor: Predictor, tx2_dir: Path)
 def test_the_memory_bound_covers_a_network_left_out(predictor: Predictor, models_dir: Path, tx2_dir: Path) -> None:
     """Fingerprinting stores how far above its prediction a left-out network measured; the
     bound it gives holds googlenet, a network the models never saw, on nearly every run."""
-    stored = predictor.models[MEMORY].estimator.bound_
+    stored = predictor.models[MEMORY.name].estimator.bound_
     assert stored["quantile"] == 0.95 and stored["left_out"] == "network" and stored["ratio"] > 1
     catalog = ArchitectureCatalog(tx2_dir / "models")
-    logs = read_logs(["googlenet"], LEVELS, [tx2_dir / "memory"], ["mem_used"])
-    feature_set = predictor.models[MEMORY].metadata["feature_set"]
-    unseen = build_dataset(logs, target="mem_used", feature_set=feature_set, stage="training", catalog=catalog)
-    predicted = predictor.models[MEMORY].estimator.regressor_.predict(unseen.features)
+    logs = read_logs(["googlenet"], LEVELS, [tx2_dir / "memory"], [MEMORY])
+    feature_set = predictor.models[MEMORY.name].metadata["feature_set"]
+    unseen = build_dataset(logs, target="mem_used_mib", feature_set=feature_set, stage="training", catalog=catalog)
+    predicted = predictor.models[MEMORY.name].estimator.regressor_.predict(unseen.features)
     assert (unseen.target > predicted).mean() > 0.2  # the prediction is often below what was measured
     table = predictor.predict(tx2_dir / "models" / "googlenet_50.json", [8, 32])
-    assert table[MEMORY_BOUND].tolist() == pytest.approx((table[MEMORY] * stored["ratio"]).tolist())
+    assert table[MEMORY_BOUND].tolist() == pytest.approx((table[MEMORY.name] * stored["ratio"]).tolist())
     assert (unseen.target > predicted * stored["ratio"]).mean() < 0.05
 
 
@@ -222,10 +223,10 @@ def test_the_largest_batch_size_within_the_bound(predictor: Predictor, models_di
 
 
 def test_without_a_stored_bound_there_is_none_to_plan_with(predictor: Predictor) -> None:
-    memory = predictor.models[MEMORY]
+    memory = predictor.models[MEMORY.name]
     unbounded = copy.copy(memory.estimator)
     unbounded.bound_ = None  # as a model fitted on a single architecture stores it
-    predictor = Predictor(models={MEMORY: replace(memory, estimator=unbounded)})
+    predictor = Predictor(models={MEMORY.name: replace(memory, estimator=unbounded)})
     assert MEMORY_BOUND not in predictor.predict("resnet18", [8])
     with pytest.raises(DataNotFoundError, match="stores no bound"):
         predictor.max_batch_size("resnet18", 3000.0, bound=True)
@@ -243,7 +244,7 @@ def test_a_profiled_family_is_calibrated(predictor: Predictor, tx2_dir: Path, ca
 
 def test_plan_with_the_bound_picks_smaller_batch_sizes(predictor: Predictor, models_dir: Path,
                                                        capsys: pytest.CaptureFixture[str]) -> None:
-    budget = float(predictor.predict("resnet18", [32])[MEMORY].iloc[0])
+    budget = float(predictor.predict("resnet18", [32])[MEMORY.name].iloc[0])
     plain = plan_variants(predictor=predictor, network="resnet18", levels=[0, 50], budget_mib=budget)
     safe = plan_variants(predictor=predictor, network="resnet18", levels=[0, 50], budget_mib=budget, bound=True)
     plain, safe = plain.set_index("level"), safe.set_index("level")

@@ -12,8 +12,9 @@ import pytest
 
 from perf4sight import console
 from perf4sight.config import FingerprintSettings
+from perf4sight.device.definitions import LATENCY, MEMORY
 from perf4sight.fit import fingerprint_device, query_rows
-from perf4sight.predict import LATENCY, MEMORY, MEMORY_BOUND, Predictor
+from perf4sight.predict import MEMORY_BOUND, Predictor
 
 H200 = Path(__file__).resolve().parents[2] / "benchmarks" / "data" / "h200"
 TRAIN = ["resnet18", "googlenet", "squeezenet"]
@@ -44,37 +45,37 @@ def predictor(fingerprinted: tuple[Path, Path]) -> Predictor:
 def test_the_predictor_predicts_what_the_evaluation_reported(predictor: Predictor, fingerprinted, net: str) -> None:
     report = pd.read_csv(fingerprinted[1].with_name("report_predictions.csv"))
     table = predictor.predict(H200 / "models" / f"{net}_60.json", SIZES)
-    for kind, column in (("memory", MEMORY), ("latency", LATENCY)):
-        rows = report[(report["model_kind"] == kind) & (report["model"] == f"{net}_60")].sort_values("batch_size")
+    for column in (MEMORY.name, LATENCY.name):
+        rows = report[(report["target"] == column) & (report["model"] == f"{net}_60")].sort_values("batch_size")
         assert rows["batch_size"].tolist() == SIZES
         np.testing.assert_allclose(table[column], rows["predicted"], rtol=1e-12)
 
 
 def test_a_profiled_family_is_calibrated_and_another_is_not(predictor: Predictor) -> None:
-    memory = predictor.models[MEMORY]
+    memory = predictor.models[MEMORY.name]
     for net, profiled in (("resnet18", True), ("vgg11", False)):
         arch = predictor.describe(H200 / "models" / f"{net}_60.json")
         table = predictor.predict(arch, SIZES)
         assert table["calibrated"].tolist() == [profiled] * len(SIZES)
         features = memory.select(memory.features(arch, SIZES))
         raw = memory.estimator.predict(features, query_rows(arch, SIZES), calibrate=False)
-        assert np.allclose(table[MEMORY], raw) is not profiled
-        np.testing.assert_array_equal(table[MEMORY], memory.estimator.predict(features, query_rows(arch, SIZES)))
+        assert np.allclose(table[MEMORY.name], raw) is not profiled
+        np.testing.assert_array_equal(table[MEMORY.name], memory.estimator.predict(features, query_rows(arch, SIZES)))
 
 
 def test_the_bound_lies_above_the_prediction_by_the_stored_ratio(predictor: Predictor) -> None:
-    bound = predictor.models[MEMORY].estimator.bound_
+    bound = predictor.models[MEMORY.name].estimator.bound_
     assert bound["left_out"] == "network" and 1 < bound["calibrated_ratio"] < bound["ratio"]
     for net, ratio in (("resnet18", bound["calibrated_ratio"]), ("vgg11", bound["ratio"])):
         table = predictor.predict(H200 / "models" / f"{net}_60.json", SIZES)
-        assert (table[MEMORY_BOUND] >= table[MEMORY]).all()
-        np.testing.assert_allclose(table[MEMORY_BOUND], table[MEMORY] * ratio)
-    assert predictor.models[LATENCY].estimator.bound_ is None  # latency has no bound
+        assert (table[MEMORY_BOUND] >= table[MEMORY.name]).all()
+        np.testing.assert_allclose(table[MEMORY_BOUND], table[MEMORY.name] * ratio)
+    assert predictor.models[LATENCY.name].estimator.bound_ is None  # latency has no bound
 
 
 def test_the_evaluation_bounds_the_runs_as_the_predictor_does(fingerprinted) -> None:
     import json
 
     report = json.loads(fingerprinted[1].read_text())
-    assert "bound_under_pct" in report["memory"] and "bound_under_pct" not in report["latency"]
-    assert report["memory"]["bound_under_pct"] <= report["memory"]["under_pct"]
+    assert "bound_under_pct" in report["mem_used_mib"] and "bound_under_pct" not in report["latency_ms"]
+    assert report["mem_used_mib"]["bound_under_pct"] <= report["mem_used_mib"]["under_pct"]

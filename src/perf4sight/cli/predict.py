@@ -35,14 +35,15 @@ def _input_size(text: str | None) -> tuple[int, ...] | None:
 
 
 def _show(table: pd.DataFrame, *, title: str, as_json: bool) -> None:
-    from perf4sight.predict import LATENCY, MEMORY, MEMORY_BOUND
+    from perf4sight.device.definitions import LATENCY, MEMORY
+    from perf4sight.predict import MEMORY_BOUND
 
     if as_json:
         console.out.print_json(json.dumps(table.to_dict(orient="records")))
         return
-    names = {MEMORY: "memory (MiB)", MEMORY_BOUND: "memory bound (MiB)", LATENCY: "latency (ms)", "epoch_s": "epoch (s)",
-             "images_per_s": "images/s", "batch_size": "batch size", "level_reached": "level reached",
-             "fits_device": "fits device"}
+    names = {MEMORY.name: "memory (MiB)", MEMORY_BOUND: "memory bound (MiB)", LATENCY.name: "latency (ms)",
+             "epoch_s": "epoch (s)", "images_per_s": "images/s", "batch_size": "batch size",
+             "level_reached": "level reached", "fits_device": "fits device"}
     notes = [c for c in ("calibrated", "extrapolated") if c in table.columns]
     columns = [c for c in table.columns if c not in (*notes, "extrapolated_layers")]
 

@@ -1,6 +1,7 @@
-"""The workload, named once: the stages a network runs in, what is measured (the targets
-with their units), the datasets a test can run at, and the checks of the values that
-describe a test (batch sizes, input sizes, class counts).
+"""The workload, named once: the stages a network runs in, what is measured (the
+quantities, each with its kind, log column and name with unit), the datasets a test can
+run at, and the checks of the values that describe a test (batch sizes, input sizes,
+class counts).
 
 The bottom of the project: the device's test config reader and logs, the host's config
 reader, features, fit and prediction all import these names from here, and this module
@@ -10,14 +11,16 @@ read the value from a config adds the file and section (`errors.in_settings`).
 """
 
 import numbers
-from typing import Any, Dict, Iterable, List, Optional, Sequence, Tuple, Type
+from typing import Any, Dict, Iterable, List, NamedTuple, Optional, Sequence, Tuple, Type
 
 from .errors import ArgumentError, clip
 
 __all__ = [
     "STAGES",
-    "TARGET_COLUMNS",
-    "TARGET_UNITS",
+    "Quantity",
+    "MEMORY",
+    "LATENCY",
+    "QUANTITIES",
     "TEST_VARIABLES",
     "DATASETS",
     "MAX_BATCH_SIZE",
@@ -34,11 +37,22 @@ __all__ = [
 
 # The stages a network is profiled and modelled in.
 STAGES = ("training", "inference")
-# What is profiled (a test config's `test_var`, a log folder) and the log column its model predicts.
-TARGET_COLUMNS = {"memory": "mem_used", "latency": "latency"}
-# The unit of each target column: MiB of device memory used, milliseconds per iteration.
-TARGET_UNITS = {"mem_used": "MiB", "latency": "ms"}
-TEST_VARIABLES = tuple(TARGET_COLUMNS)
+
+
+class Quantity(NamedTuple):
+    """A measured and predicted quantity, under the three names it goes by."""
+
+    kind: str  # a test config's `test_var`, a log folder, a config's prefix (`memory_model`)
+    column: str  # its column in a `-gt.csv` log (the original tool's name, written and read as is)
+    name: str  # its name with unit, on the host from the moment a log is read to the report
+    unit: str  # the unit `name` ends with
+
+
+# MiB of device memory used by an iteration, milliseconds an iteration takes.
+MEMORY = Quantity(kind="memory", column="mem_used", name="mem_used_mib", unit="MiB")
+LATENCY = Quantity(kind="latency", column="latency", name="latency_ms", unit="ms")
+QUANTITIES = (MEMORY, LATENCY)
+TEST_VARIABLES = tuple(quantity.kind for quantity in QUANTITIES)
 # dataset name -> (input size C,H,W, classes); 'spec' takes both from the model itself.
 DATASETS: Dict[str, Optional[Tuple[Tuple[int, int, int], int]]] = {
     "spec": None,

@@ -4,7 +4,7 @@ from perf4sight.fit.bound import BOUND_QUANTILE, held_out_ratio
 from perf4sight.fit.calibration import CalibratedModel, FamilyCalibration, query_rows
 from perf4sight.fit.choice import MethodChoice, choose_method
 from perf4sight.fit.dataset import ArchitectureCatalog, Dataset, architecture_name, build_dataset
-from perf4sight.fit.fingerprint import TARGETS, Target, fingerprint_device
+from perf4sight.fit.fingerprint import fingerprint_device
 from perf4sight.fit.logs import find_logs, read_gt_log, read_logs
 from perf4sight.fit.methods import (
     CANDIDATE_METHODS,
@@ -35,8 +35,6 @@ __all__ = [
     "PhysicalRegressor",
     "ReplayRegressor",
     "StreamRegressor",
-    "TARGETS",
-    "Target",
     "BOUND_QUANTILE",
     "architecture_name",
     "build_dataset",

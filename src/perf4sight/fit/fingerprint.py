@@ -16,7 +16,6 @@ candidate's error and the reason are stored in the model's metadata and reported
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -24,7 +23,7 @@ import pandas as pd
 
 from perf4sight import console
 from perf4sight.config import FingerprintSettings
-from perf4sight.device.definitions import TARGET_COLUMNS, check_stage
+from perf4sight.device.definitions import MEMORY, QUANTITIES, Quantity, check_stage
 from perf4sight.errors import ArgumentError, FittedModelError, LogFormatError
 from perf4sight.fit.bound import BOUND_QUANTILE
 from perf4sight.fit.calibration import CalibratedModel
@@ -35,18 +34,7 @@ from perf4sight.fit.methods import DEFAULT_METHOD, METHODS, candidate_methods, r
 from perf4sight.fit.report import print_report, summarise, write_report
 from perf4sight.fit.store import FittedModel, load_model, save_model, stored_model_path
 
-__all__ = ["TARGETS", "Target", "check_settings", "fingerprint_device"]
-
-
-@dataclass(frozen=True)
-class Target:
-    """A modelled quantity: how configs, logs folders and reports name it, and its log column."""
-
-    kind: str  # the report's key and the config's prefix: memory, latency
-    column: str  # the log column predicted
-
-
-TARGETS = tuple(Target(kind, column) for kind, column in TARGET_COLUMNS.items())
+__all__ = ["check_settings", "fingerprint_device"]
 
 
 def _log_dirs(settings: FingerprintSettings, kind: str, *, evaluation: bool) -> list[Path]:
@@ -58,58 +46,58 @@ def _log_dirs(settings: FingerprintSettings, kind: str, *, evaluation: bool) -> 
     return dirs
 
 
-def _dataset(settings: FingerprintSettings, target: Target, feature_set: str, catalog: ArchitectureCatalog,
+def _dataset(settings: FingerprintSettings, target: Quantity, feature_set: str, catalog: ArchitectureCatalog,
              nets: Sequence[str], levels: Sequence[int], *, evaluation: bool) -> Dataset:
-    logs = read_logs(nets, levels, _log_dirs(settings, target.kind, evaluation=evaluation), [target.column])
-    return build_dataset(logs, target=target.column, feature_set=feature_set, stage=settings.stage,
+    logs = read_logs(nets, levels, _log_dirs(settings, target.kind, evaluation=evaluation), [target])
+    return build_dataset(logs, target=target.name, feature_set=feature_set, stage=settings.stage,
                          catalog=catalog)
 
 
-def _train(settings: FingerprintSettings, target: Target, method: str, catalog: ArchitectureCatalog) -> None:
-    path = stored_model_path(settings.model_storedir, settings.stage, target.column)
+def _train(settings: FingerprintSettings, target: Quantity, method: str, catalog: ArchitectureCatalog) -> None:
+    path = stored_model_path(settings.model_storedir, settings.stage, target.name)
     if path.is_file() and not settings.overwrite:
         try:
-            load_model(settings.model_storedir, stage=settings.stage, target=target.column)
+            load_model(settings.model_storedir, stage=settings.stage, target=target.name)
         except FittedModelError as exc:  # stored by another version: of no use to keep
             console.info(f"the stored {target.kind} model cannot be used ({exc}); refitting it")
         else:
             console.info(f"{target.kind} model already stored at {path}; kept (overwrite = False)")
             return
-    candidates = candidate_methods(target.kind) if method == DEFAULT_METHOD else (method,)
+    candidates = candidate_methods(target.name) if method == DEFAULT_METHOD else (method,)
     datasets = {}
     for candidate in candidates:
         datasets[candidate] = _dataset(settings, target, METHODS[candidate].feature_set, catalog,
                                        settings.train_nets, settings.train_logs, evaluation=False)
         _check_positive(datasets[candidate], target)
-    choice = choose_method(datasets, target.column) if method == DEFAULT_METHOD else None
+    choice = choose_method(datasets, target.name) if method == DEFAULT_METHOD else None
     if choice is not None:
         method = choice.chosen
     dataset = datasets[method]
     console.info(f"fitting the {target.kind} model ({method}) on {len(dataset)} rows")
-    model = CalibratedModel(method, target.column, bound_quantile=BOUND_QUANTILE if target.kind == "memory" else None)
+    model = CalibratedModel(method, target.name, bound_quantile=BOUND_QUANTILE if target == MEMORY else None)
     bound = model.fit(dataset.features, dataset.target, dataset.rows).bound_
     if bound is not None:
         in_family = bound["calibrated_ratio"]
         console.info(f"{bound['quantile']:.0%} of runs measured at most {bound['ratio']:.3f}x their prediction "
                      f"with their {bound['left_out']} left out of the fit: the memory bound"
                      + (f" ({in_family:.3f}x for another level of a profiled network)" if in_family else ""))
-    save_model(model, storedir=settings.model_storedir, stage=settings.stage, target=target.column,
+    save_model(model, storedir=settings.model_storedir, stage=settings.stage, target=target.name,
                dataset=dataset, method_choice=choice.as_dict() if choice is not None else None)
     console.info(f"stored the {target.kind} model at {path}")
 
 
-def _check_positive(dataset: Dataset, target: Target) -> None:
+def _check_positive(dataset: Dataset, target: Quantity) -> None:
     bad = dataset.rows[dataset.target <= 0]
     if len(bad):
         first = bad.iloc[0]
         raise LogFormatError(
-            f"{target.kind}_logs: {len(bad)} passed runs measured {target.column} <= 0 (first: "
+            f"{target.kind}_logs: {len(bad)} passed runs measured {target.name} <= 0 (first: "
             f"{first['model']} at batch size {first['batch_size']}: {first['measured']:g}); the models need "
             "positive measurements: profile those runs again"
         )
 
 
-def _evaluate(settings: FingerprintSettings, target: Target, model: FittedModel,
+def _evaluate(settings: FingerprintSettings, target: Quantity, model: FittedModel,
               catalog: ArchitectureCatalog) -> pd.DataFrame:
     dataset = _dataset(settings, target, model.metadata["feature_set"], catalog,
                        settings.eval_nets or settings.train_nets, settings.eval_logs, evaluation=True)
@@ -123,7 +111,7 @@ def check_settings(settings: FingerprintSettings) -> str:
     returns the method's key."""
     method = resolve_method(settings.method)
     check_stage(settings.stage, "stage")
-    enabled = [t.kind for t in TARGETS if getattr(settings, f"{t.kind}_model")]
+    enabled = [t.kind for t in QUANTITIES if getattr(settings, f"{t.kind}_model")]
     if not enabled:
         raise ArgumentError("memory_model and latency_model are both False: nothing to fit or evaluate")
     if not settings.evaluate:
@@ -145,19 +133,19 @@ def check_settings(settings: FingerprintSettings) -> str:
 def fingerprint_device(settings: FingerprintSettings) -> dict[str, Any]:
     """Fit (or reuse) and evaluate this device's models; returns the evaluation report.
 
-    The report maps each evaluated model (memory, latency) to its target, MAPE in percent,
-    row count and the same per network; it is printed as a table and, when `report` is
-    set, written there as JSON with the per-row predictions (CSV) and a plot (PNG) beside it.
+    The report maps each evaluated target, by its name with unit (`mem_used_mib`,
+    `latency_ms`), to its MAPE in percent, row count and the same per network, and its
+    method; it is printed as a table and, when `report` is set, written there as JSON with the per-row predictions (CSV) and a plot (PNG) beside it.
     """
     method = check_settings(settings)
     catalog = ArchitectureCatalog(settings.pruned_models_storedir)
-    enabled = [t for t in TARGETS if getattr(settings, f"{t.kind}_model")]
+    enabled = [t for t in QUANTITIES if getattr(settings, f"{t.kind}_model")]
     if not settings.pruned_models_storedir.is_dir():  # made by a config's pruning: checked now, not before
         raise ArgumentError(f"pruned_models_storedir: folder not found: {settings.pruned_models_storedir}")
     for target in enabled if settings.eval_logs else ():  # a misspelt eval_nets is refused before any fit
         find_logs(settings.eval_nets or settings.train_nets, settings.eval_logs,
                   _log_dirs(settings, target.kind, evaluation=True))
-    for target in TARGETS:
+    for target in QUANTITIES:
         if target not in enabled:
             console.info(f"not creating the {target.kind} model ({target.kind}_model = False)")
         elif not settings.evaluate:
@@ -168,14 +156,14 @@ def fingerprint_device(settings: FingerprintSettings) -> dict[str, Any]:
     report: dict[str, Any] = {}
     predictions: dict[str, pd.DataFrame] = {}
     for target in enabled:
-        model = load_model(settings.model_storedir, stage=settings.stage, target=target.column)
+        model = load_model(settings.model_storedir, stage=settings.stage, target=target.name)
         choice = model.metadata.get("method_choice")
         stored = DEFAULT_METHOD if choice else model.metadata["method"]
         if stored != method:
             console.warn(f"the stored {target.kind} model is method '{stored}', the config asks "
                          f"for '{method}'; set overwrite = True to refit")
-        predictions[target.kind] = _evaluate(settings, target, model, catalog)
-        report[target.kind] = {**summarise(target.column, predictions[target.kind]),
+        predictions[target.name] = _evaluate(settings, target, model, catalog)
+        report[target.name] = {**summarise(predictions[target.name]),
                                "method": model.metadata["method"], "method_choice": choice}
     if report:
         print_report(report, predictions)

@@ -5,6 +5,8 @@ Each row is checked as it is read, so that a broken file is reported by name and
 rather than surfacing later as a NaN in a fitted model. Nothing is dropped without a
 word: a log with no rows is named in a warning, a test recorded twice (two campaigns on
 one folder) is counted once with a warning, and a folder where a log should be is an error.
+The table read names each quantity by its name with unit (`mem_used_mib`, `latency_ms`),
+not by its log column, and so does everything downstream of it.
 """
 
 from __future__ import annotations
@@ -16,6 +18,7 @@ from pathlib import Path
 import pandas as pd
 
 from perf4sight import console
+from perf4sight.device.definitions import Quantity
 from perf4sight.device.logs import GT_SUFFIX, REQUIRED_COLUMNS, read_gt
 from perf4sight.errors import DataNotFoundError, LogFormatError
 
@@ -64,15 +67,17 @@ def find_logs(nets: Sequence[str], levels: Sequence[int], log_dirs: Sequence[str
     return found
 
 
-def read_gt_log(path: str | Path, targets: Sequence[str]) -> pd.DataFrame:
-    """One log as a DataFrame with `passed` (bool), `bs` (int), `model` (str) and `targets`
-    (float, NaN where a failed row has none), read and checked by the device's `read_gt`
-    (the one reader of a `-gt.csv`). Raises LogFormatError naming the file and line of the
-    first problem."""
-    header, rows = read_gt(Path(path), targets)
+def read_gt_log(path: str | Path, quantities: Sequence[Quantity]) -> pd.DataFrame:
+    """One log as a DataFrame with `passed` (bool), `bs` (int), `model` (str) and each of
+    `quantities` under its name with unit (float, NaN where a failed row has none), read and
+    checked by the device's `read_gt` (the one reader of a `-gt.csv`). Raises LogFormatError
+    naming the file and line of the first problem."""
+    columns = [quantity.column for quantity in quantities]
+    header, rows = read_gt(Path(path), columns)
     for row in rows:
-        row.update((target, math.nan if row[target] is None else float(row[target])) for target in targets)
+        row.update((column, math.nan if row[column] is None else float(row[column])) for column in columns)
     frame = pd.DataFrame.from_records(rows, columns=header)
+    frame = frame.rename(columns={quantity.column: quantity.name for quantity in quantities})
     return frame.astype({"passed": bool, "bs": int}) if rows else frame
 
 
@@ -83,14 +88,15 @@ def _repeated_tests(frame: pd.DataFrame) -> pd.Series:
 
 
 def read_logs(nets: Sequence[str], levels: Sequence[int], log_dirs: Sequence[str | Path],
-              targets: Sequence[str]) -> pd.DataFrame:
-    """All logs for nets x levels in `log_dirs`, with `net` (the name searched for) and `log`
-    columns; a row that repeats a test of its log is left out, with one warning for all."""
+              quantities: Sequence[Quantity]) -> pd.DataFrame:
+    """All logs for nets x levels in `log_dirs` (as `read_gt_log` reads them), with `net`
+    (the name searched for) and `log` columns; a row that repeats a test of its log is left
+    out, with one warning for all."""
     frames = []
     repeats: list[tuple[Path, int]] = []
     found = find_logs(nets, levels, log_dirs)
     for net, path in found:
-        frame = read_gt_log(path, targets)
+        frame = read_gt_log(path, quantities)
         if frame.empty:
             console.warn(f"{path}: no test rows (a header only); nothing of it is used")
             continue

@@ -17,6 +17,7 @@ from sklearn.base import BaseEstimator, RegressorMixin
 from sklearn.ensemble import ExtraTreesRegressor
 from sklearn.utils.validation import check_is_fitted, has_fit_parameter, validate_data
 
+from perf4sight.device.definitions import LATENCY, MEMORY
 from perf4sight.errors import ArgumentError
 from perf4sight.fit.dataset import Dataset
 from perf4sight.fit.physical import PhysicalRegressor, ReplayRegressor, StreamRegressor
@@ -78,15 +79,15 @@ METHODS: dict[str, type] = {
 # the earlier one, the faster to predict with.
 DEFAULT_METHOD = "default"
 CANDIDATE_METHODS = ("physical", "replay", "streams")
-# The candidates that differ in each target kind: `replay` differs from `physical` in memory
-# only (the replay's features, seconds per base network, are not computed for latency),
-# `streams` in latency only.
-_CANDIDATES_BY_KIND = {"memory": ("physical", "replay"), "latency": ("physical", "streams")}
+# The candidates that differ in each target: `replay` differs from `physical` in memory only
+# (the replay's features, seconds per base network, are not computed for latency), `streams`
+# in latency only.
+_CANDIDATES = {MEMORY.name: ("physical", "replay"), LATENCY.name: ("physical", "streams")}
 
 
-def candidate_methods(kind: str) -> tuple[str, ...]:
-    """The candidates `method = default` compares for a target kind ('memory', 'latency')."""
-    return _CANDIDATES_BY_KIND[kind]
+def candidate_methods(target: str) -> tuple[str, ...]:
+    """The candidates `method = default` compares for a target (`mem_used_mib`, `latency_ms`)."""
+    return _CANDIDATES[target]
 
 
 def resolve_method(name: str) -> str:

@@ -6,7 +6,7 @@ amounts, not the device's cost of each. Both models here have non-negative
 coefficients on features that never shrink with the batch size, so their predictions
 never fall when the batch size grows.
 
-Memory (`mem_used`, MiB): the runtime's fixed footprint (CUDA context, libraries), plus
+Memory (`mem_used_mib`): the runtime's fixed footprint (CUDA context, libraries), plus
 weights, gradients and momentum, plus the activations the caching allocator holds. Those
 lie between the least the backward pass needs at its worst moment (the saved tensors
 plus one layer's gradients and workspace) and every layer output the iteration
@@ -48,7 +48,7 @@ from scipy.optimize import least_squares, nnls
 from sklearn.base import BaseEstimator, RegressorMixin
 from sklearn.utils.validation import _check_sample_weight, check_is_fitted, check_non_negative, validate_data
 
-from perf4sight.device.definitions import TARGET_COLUMNS
+from perf4sight.device.definitions import MEMORY, QUANTITIES
 from perf4sight.errors import ConfigError
 from perf4sight.features.network import NETWORK_TERMS, STREAM_TERMS
 from perf4sight.features.replay import REPLAY_TERMS
@@ -362,7 +362,7 @@ class LatencySolver(RegressorMixin, BaseEstimator):
 class PhysicalRegressor(RegressorMixin, BaseEstimator):
     """Memory or latency as a few device coefficients times whole-network amounts.
 
-    `target` picks the model: `mem_used` (MiB) or `latency` (ms); `terms` are those of the
+    `target` picks the model: `mem_used_mib` or `latency_ms`; `terms` are those of the
     feature set's term sets it weighs (`FEATURE_TERMS[feature_set]`). After fitting, `solver_` holds the
     fitted solver; `coef_` its coefficient per fitted term (`terms_`) and `intercept_` the
     fixed cost; the memory model also has `floor_mib_`, `library_mib_` (cuBLAS, for networks
@@ -373,14 +373,14 @@ class PhysicalRegressor(RegressorMixin, BaseEstimator):
     terms: TermSet = NETWORK_TERMS
     trusted_types: tuple[str, ...] = ("perf4sight.fit.physical.LatencySolver", "perf4sight.fit.physical.MemorySolver")
 
-    def __init__(self, target: str = "mem_used") -> None:
+    def __init__(self, target: str = MEMORY.name) -> None:
         self.target = target
 
     def _memory(self) -> bool:
-        known = tuple(TARGET_COLUMNS.values())
+        known = tuple(quantity.name for quantity in QUANTITIES)
         if self.target not in known:
             raise ConfigError(f"{type(self).__name__}: unknown target '{self.target}'; known: {', '.join(known)}")
-        return self.target == TARGET_COLUMNS["memory"]
+        return self.target == MEMORY.name
 
     def _terms(self) -> tuple[Term, ...]:
         return self.terms.by_kind["memory" if self._memory() else "latency"]
@@ -438,8 +438,8 @@ class PhysicalRegressor(RegressorMixin, BaseEstimator):
 
     def predict_fits(self, X: Any) -> np.ndarray:  # noqa: N803
         """Whether each row fits in the device's memory (memory model only)."""
-        if self.target != TARGET_COLUMNS["memory"]:
-            raise ValueError("predict_fits needs the memory model (target='mem_used')")
+        if self.target != MEMORY.name:
+            raise ValueError(f"predict_fits needs the memory model (target='{MEMORY.name}')")
         return self.predict_demand(X) <= self.capacity_mib()
 
 

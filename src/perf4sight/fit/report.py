@@ -1,4 +1,7 @@
-"""Evaluation of fitted models: MAPE overall and per network, as JSON, a table, a CSV and a plot."""
+"""Evaluation of fitted models: MAPE overall and per network, as JSON, a table, a CSV and a plot.
+
+A report maps each evaluated target, by its name with unit (`mem_used_mib`, `latency_ms`),
+to its entry; the tables, the CSV and the plot name the targets the same way."""
 
 from __future__ import annotations
 
@@ -23,12 +26,12 @@ def mape_pct(measured: Any, predicted: Any) -> float:
     return float(np.mean(np.abs(predicted - measured) / np.abs(measured)) * 100.0)
 
 
-def summarise(target: str, predictions: pd.DataFrame) -> dict[str, Any]:
+def summarise(predictions: pd.DataFrame) -> dict[str, Any]:
     """The report entry of one target from rows with net, measured and predicted (and
     `bound` for a memory model that stores one): MAPE, and the share of rows whose
     prediction (bound) lies below the measurement, overall and per network."""
     per_net = {str(net): _errors(group) for net, group in predictions.groupby("net", sort=True)}
-    return {"target": target, **_errors(predictions), "per_net": per_net}
+    return {**_errors(predictions), "per_net": per_net}
 
 
 def _errors(rows: pd.DataFrame) -> dict[str, Any]:
@@ -51,25 +54,25 @@ def print_report(report: Mapping[str, Any], predictions: Mapping[str, pd.DataFra
     each target's method (with why `method = default` chose it)."""
     _print_predictions(report, predictions)
     rows = []
-    for kind, entry in report.items():
+    for target, entry in report.items():
         for net, stats in [*entry["per_net"].items(), ("all", entry)]:
-            rows.append((kind, entry["target"], net, stats["n"], stats["mape_pct"], stats["under_pct"],
+            rows.append((target, net, stats["n"], stats["mape_pct"], stats["under_pct"],
                          stats.get("bound_under_pct", "")))
-    console.print_table("Fingerprint evaluation", ("model", "target", "net", "rows", "MAPE %",
+    console.print_table("Fingerprint evaluation", ("target", "net", "rows", "MAPE %",
                                                    "under-estimated %", "bound under-estimated %"), rows)
-    for kind, entry in report.items():
+    for target, entry in report.items():
         choice = entry.get("method_choice")
         if "method" in entry:
-            console.info(f"{kind} model: {entry['method']}" + (f", chosen by method = default: {choice['reason']}"
-                                                               if choice else ""))
+            console.info(f"{target} model: {entry['method']}" + (f", chosen by method = default: {choice['reason']}"
+                                                                 if choice else ""))
 
 
 def _print_predictions(report: Mapping[str, Any], predictions: Mapping[str, pd.DataFrame]) -> None:
     keys = ["net", "model", "batch_size"]
     table = None
-    for kind, frame in predictions.items():
+    for target, frame in predictions.items():
         part = frame[keys + ["measured", "predicted"]].rename(
-            columns={"measured": f"{kind} measured", "predicted": f"{kind} predicted"}
+            columns={"measured": f"{target} measured", "predicted": f"{target} predicted"}
         )
         table = part if table is None else table.merge(part, on=keys, how="outer")
     if table is None or table.empty:
@@ -77,11 +80,9 @@ def _print_predictions(report: Mapping[str, Any], predictions: Mapping[str, pd.D
     table = table.sort_values(keys, ignore_index=True)
     if len(table) > _MAX_ROWS_SHOWN:  # one row per architecture: means over its batch sizes
         table = table.drop(columns="batch_size").groupby(["net", "model"], as_index=False).mean()
-    units = {kind: "MiB" if entry["target"].startswith("mem") else "ms" for kind, entry in report.items()}
     table = table.drop(columns="net").rename(columns={"batch_size": "bs"})
-    columns = [c if c in ("model", "bs") else f"{c} ({units[c.split()[0]]})" for c in table.columns]
     rows = [["" if pd.isna(v) else v for v in row] for row in table.itertuples(index=False)]
-    console.print_table("Measured against predicted", columns, rows)
+    console.print_table("Measured against predicted", list(table.columns), rows)
 
 
 def write_report(report: Mapping[str, Any], predictions: Mapping[str, pd.DataFrame], path: str | Path) -> list[Path]:
@@ -91,10 +92,9 @@ def write_report(report: Mapping[str, Any], predictions: Mapping[str, pd.DataFra
     path.parent.mkdir(parents=True, exist_ok=True)
     csv_path = path.with_name(f"{path.stem}_predictions.csv")
     table = pd.concat(
-        [frame.assign(model_kind=kind, target=report[kind]["target"]) for kind, frame in predictions.items()],
-        ignore_index=True,
+        [frame.assign(target=target) for target, frame in predictions.items()], ignore_index=True,
     )
-    columns = ["model_kind", "target", "net", "model", "batch_size", "measured", "predicted"]
+    columns = ["target", "net", "model", "batch_size", "measured", "predicted"]
     with replaced(csv_path) as temporary:
         table[columns].to_csv(temporary, index=False)
     png_path = path.with_suffix(".png")
@@ -110,20 +110,17 @@ def _plot(report: Mapping[str, Any], predictions: Mapping[str, pd.DataFrame], pa
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    units = {"mem_used": "MiB", "latency": "ms"}
     fig, axes = plt.subplots(1, len(predictions), figsize=(5.5 * len(predictions), 5), squeeze=False)
-    for ax, (kind, frame) in zip(axes[0], predictions.items()):
-        target = report[kind]["target"]
+    for ax, (target, frame) in zip(axes[0], predictions.items()):
         for net, group in frame.groupby("net", sort=True):
-            mape = report[kind]["per_net"][str(net)]["mape_pct"]
+            mape = report[target]["per_net"][str(net)]["mape_pct"]
             ax.scatter(group["measured"], group["predicted"], s=14, label=f"{net} ({mape:.1f} %)")
         low = float(min(frame["measured"].min(), frame["predicted"].min()))
         high = float(max(frame["measured"].max(), frame["predicted"].max()))
         ax.plot([low, high], [low, high], color="grey", linewidth=1, linestyle="--")
-        unit = units.get(target, "")
-        ax.set_xlabel(f"measured {target} ({unit})" if unit else f"measured {target}")
-        ax.set_ylabel(f"predicted {target} ({unit})" if unit else f"predicted {target}")
-        ax.set_title(f"{kind}: MAPE {report[kind]['mape_pct']:.2f} %")
+        ax.set_xlabel(f"measured {target}")
+        ax.set_ylabel(f"predicted {target}")
+        ax.set_title(f"{target}: MAPE {report[target]['mape_pct']:.2f} %")
         ax.legend(fontsize=8)
     fig.tight_layout()
     fig.savefig(path, dpi=110, format="png")

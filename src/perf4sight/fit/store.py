@@ -1,6 +1,7 @@
 """Fitted models on disk: one skops file per device folder, stage and target, plus metadata.
 
-`<model_storedir>/<stage>_<target>.skops` holds the fitted model, one `CalibratedModel`
+`<model_storedir>/<stage>_<target>.skops` (the target by its name with unit:
+`training_mem_used_mib.skops`) holds the fitted model, one `CalibratedModel`
 (the method's regressor, its family corrections and its memory bound; skops, never a
 pickle: only the types the methods declare are trusted when loading) and
 `<stage>_<target>.json` what a later run needs to trust and use it: method, stage, target,
@@ -50,8 +51,9 @@ __all__ = ["FittedModel", "library_versions", "stored_model_path", "save_model",
 
 # 5: the reference network's features are stored (`feature_probe`); 6: the estimator's identity;
 # 7: one object, the `CalibratedModel`, holds the family corrections and the bound, and the
-# physical models hold their fitted solver (`solver_`)
-_FORMAT = 7
+# physical models hold their fitted solver (`solver_`); 8: targets named with their units
+# (`training_mem_used_mib.skops`)
+_FORMAT = 8
 # The attribute of a stored model that names what it was fitted for (`_identity`).
 _IDENTITY = "perf4sight_identity_"
 # Versions that must match for a stored model to be used: the estimator's internals

@@ -1,14 +1,12 @@
 """Prediction and planning: fitted models + architecture -> memory, latency, batch size."""
 
 from perf4sight.predict.plan import plan_variants
-from perf4sight.predict.predictor import LATENCY, MAX_SEARCH_BATCH, MEMORY, MEMORY_BOUND, BudgetError, Predictor
+from perf4sight.predict.predictor import MAX_SEARCH_BATCH, MEMORY_BOUND, BudgetError, Predictor
 from perf4sight.predict.units import device_memory_mib, parse_duration_ms, parse_memory_mib
 
 __all__ = [
     "BudgetError",
-    "LATENCY",
     "MAX_SEARCH_BATCH",
-    "MEMORY",
     "MEMORY_BOUND",
     "Predictor",
     "device_memory_mib",

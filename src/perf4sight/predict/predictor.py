@@ -18,19 +18,16 @@ import numpy as np
 import pandas as pd
 
 from perf4sight.architecture import Architecture, Detail
-from perf4sight.device.definitions import TARGET_COLUMNS, check_batch_sizes, check_stage, is_positive_int
+from perf4sight.device.definitions import LATENCY, MEMORY, QUANTITIES, check_batch_sizes, check_stage, is_positive_int
 from perf4sight.errors import DataNotFoundError, UsageError
 from perf4sight.features.network import group_column
 from perf4sight.fit import FittedModel, load_model, query_rows
 
-__all__ = ["Predictor", "MEMORY", "MEMORY_BOUND", "LATENCY", "MAX_SEARCH_BATCH", "BudgetError"]
+__all__ = ["Predictor", "MEMORY_BOUND", "MAX_SEARCH_BATCH", "BudgetError"]
 
-MEMORY = "mem_used_mib"
 # The memory prediction times the ratio that bounded the measurements of networks left out
 # of the fit (`perf4sight.fit.held_out_ratio`): what to plan with when a crash is costly.
 MEMORY_BOUND = "mem_bound_mib"
-LATENCY = "latency_ms"
-_TARGETS = {MEMORY: TARGET_COLUMNS["memory"], LATENCY: TARGET_COLUMNS["latency"]}
 # Candidate batch sizes searched for the largest one that fits a budget.
 MAX_SEARCH_BATCH = 4096
 
@@ -41,7 +38,8 @@ class BudgetError(UsageError):
 
 @dataclass(frozen=True)
 class Predictor:
-    """The fitted models of one device and stage, keyed by output column."""
+    """The fitted models of one device and stage, keyed by the name of what they predict
+    (`mem_used_mib`, `latency_ms`: their output columns)."""
 
     models: dict[str, FittedModel]
     stage: str = "training"
@@ -52,9 +50,9 @@ class Predictor:
         a model with one of its two files missing or unreadable is an error, never skipped."""
         check_stage(stage, "stage", UsageError)
         models = {}
-        for column, target in _TARGETS.items():
+        for quantity in QUANTITIES:
             try:
-                models[column] = load_model(directory, stage=stage, target=target)
+                models[quantity.name] = load_model(directory, stage=stage, target=quantity.name)
             except DataNotFoundError:
                 continue
         if not models:
@@ -80,18 +78,18 @@ class Predictor:
         dataset_size: int | None = None,
         **load_options: Any,
     ) -> pd.DataFrame:
-        """One row per batch size: predicted memory (MiB), latency per iteration (ms), and
-        with `dataset_size` the time per epoch (s); `mem_bound_mib` (when fingerprinting
-        could leave a network out) the memory that held-out networks' runs stayed under
-        (95 % of them; for a calibrated prediction, held-out levels of its family), never
-        below the prediction; `fits_device` (when the memory model learned the device's
-        capacity) whether training fits on the profiled device; `calibrated` whether the
-        network's family (other pruning levels of it) was profiled and corrected the
-        predictions (`perf4sight.fit.CalibratedModel`); `extrapolated` marks rows outside
-        the fitted range (a batch size outside the profiled range, a bigger network than any
-        profiled, or, for a network of a family not profiled, a layer group that fewer than two of
-        the training networks held, which `extrapolated_layers` names: its cost was fitted on one
-        network or tied to another's)."""
+        """One row per batch size: the predicted memory (`mem_used_mib`) and latency per
+        iteration (`latency_ms`) of the models loaded, and with `dataset_size` the time per
+        epoch (s); `mem_bound_mib` (when fingerprinting could leave a network out) the memory
+        that held-out networks' runs stayed under (95 % of them; for a calibrated prediction,
+        held-out levels of its family), never below the prediction; `fits_device` (when the
+        memory model learned the device's capacity) whether training fits on the profiled
+        device; `calibrated` whether the network's family (other pruning levels of it) was
+        profiled and corrected the predictions (`perf4sight.fit.CalibratedModel`);
+        `extrapolated` marks rows outside the fitted range (a batch size outside the profiled
+        range, a bigger network than any profiled, or, for a network of a family not profiled, a
+        layer group that fewer than two of the training networks held, which
+        `extrapolated_layers` names: its cost was fitted on one network or tied to another's)."""
         sizes = check_batch_sizes(batch_sizes, "batch sizes", UsageError)
         if dataset_size is not None and not is_positive_int(dataset_size):
             raise UsageError(f"dataset size {dataset_size!r}: expected a positive number of images per epoch")
@@ -110,17 +108,17 @@ class Predictor:
             features = model.select(tables[key])
             columns[column], bound = model.estimator.predict(features, rows, return_bound=True)
             calibrated |= bool(model.estimator.calibrated(rows).all())
-            if column == MEMORY and bound is not None:
+            if column == MEMORY.name and bound is not None:
                 columns[MEMORY_BOUND] = bound
             extrapolated |= _outside_range(model, arch, batch, features)
             unseen.update(_rare_groups(model, features))
-            if column == MEMORY and np.isfinite(model.estimator.capacity_mib()):
+            if column == MEMORY.name and np.isfinite(model.estimator.capacity_mib()):
                 # the device's own out-of-memory boundary, learned from its failed runs
                 columns["fits_device"] = model.estimator.predict_fits(features)
-        if LATENCY in columns:
+        if LATENCY.name in columns:
             if dataset_size is not None:
-                columns["epoch_s"] = np.ceil(dataset_size / batch) * columns[LATENCY] / 1e3
-            columns["images_per_s"] = batch / columns[LATENCY] * 1e3
+                columns["epoch_s"] = np.ceil(dataset_size / batch) * columns[LATENCY.name] / 1e3
+            columns["images_per_s"] = batch / columns[LATENCY.name] * 1e3
         columns["calibrated"] = np.full(len(sizes), calibrated)
         if calibrated:  # its family's own runs were fitted on, whatever its layers
             unseen.clear()
@@ -147,13 +145,13 @@ class Predictor:
         search stops at the first that does not fit: memory and latency rise with the
         batch size, so a larger one that fits again would be a model's artefact.
         """
-        if MEMORY not in self.models:
+        if MEMORY.name not in self.models:
             raise DataNotFoundError("the loaded models have no memory model; fingerprint memory first")
-        if max_latency_ms is not None and LATENCY not in self.models:
+        if max_latency_ms is not None and LATENCY.name not in self.models:
             raise DataNotFoundError("the loaded models have no latency model; fingerprint latency first")
         sizes = sorted(set(batch_sizes)) if batch_sizes else list(range(1, MAX_SEARCH_BATCH + 1))
         table = self.predict(network, sizes, dataset_size=dataset_size, **load_options)
-        memory = MEMORY_BOUND if bound else MEMORY
+        memory = MEMORY_BOUND if bound else MEMORY.name
         if memory not in table:
             raise DataNotFoundError("the memory model stores no bound (it was fitted on a single architecture, "
                                     "with none to leave out); fingerprint more networks or levels to get one")
@@ -161,11 +159,11 @@ class Predictor:
         if "fits_device" in table:
             fits &= table["fits_device"]
         if max_latency_ms is not None:
-            fits &= table[LATENCY] <= max_latency_ms
+            fits &= table[LATENCY.name] <= max_latency_ms
         fits = fits.to_numpy()
         if not fits[0]:
             first = table.iloc[0]
-            latency = f" and {first[LATENCY]:.0f} ms" if LATENCY in table else ""
+            latency = f" and {first[LATENCY.name]:.0f} ms" if LATENCY.name in table else ""
             raise BudgetError(
                 f"no batch size fits: batch size {sizes[0]} is predicted to need "
                 f"{first[memory]:.0f} MiB{' (bound)' if bound else ''}{latency} (budget {budget_mib:.0f} MiB"
