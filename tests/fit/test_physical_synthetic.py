@@ -69,7 +69,7 @@ def test_memory_recovers_intercept_scale_floor_library_and_capacity(rows):
     measured = np.minimum(demand, capacity)
     assert (unfloored < floor + library * loads).sum() >= 10 and (demand > capacity).sum() >= 8
 
-    model = PhysicalRegressor(target="mem_used").fit(rows.drop(columns="net"), measured)
+    model = PhysicalRegressor(target="mem_used_mib").fit(rows.drop(columns="net"), measured)
     assert list(model.terms_) == ["activations"]
     assert model.coef_[0] == pytest.approx(scale, rel=0.01)
     assert model.intercept_ == pytest.approx(intercept, rel=0.02)
@@ -81,7 +81,7 @@ def test_memory_recovers_intercept_scale_floor_library_and_capacity(rows):
     # no row reaches a capacity or lies below a floor: neither is kept
     clear = demand < 0.95 * capacity
     clear &= demand > 1.05 * (floor + library * loads)
-    unbounded = PhysicalRegressor(target="mem_used").fit(rows.drop(columns="net")[clear], demand[clear])
+    unbounded = PhysicalRegressor(target="mem_used_mib").fit(rows.drop(columns="net")[clear], demand[clear])
     assert unbounded.capacity_mib() == np.inf and unbounded.floor_mib_ == 0.0
     assert unbounded.coef_[0] == pytest.approx(scale, rel=0.01)
 
@@ -93,7 +93,7 @@ def _latency(rows: pd.DataFrame, intercept: float, rates: dict[str, float]) -> n
 def test_latency_recovers_each_rate_and_ties_an_absent_kind(rows):
     rates = {"gemm": 2e-9, "traffic": 5e-9, "launches": 0.05, "depthwise": 4e-8, "grouped": 1e-8}
     measured = _latency(rows, 3.0, rates)
-    model = PhysicalRegressor(target="latency").fit(rows.drop(columns="net"), measured)
+    model = PhysicalRegressor(target="latency_ms").fit(rows.drop(columns="net"), measured)
     fitted = dict(zip(model.terms_, model.coef_))
     # no network has grouped (not depthwise) convolutions: their rate is the GEMMs'
     assert model.tied_terms_ == ["grouped"] and fitted["grouped"] == fitted["gemm"]
@@ -103,7 +103,7 @@ def test_latency_recovers_each_rate_and_ties_an_absent_kind(rows):
 
     # without the networks that have depthwise convolutions, they move bytes at the traffic rate
     plain = rows[_amount(rows, "depthwise", "latency") == 0]
-    without = PhysicalRegressor(target="latency").fit(plain.drop(columns="net"), _latency(plain, 3.0, rates))
+    without = PhysicalRegressor(target="latency_ms").fit(plain.drop(columns="net"), _latency(plain, 3.0, rates))
     fitted = dict(zip(without.terms_, without.coef_))
     assert without.tied_terms_ == ["depthwise", "grouped"]
     assert fitted["depthwise"] == fitted["traffic"] == pytest.approx(rates["traffic"], rel=1e-6)
@@ -116,5 +116,5 @@ def test_weights_count_networks_not_rows(rows):
     spoiled = measured.copy()
     spoiled[rows["net"].to_numpy() == 0] *= 3  # one network measured wrong
     weight = (rows["net"].to_numpy() != 0).astype(float)
-    model = PhysicalRegressor(target="latency").fit(rows.drop(columns="net"), spoiled, sample_weight=weight)
+    model = PhysicalRegressor(target="latency_ms").fit(rows.drop(columns="net"), spoiled, sample_weight=weight)
     np.testing.assert_allclose(model.predict(rows.drop(columns="net")), measured, rtol=1e-6)
