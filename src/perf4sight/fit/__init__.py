@@ -14,7 +14,6 @@ from perf4sight.fit.methods import (
     candidate_methods,
     fit_method,
     network_weights,
-    predict_rows,
     resolve_method,
 )
 from perf4sight.fit.physical import PhysicalRegressor, ReplayRegressor, StreamRegressor
@@ -48,7 +47,6 @@ __all__ = [
     "load_model",
     "mape_pct",
     "stored_model_path",
-    "predict_rows",
     "query_rows",
     "read_gt_log",
     "read_logs",

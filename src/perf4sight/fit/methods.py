@@ -24,7 +24,7 @@ from perf4sight.fit.physical import PhysicalRegressor, ReplayRegressor, StreamRe
 
 __all__ = [
     "PaperExtraTrees", "METHODS", "CANDIDATE_METHODS", "DEFAULT_METHOD", "candidate_methods", "fit_method", "network_weights",
-    "predict_rows", "resolve_method", "trusted_types",
+    "resolve_method", "trusted_types",
 ]
 
 
@@ -127,8 +127,3 @@ def network_weights(nets: pd.Series) -> np.ndarray:
     """One weight per row, the same total for every network, averaging 1 over the rows."""
     counts = nets.map(nets.value_counts()).to_numpy(dtype=float)
     return len(nets) / (nets.nunique() * counts)
-
-
-def predict_rows(estimator: Any, dataset: Dataset) -> pd.DataFrame:
-    """The dataset's rows (net, model, batch_size, params, measured) with `predicted`."""
-    return dataset.rows.assign(predicted=estimator.predict(dataset.features))
