@@ -53,12 +53,15 @@ KIND_GROUPS: dict[str, str] = {
     ),
 }
 _GROUPS = tuple(dict.fromkeys(KIND_GROUPS.values()))  # norm, act, pool, elementwise
+# A layer of a kind no group names; counted as memory-bound, like the groups above.
+_OTHER = "other"
+_MEMORY_BOUND_GROUPS = (*_GROUPS, _OTHER)
 # GEMM groups: depthwise and grouped convolutions run kernels whose costs differ most between
 # devices (their latency terms, below); a network with Linear layers loads cuBLAS.
 _DEPTHWISE, _GROUPED, _LINEAR = "conv_depthwise", "conv_grouped", "linear"
 _GEMM_GROUPS = ("conv_kxk", "conv_1x1", _DEPTHWISE, _GROUPED, _LINEAR)
 # Every group a layer falls in (`layer_group`), each with a `<group>_count` column.
-LAYER_GROUPS = (*_GEMM_GROUPS, *_GROUPS, "other")
+LAYER_GROUPS = (*_GEMM_GROUPS, *_MEMORY_BOUND_GROUPS)
 
 # The CUDA caching allocator serves tensors over 1 MiB from segments rounded to 2 MiB.
 _LARGE_ALLOC_BYTES = 1 << 20
@@ -106,7 +109,7 @@ def layer_group(layer: Layer) -> str:
         return "conv_1x1" if tuple(layer.kernel) == (1, 1) else "conv_kxk"
     if layer.kind == "linear":
         return _LINEAR
-    return KIND_GROUPS.get(layer.kind, "other")
+    return KIND_GROUPS.get(layer.kind, _OTHER)
 
 
 def _round_up(value: np.ndarray, step: float) -> np.ndarray:
@@ -146,7 +149,7 @@ def network_features(arch: Architecture, batch_sizes: Sequence[int], stage: str 
     dtype = arch.dtype_bytes
     layers = arch.layers
     groups = [layer_group(layer) for layer in layers]
-    unknown = sorted({layer.kind for layer, group in zip(layers, groups) if group == "other"})
+    unknown = sorted({layer.kind for layer, group in zip(layers, groups) if group == _OTHER})
     if unknown:
         warn(f"network '{arch.name}': {len(unknown)} layer kind(s) without a cost group, counted as "
              f"memory-bound: {', '.join(unknown)}")
@@ -218,7 +221,7 @@ def network_features(arch: Architecture, batch_sizes: Sequence[int], stage: str 
         columns[group_column(group, "bytes")] = bs * moved[mask].sum()
         columns[group_column(group, "count")] = float(mask.sum())
     memory_passes = 2.0 if training else 1.0
-    for group in (*_GROUPS, "other"):
+    for group in _MEMORY_BOUND_GROUPS:
         mask = group_of == group
         columns[group_column(group, "bytes")] = bs * (in_bytes[mask].sum() + out_bytes[mask].sum()) * memory_passes
         columns[group_column(group, "count")] = float(mask.sum())
@@ -310,7 +313,7 @@ _STREAM_LATENCY_TERMS = (
         **{group_column(group, "bytes"): 1.0 for group in _GEMM_GROUPS if group != _DEPTHWISE},
         **_PARAMETER_PASSES,
     }, "bytes"),
-    Term("memory_bound_traffic", {group_column(group, "bytes"): 1.0 for group in (*_GROUPS, "other")}, "bytes"),
+    Term("memory_bound_traffic", {group_column(group, "bytes"): 1.0 for group in _MEMORY_BOUND_GROUPS}, "bytes"),
     _LAUNCHES,
     Term("depthwise", _DEPTHWISE_BYTES, "bytes", tie="memory_bound_traffic"),
     _GROUPED_WORK,

@@ -78,11 +78,11 @@ METHODS: dict[str, type] = {
 # chosen per device and target at fingerprint time (`perf4sight.fit.choice`); ties go to
 # the earlier one, the faster to predict with.
 DEFAULT_METHOD = "default"
-CANDIDATE_METHODS = ("physical", "replay", "streams")
 # The candidates that differ in each target: `replay` differs from `physical` in memory only
 # (the replay's features, seconds per base network, are not computed for latency), `streams`
 # in latency only.
 _CANDIDATES = {MEMORY.name: ("physical", "replay"), LATENCY.name: ("physical", "streams")}
+CANDIDATE_METHODS = tuple(dict.fromkeys(method for methods in _CANDIDATES.values() for method in methods))
 
 
 def candidate_methods(target: str) -> tuple[str, ...]:

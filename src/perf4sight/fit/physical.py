@@ -30,9 +30,9 @@ between devices; tied to the traffic and GEMM rates where no network shows it); 
 non-negative least squares on relative error.
 
 The terms are declared by the feature set (`perf4sight.features.FEATURE_TERMS`), one term set
-per regressor (`terms`): `term_design` turns a
-feature table into one column per term, and a solver fits named parameters on those plain
-arrays (`MemorySolver`, `LatencySolver`); `PhysicalRegressor` joins the two for a target.
+per regressor (`terms`): `term_design` turns a feature table into one column per term, and a
+solver fits named parameters on those plain arrays (`MemorySolver`, `LatencySolver`);
+`PhysicalRegressor` joins the two for a target.
 """
 
 from __future__ import annotations
@@ -362,10 +362,10 @@ class LatencySolver(RegressorMixin, BaseEstimator):
 class PhysicalRegressor(RegressorMixin, BaseEstimator):
     """Memory or latency as a few device coefficients times whole-network amounts.
 
-    `target` picks the model: `mem_used_mib` or `latency_ms`; `terms` are those of the
-    feature set's term sets it weighs (`FEATURE_TERMS[feature_set]`). After fitting, `solver_` holds the
-    fitted solver; `coef_` its coefficient per fitted term (`terms_`) and `intercept_` the
-    fixed cost; the memory model also has `floor_mib_`, `library_mib_` (cuBLAS, for networks
+    `target` picks the model: `mem_used_mib` or `latency_ms`; `terms` is the term set it
+    weighs, one of its feature set's (`FEATURE_TERMS[feature_set]`). After fitting, `solver_`
+    holds the fitted solver; `coef_` its coefficient per fitted term (`terms_`) and
+    `intercept_` the fixed cost; the memory model also has `floor_mib_`, `library_mib_` (cuBLAS, for networks
     with a Linear layer) and `capacity_mib_`, the latency model `tied_terms_`.
     """
 
