@@ -1,0 +1,136 @@
+"""The training recipe, one definition: the optimizer, the precision, which layers are
+trained and how activations are checkpointed.
+
+Memory and time per iteration depend on how a network is trained as much as on the
+network: Adam keeps two state tensors per parameter where SGD with momentum keeps one,
+autocast halves the bytes of what it casts, frozen layers keep no gradients, and
+checkpointed segments keep only their boundaries and recompute their forward pass in
+the backward. The profiler runs a recipe, its logs record it, the features follow it and
+the predictor takes it; all of them read these names and facts from here. The default
+(`Recipe()`) is the original tool's training: SGD with momentum and weight decay, fp32,
+every parameter trained, nothing recomputed.
+
+Plain data, the standard library only (it runs on the device, Python 3.6).
+"""
+
+from typing import Dict, List, NamedTuple, Sequence, Type
+
+from .errors import ArgumentError, clip
+
+__all__ = [
+    "OPTIMIZERS",
+    "PRECISIONS",
+    "TRAIN_ALL",
+    "TRAIN_CLASSIFIER",
+    "RECIPE_COLUMNS",
+    "Recipe",
+    "DEFAULT_RECIPE",
+    "check_recipe",
+    "trainable_problem",
+]
+
+
+class Optimizer(NamedTuple):
+    """What an optimizer keeps and does per trained parameter."""
+
+    state_buffers: int  # tensors of the parameter's size kept between steps (momentum; Adam's two moments)
+    momentum: bool
+
+
+# name -> its facts; `sgd` is the original's (lr 0.1, momentum 0.9, weight decay 5e-4).
+OPTIMIZERS: Dict[str, Optimizer] = {
+    "sgd": Optimizer(state_buffers=1, momentum=True),
+    "sgd-plain": Optimizer(state_buffers=0, momentum=False),
+    "adam": Optimizer(state_buffers=2, momentum=False),
+    "adamw": Optimizer(state_buffers=2, momentum=False),
+}
+
+
+class Precision(NamedTuple):
+    """How an iteration computes: autocast's dtype (None: fp32) and whether a gradient
+    scaler runs (fp16's narrow range needs one; bf16's does not)."""
+
+    autocast_dtype: object  # a torch dtype name ("float16", "bfloat16") or None
+    grad_scaler: bool
+    bytes_per_cast_value: int
+
+
+PRECISIONS: Dict[str, Precision] = {
+    "fp32": Precision(autocast_dtype=None, grad_scaler=False, bytes_per_cast_value=4),
+    "amp-fp16": Precision(autocast_dtype="float16", grad_scaler=True, bytes_per_cast_value=2),
+    "amp-bf16": Precision(autocast_dtype="bfloat16", grad_scaler=False, bytes_per_cast_value=2),
+}
+
+# `trainable`: every parameter, the last Linear layer only, or else the qualified name of
+# the first trained module (everything before it, in the order the network registers its
+# modules, frozen).
+TRAIN_ALL = "all"
+TRAIN_CLASSIFIER = "classifier"
+
+
+class Recipe(NamedTuple):
+    """How a network is trained. `checkpoint_segments` 0 recomputes nothing; n > 0 splits
+    the network's top-level blocks into n segments, as `torch.utils.checkpoint.checkpoint_sequential`
+    does, each keeping only its input for the backward pass."""
+
+    optimizer: str = "sgd"
+    precision: str = "fp32"
+    trainable: str = TRAIN_ALL
+    checkpoint_segments: int = 0
+
+    @property
+    def is_default(self) -> bool:
+        """Whether this is the original tool's training (what logs without recipe columns ran)."""
+        return self == DEFAULT_RECIPE
+
+    def label(self) -> str:
+        """One short line naming the recipe, for messages, reports and plots."""
+        parts = [self.optimizer, self.precision, "train " + self.trainable]
+        if self.checkpoint_segments:
+            parts.append("checkpoint {} segments".format(self.checkpoint_segments))
+        return ", ".join(parts)
+
+    def columns(self) -> Dict[str, object]:
+        """The recipe's log columns (`RECIPE_COLUMNS`) with its values."""
+        return dict(zip(RECIPE_COLUMNS, self))
+
+
+DEFAULT_RECIPE = Recipe()
+# A log row's recipe, in columns after the original tool's (a log without them ran the default).
+RECIPE_COLUMNS = Recipe._fields
+
+
+def check_recipe(recipe: Recipe, where: str = "recipe", error: Type[Exception] = ArgumentError) -> Recipe:
+    """`recipe` if each of its values is known (a layer name is checked against a network
+    where one is built, `trainable_problem`); else `error` naming `where` and the key."""
+    checks = (
+        ("optimizer", recipe.optimizer, OPTIMIZERS),
+        ("precision", recipe.precision, PRECISIONS),
+    )
+    for key, value, known in checks:
+        if value not in known:
+            raise error("{} {}: unknown value {}; expected one of {}".format(
+                where, key, clip(repr(value)), ", ".join(known)))
+    if not isinstance(recipe.trainable, str) or not recipe.trainable.strip():
+        raise error("{} trainable: {} is not '{}', '{}' or a layer name".format(
+            where, clip(repr(recipe.trainable)), TRAIN_ALL, TRAIN_CLASSIFIER))
+    segments = recipe.checkpoint_segments
+    if isinstance(segments, bool) or not isinstance(segments, int) or segments < 0:
+        raise error("{} checkpoint_segments: {} is not 0 (none) or a positive integer".format(
+            where, clip(repr(segments))))
+    return recipe
+
+
+def trainable_problem(trainable: str, module_names: Sequence[str], n_blocks: int = 0,
+                      segments: int = 0) -> List[str]:
+    """Why a recipe cannot train a network whose modules are `module_names` (qualified,
+    in registration order) and which has `n_blocks` top-level blocks: a layer name that is
+    not one of its modules, or more checkpoint segments than blocks. Empty when it can."""
+    problems = []
+    if trainable not in (TRAIN_ALL, TRAIN_CLASSIFIER) and trainable not in module_names:
+        near = [name for name in module_names if name.startswith(trainable.split(".")[0])][:5]
+        problems.append("trainable: no layer {} in the network{}".format(
+            clip(repr(trainable)), "; layers there include " + ", ".join(near) if near else ""))
+    if segments > n_blocks > 0:
+        problems.append("checkpoint_segments: {} segments, the network has {} top-level blocks".format(segments, n_blocks))
+    return problems
