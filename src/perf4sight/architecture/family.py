@@ -14,10 +14,17 @@ def family_key(arch: Architecture) -> str:
     """What every pruning level of a network has in common: the input size, the class count
     and, in order, each Conv2d and Linear layer's kind, kernel, stride, padding, dilation
     and grouping (depthwise, grouped or dense), but not its width. The same for a spec's
-    layer table and for a traced module."""
+    layer table and for a traced module.
+
+    And the recipe, where it is not the default (so that the default's keys are those of
+    descriptions without a recipe): a family's corrections were measured under one recipe,
+    and what they correct (the allocator's fragmentation, the kernels' efficiency at these
+    shapes) differs under another, which freezes, casts or recomputes other tensors."""
     parts: list[Any] = [tuple(arch.input_size), arch.num_classes]
     for layer in arch.of_kind("conv2d", "linear"):
         grouping = "depthwise" if layer.depthwise else "grouped" if layer.groups > 1 else "dense"
         parts.append((layer.kind, tuple(layer.kernel), tuple(layer.stride), tuple(layer.padding),
                       tuple(layer.dilation), grouping))
+    if not arch.recipe.is_default:
+        parts.append(tuple(arch.recipe))
     return hashlib.sha256(repr(parts).encode()).hexdigest()[:16]

@@ -15,6 +15,8 @@ from typing import Any
 
 import numpy as np
 
+from perf4sight.device.recipe import DEFAULT_RECIPE, Recipe
+
 __all__ = ["Architecture", "Detail", "Layer", "Scaling", "Timeline"]
 
 Shape = tuple[int, ...]
@@ -30,7 +32,18 @@ class Layer:
     counts. `saved_bytes` counts what autograd keeps for the backward pass, per sample, of
     which `saved_input_bytes` are tensors shaped like an input and `saved_output_bytes`
     shaped like the output; `saved_fixed_bytes` is kept regardless of the batch size
-    (statistics; parameters are counted by `params`).
+    (statistics; parameters are counted by `params`, their copies in autocast's dtype by
+    `saved_param_bytes`). What it saves is what it saves whenever its forward pass runs with
+    gradients; a layer of a checkpointed segment keeps none of it from the forward pass.
+
+    What the architecture's recipe (`Architecture.recipe`) changes, per layer: whether its
+    parameters are `trained` (a frozen layer has no gradients, no optimizer state and no
+    weight-gradient GEMM); whether the backward pass computes the gradient of one of its
+    inputs (`grad_input`: not for the network's input, nor in a frozen prefix) and whether
+    it runs at all for this layer (`backward`: its output needs a gradient; not in a frozen
+    prefix); the checkpoint segment that recomputes its forward pass in the backward
+    (`segment`, numbered from 1; 0: none); and the bytes per element of its output
+    (`element_bytes`: 2 for what autocast casts to a 16-bit type).
     """
 
     name: str
@@ -50,6 +63,17 @@ class Layer:
     saved_output_bytes: int = 0
     saved_fixed_bytes: int = 0
     sources: tuple[int, ...] = ()
+    trained: bool = True
+    grad_input: bool = True
+    backward: bool = True
+    segment: int = 0
+    element_bytes: int = 4
+    saved_param_bytes: int = 0
+
+    @property
+    def recomputed(self) -> bool:
+        """Whether its forward pass runs again in the backward (in a checkpointed segment)."""
+        return self.segment > 0
 
     @property
     def in_shape(self) -> Shape:
@@ -131,6 +155,12 @@ class Architecture:
     architecture spec's `layers`). `lifetimes` holds, per stage, the tensor lifetimes of an
     iteration (for the allocator replay) when they were recorded with the trace or scaled
     from the traced base this network was propagated from (`with_layer_shapes`).
+
+    `recipe` is how the network is trained (`perf4sight.device.recipe.Recipe`): a traced
+    description describes the network under it (which layers are trained, what autograd
+    saves under its autocast, which layers its checkpoint segments recompute), and the
+    features read the optimizer and the precision from it. `trainable_params` counts the
+    parameters it trains; `dtype_bytes` is the parameters' (fp32 master weights under autocast).
     """
 
     name: str
@@ -142,6 +172,7 @@ class Architecture:
     buffer_bytes: int = 0
     dtype_bytes: int = 4
     complete: bool = True
+    recipe: Recipe = DEFAULT_RECIPE
     lifetimes: Mapping[str, Timeline] = field(default_factory=dict, compare=False, repr=False)
 
     def holds(self, detail: Detail, stage: str = "training") -> bool:

@@ -40,6 +40,7 @@ from torch.utils._pytree import tree_flatten
 
 from perf4sight.architecture.ir import Architecture, Scaling, Timeline
 from perf4sight.architecture.trace import LayerWatch
+from perf4sight.device.recipe import DEFAULT_RECIPE, PRECISIONS, Recipe
 from perf4sight.errors import NetworkError
 
 __all__ = ["ITERATIONS", "record_timeline", "resized", "with_lifetimes"]
@@ -220,7 +221,7 @@ class _BackwardNodes(TorchFunctionMode):
 
 
 def _record(module: torch.nn.Module, input_size: tuple[int, ...], num_classes: int, stage: str,
-            batch_size: int, arch: Architecture | None = None) -> _Recording:
+            batch_size: int, arch: Architecture | None = None, recipe: Recipe = DEFAULT_RECIPE) -> _Recording:
     """The events of `ITERATIONS[stage]` iterations at `batch_size`, the model's own tensors
     first; attributed to the layers of `arch` (the module's traced architecture) when given."""
     # Tensors die when their last reference goes; a garbage collection in the middle would
@@ -229,13 +230,13 @@ def _record(module: torch.nn.Module, input_size: tuple[int, ...], num_classes: i
     # collection costs more than the recording in a large process.)
     gc.disable()
     try:
-        return _run(module, input_size, num_classes, stage, batch_size, arch)
+        return _run(module, input_size, num_classes, stage, batch_size, arch, recipe)
     finally:
         gc.enable()
 
 
 def _run(module: torch.nn.Module, input_size: tuple[int, ...], num_classes: int, stage: str,
-         batch_size: int, arch: Architecture | None) -> _Recording:
+         batch_size: int, arch: Architecture | None, recipe: Recipe) -> _Recording:
     from perf4sight.device.workload import iteration
 
     if arch is None:
@@ -257,7 +258,7 @@ def _run(module: torch.nn.Module, input_size: tuple[int, ...], num_classes: int,
         module._apply(lambda t: (recorder.note(t), t)[1])
         recorder.phase = "forward"
         inputs = torch.randn(batch_size, *input_size, device="meta")
-        step = iteration(module, stage, inputs, num_classes)
+        step = iteration(module, stage, inputs, num_classes, recipe=recipe)
         for _ in range(ITERATIONS[stage]):
             step()
         del step, inputs
@@ -294,14 +295,24 @@ def _optimizer_phase(recorder: _Recorder) -> Iterator[None]:
 
 
 def record_timeline(build: Callable[[], torch.nn.Module], input_size: tuple[int, ...], num_classes: int,
-                    stage: str, arch: Architecture | None = None) -> Timeline:
+                    stage: str, arch: Architecture | None = None, recipe: Recipe = DEFAULT_RECIPE) -> Timeline:
     """The timeline for `stage`, any batch size, of the network `build` makes on the meta
-    device, made afresh for each recording (a used model holds gradients). With `arch`, the
-    network's traced architecture, the timeline also says how its sizes follow the channels
-    (`Timeline.scaling`), when every allocation of a layer follows one of the layer's quantities."""
+    device trained under `recipe` (`arch.recipe` when `arch` is given), made afresh for each
+    recording (a used model holds gradients). With `arch`, the network's traced
+    architecture, the timeline also says how its sizes follow the channels
+    (`Timeline.scaling`), when every allocation of a layer follows one of the layer's
+    quantities. Not under a checkpointing recipe, whose recomputations run outside the
+    network's forward pass, where no layer is watched: its variants are recorded afresh.
+
+    NetworkError under autocast: the meta device, where the iteration is recorded, has none."""
+    recipe = arch.recipe if arch is not None else recipe
+    if PRECISIONS[recipe.precision].autocast_dtype is not None:
+        raise NetworkError(f"the tensor lifetimes (the replay's) cannot be recorded under {recipe.precision}: "
+                           "they are recorded on the meta device, where autocast does not run")
+    attributed = arch if not recipe.checkpoint_segments else None
 
     def record(batch_size: int) -> _Recording:
-        return _record(build().to("meta"), input_size, num_classes, stage, batch_size, arch)
+        return _record(build().to("meta"), input_size, num_classes, stage, batch_size, attributed, recipe)
 
     small, large = (record(bs) for bs in _RECORDED_BS)
     pattern = [(number, allocates) for number, allocates, _ in small.events]
@@ -320,9 +331,9 @@ def record_timeline(build: Callable[[], torch.nn.Module], input_size: tuple[int,
         fixed_bytes=fixed,
         per_sample_bytes=per_sample,
     )
-    if arch is None:
+    if attributed is None:
         return timeline
-    scaling = _scaling(timeline, small.layers, small.backward, arch)
+    scaling = _scaling(timeline, small.layers, small.backward, attributed)
     return Timeline(timeline.tensor, timeline.allocates, fixed, per_sample, scaling)
 
 

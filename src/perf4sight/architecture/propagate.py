@@ -109,7 +109,7 @@ def with_layer_shapes(
         name=name or template.name,
         layers=tuple(layers),
         params=params,
-        trainable_params=params - (template.params - template.trainable_params),
+        trainable_params=sum(layer.params for layer in layers if layer.trained),
         buffer_bytes=buffers,
         lifetimes={},
     )
@@ -154,4 +154,5 @@ def _resized(layer: Layer, inputs: tuple[Shape, ...], output: Shape, groups: int
         saved_input_bytes=saved_in,
         saved_output_bytes=saved_out,
         saved_fixed_bytes=_per_channel(layer.saved_fixed_bytes, new_channels, old_channels, old_channels),
+        saved_param_bytes=_rescaled(layer.saved_param_bytes, params, layer.params),
     )

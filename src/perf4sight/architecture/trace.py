@@ -25,6 +25,8 @@ from torch.utils._python_dispatch import TorchDispatchMode
 
 from perf4sight.architecture.ir import Architecture, Layer
 from perf4sight.console import warn
+from perf4sight.device.recipe import DEFAULT_RECIPE, PRECISIONS, Recipe, precision_problem
+from perf4sight.device.workload import autocast, prepare_model
 from perf4sight.errors import NetworkError
 
 __all__ = ["LayerWatch", "module_kind", "output_shape", "trace_architecture"]
@@ -114,6 +116,11 @@ class _Pending:
     sources: tuple[int, ...] = ()
     saved: list[tuple[tuple[int, ...], int]] = field(default_factory=list)
     saved_fixed_bytes: int = 0
+    saved_param_bytes: int = 0
+    grad_input: bool = False
+    backward: bool = False
+    element_bytes: int = 0
+    first_op: int = 0  # the number of the first op it ran (`_Recorder.ops`)
 
 
 class _Recorder(TorchDispatchMode):
@@ -130,6 +137,7 @@ class _Recorder(TorchDispatchMode):
         self.names = {id(m): n for n, m in modules}
         self.leaves = {id(m) for _, m in modules if next(m.children(), None) is None}
         self.params = params
+        self.ops = 0  # ops run that compute (not views, not copies), in order
         self.reset()
 
     def reset(self) -> None:
@@ -142,6 +150,8 @@ class _Recorder(TorchDispatchMode):
         # so that ids stay unique while tracing.
         self.producer: dict[int, int] = {}
         self.alive: list[torch.Tensor] = []
+        # autocast's copies of the parameters (id -> the copy, kept alive for the ids)
+        self.param_casts: dict[int, torch.Tensor] = {}
 
     def _sources(self, tensors: list[torch.Tensor]) -> tuple[int, ...]:
         return tuple(self.producer.get(id(t), -1) for t in tensors)
@@ -162,8 +172,9 @@ class _Recorder(TorchDispatchMode):
             ins = tuple(_per_sample(t.shape, self.batch) for t in tensors)
             # an instance attribute (or a class one); getattr of a missing attribute is slow
             inplace = bool(module.__dict__.get("inplace", getattr(type(module), "inplace", False)))
-            pending = _Pending(name, module_kind(module), module, ins, inplace=inplace)
+            pending = _Pending(name, module_kind(module), module, ins, inplace=inplace, first_op=self.ops)
             pending.sources = self._sources(tensors)
+            pending.grad_input = any(t.requires_grad for t in tensors)
             self.layers.append(pending)
 
     def post_hook(self, module: nn.Module, args: Any, output: Any) -> Any:
@@ -177,6 +188,8 @@ class _Recorder(TorchDispatchMode):
         outs = _tensors(output)
         if outs:
             pending.output = _per_sample(outs[0].shape, self.batch)
+            pending.element_bytes = outs[0].element_size()
+        pending.backward = any(t.requires_grad for t in outs)
         self._produce(outs, len(self.layers) - 1)
         return output
 
@@ -206,7 +219,9 @@ class _Recorder(TorchDispatchMode):
         if id(base) in self.params or id(tensor) in self.params or id(base) in self.seen_saved:
             return tensor
         self.seen_saved[id(base)] = base
-        if self.layers:
+        if id(base) in self.param_casts and self.layers:
+            self.layers[-1].saved_param_bytes += base.numel() * base.element_size()
+        elif self.layers:
             if base.dim() >= 2 and base.shape[0] == self.batch:
                 shape = _per_sample(base.shape, self.batch)
                 self.layers[-1].saved.append((shape, math.prod(shape) * base.element_size()))
@@ -219,13 +234,17 @@ class _Recorder(TorchDispatchMode):
         out = func(*args, **(kwargs or {}))
         if self.batch == _EMPTY_BATCH:
             _check_reshape(func, args, out)
-        if self._in_leaf() or self.paused:
-            return out
         op = func.overloadpacket.__name__
         base = op.rstrip("_")
+        computes = _computes(func)
+        if base == "_to_copy" and args and id(args[0]) in self.params and isinstance(out, torch.Tensor):
+            self.param_casts[id(out)] = out
+        if self._in_leaf() or self.paused:
+            self.ops += computes
+            return out
         tensors = _tensors(args)
         outs = _tensors(out)
-        if base in _SKIP_OPS or _is_view(func):
+        if not computes:
             if tensors and id(tensors[0]) in self.producer:
                 self._produce(outs, self.producer[id(tensors[0])])
             return out
@@ -236,12 +255,21 @@ class _Recorder(TorchDispatchMode):
         self.functional_counts[parent + kind] = count + 1
         name = f"{parent}.{kind}{count}" if parent else f"{kind}{count}"
         ins = tuple(_per_sample(t.shape, self.batch) for t in tensors)
-        pending = _Pending(name, kind, None, ins, inplace=inplace)
+        pending = _Pending(name, kind, None, ins, inplace=inplace, first_op=self.ops)
+        self.ops += 1
         pending.sources = self._sources(tensors)
         pending.output = _per_sample(outs[0].shape, self.batch) if outs else ()
+        pending.element_bytes = outs[0].element_size() if outs else 0
+        # below autograd: an op's output needs a gradient where one of its inputs does
+        pending.grad_input = pending.backward = any(t.requires_grad for t in tensors)
         self.layers.append(pending)
         self._produce(outs, len(self.layers) - 1)
         return out
+
+
+def _computes(func: Any) -> bool:
+    """Whether an op computes something worth a layer (not a view, a copy or a fill)."""
+    return func.overloadpacket.__name__.rstrip("_") not in _SKIP_OPS and not _is_view(func)
 
 
 # Reshapes: on an empty batch any shape is accepted, a wrong one included.
@@ -353,19 +381,35 @@ def trace_architecture(
     *,
     name: str = "",
     num_classes: int | None = None,
+    recipe: Recipe = DEFAULT_RECIPE,
 ) -> Architecture:
-    """Describe `model` for inputs of shape `input_size` (C, H, W), without computing.
+    """Describe `model` for inputs of shape `input_size` (C, H, W), without computing,
+    trained under `recipe`.
 
-    The model's weights are neither read nor changed: the forward pass runs with empty
-    stand-ins, and the model's training mode is restored afterwards.
+    The recipe is applied as the profiler applies it (`perf4sight.device.workload`): the
+    layers `prepare_model` freezes are frozen, and the forward pass runs under the recipe's
+    autocast, so what autograd saves has the bytes it has under them; the checkpoint
+    segments' recomputed layers are observed on the model as `prepare_model` checkpoints
+    it (`_checkpoint_segments`). The model's weights are neither read nor changed: the
+    forward pass runs with empty stand-ins; its training mode, which parameters require
+    gradients and its modules' forward methods are restored afterwards.
     """
-    named = list(model.named_modules())
-    recorder, out, _ = _forward(model, named, input_size, record=True, name=name)
-    modules = [m for _, m in named]
+    with _restored(model):
+        prepare_model(model, recipe._replace(checkpoint_segments=0))
+        named = list(model.named_modules())
+        recorder, out, batch = _forward(model, named, input_size, record=True, name=name, recipe=recipe)
+        segments = (_checkpoint_segments(model, named, input_size, recipe, recorder, batch)
+                    if recipe.checkpoint_segments else {})
+        modules = [m for _, m in named]
+        parameters = _unique(modules, "_parameters")
+        params = sum(p.numel() for p in parameters)
+        trainable = sum(p.numel() for p in parameters if p.requires_grad)
+        frozen = {id(m) for m in modules if any(not p.requires_grad for p in m._parameters.values() if p is not None)}
     buffers = sum(b.numel() * b.element_size() for b in _unique(modules, "_buffers"))
     outs = _tensors(out)
     layers = []
     renumber = _layer_numbers(recorder.layers)
+    default_bytes = torch.get_default_dtype().itemsize
     for index, p in enumerate(recorder.layers):
         if p.kind == "identity":
             continue
@@ -392,6 +436,12 @@ def trace_architecture(
                 saved_output_bytes=saved_out,
                 saved_fixed_bytes=p.saved_fixed_bytes,
                 sources=tuple(renumber.get(s, -1) for s in p.sources),
+                trained=id(module) not in frozen,
+                grad_input=p.grad_input,
+                backward=p.backward,
+                segment=segments.get(index, 0),
+                element_bytes=p.element_bytes or default_bytes,
+                saved_param_bytes=p.saved_param_bytes,
                 **(_conv_fields(module) if module is not None else {}),
             )
         )
@@ -401,9 +451,6 @@ def trace_architecture(
         warn(f"network '{name or type(model).__name__.lower()}': {len(functional)} convolution or linear layer(s) "
              f"computed by a functional call (F.conv2d, F.linear), first '{functional[0]}': their kernel and "
              "weights are not described, so their arithmetic is undercounted; use nn.Conv2d and nn.Linear modules")
-    parameters = _unique(modules, "_parameters")
-    params = sum(p.numel() for p in parameters)
-    trainable = sum(p.numel() for p in parameters if p.requires_grad)
     classes = num_classes if num_classes is not None else (int(outs[0].shape[-1]) if outs else 0)
     return Architecture(
         name=name or type(model).__name__.lower(),
@@ -413,7 +460,97 @@ def trace_architecture(
         params=params,
         trainable_params=trainable,
         buffer_bytes=buffers,
+        recipe=recipe,
     )
+
+
+@contextlib.contextmanager
+def _restored(model: nn.Module) -> Iterator[None]:
+    """What applying a recipe changes in `model`, restored afterwards: which parameters
+    require gradients, the modules' training modes and their forward methods."""
+    modules = list(model.modules())
+    grads = [(p, p.requires_grad) for p in model.parameters()]
+    modes = [(m, m.training, m.__dict__.get("forward")) for m in modules]
+    try:
+        yield
+    finally:
+        for p, requires_grad in grads:
+            p.requires_grad_(requires_grad)
+        for m, training, forward in modes:
+            m.training = training
+            if forward is None:
+                m.__dict__.pop("forward", None)
+            else:
+                m.forward = forward
+
+
+def _traced_autocast(recipe: Recipe, device: str) -> contextlib.AbstractContextManager[Any]:
+    """The recipe's autocast as the trace runs it on `device`: the CPU's (fp16, which the
+    profiler runs on CUDA only, traced as the CPU's bf16: the same bytes, and both cast
+    lists agree on a CNN's layers); none on the meta device, where autocast casts nothing."""
+    if device != "cpu" or PRECISIONS[recipe.precision].autocast_dtype is None:
+        return contextlib.nullcontext()
+    if precision_problem(recipe.precision, device):
+        width = PRECISIONS[recipe.precision].bytes_per_cast_value
+        recipe = recipe._replace(precision=next(
+            name for name, precision in PRECISIONS.items() if precision.autocast_dtype is not None
+            and precision.bytes_per_cast_value == width and not precision_problem(name, device)))
+    return autocast(recipe, device)
+
+
+class _GradModes(TorchDispatchMode):
+    """Per op that computes (`_computes`), whether gradients were on when it ran; and where
+    a checkpoint segment ended: where autograd saved a tensor right after ops that ran
+    without gradients (a reentrant checkpoint saves its input once its segment has run)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.grad: list[bool] = []
+        self.ends: set[int] = set()
+
+    def pack(self, tensor: torch.Tensor) -> torch.Tensor:
+        if self.grad and not self.grad[-1]:
+            self.ends.add(len(self.grad))
+        return tensor
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):  # noqa: ANN001
+        out = func(*args, **(kwargs or {}))
+        if _computes(func):
+            self.grad.append(torch.is_grad_enabled())
+        return out
+
+
+def _checkpoint_segments(model: nn.Module, named: list[tuple[str, nn.Module]], input_size: Sequence[int],
+                         recipe: Recipe, recorder: _Recorder, batch: int) -> dict[int, int]:
+    """The checkpoint segment (numbered from 1) of each recorded layer that `recipe`'s
+    checkpointing recomputes: the model is checkpointed by `prepare_model` and its forward
+    pass run again, as traced; a layer whose ops run without gradients runs in a segment."""
+    modules = [m for _, m in named]
+    device = "cpu" if batch == _EMPTY_BATCH else "meta"
+    x = torch.empty((batch, *input_size), device=device)
+    observer = _GradModes()
+    empty = _EmptyBatch(None) if batch == _EMPTY_BATCH else contextlib.nullcontext()
+    with _stand_ins(modules, device), _training_without_running_stats(modules), empty:
+        prepare_model(model, recipe, x)
+        with torch.autograd.graph.saved_tensors_hooks(observer.pack, lambda t: t), observer, \
+                _traced_autocast(recipe, device):
+            model(x)
+    if len(observer.grad) != recorder.ops:
+        raise NetworkError(f"{type(model).__name__.lower()}: its checkpointed forward pass runs other ops than "
+                           "its forward pass; the recomputed layers cannot be told")
+    segment_of_op = []
+    segment = 1
+    for op, grad in enumerate(observer.grad):
+        segment += op in observer.ends
+        segment_of_op.append(0 if grad else segment)
+    found = {}
+    for index, pending in enumerate(recorder.layers):
+        op = pending.first_op
+        following = recorder.layers[index + 1].first_op if index + 1 < len(recorder.layers) else recorder.ops
+        op = op if following > op else op - 1  # a layer that ran no op of its own: the op before it
+        if 0 <= op < len(segment_of_op) and segment_of_op[op]:
+            found[index] = segment_of_op[op]
+    return found
 
 
 class LayerWatch:
@@ -507,17 +644,20 @@ def output_shape(model: nn.Module, input_size: Sequence[int], *, name: str = "")
 
 
 def _forward(
-    model: nn.Module, named: list[tuple[str, nn.Module]], input_size: Sequence[int], *, record: bool, name: str
+    model: nn.Module, named: list[tuple[str, nn.Module]], input_size: Sequence[int], *, record: bool, name: str,
+    recipe: Recipe = DEFAULT_RECIPE,
 ) -> tuple[_Recorder | None, Any, int]:
     """The forward pass of `_run` on an empty CPU batch, else on the meta device; also
     returns the batch size it ran with. A network that runs on neither is a NetworkError
     naming it (`name`, else its class) and the input size."""
     try:
-        return (*_run(model, named, input_size, device="cpu", batch=_EMPTY_BATCH, record=record), _EMPTY_BATCH)
+        return (*_run(model, named, input_size, device="cpu", batch=_EMPTY_BATCH, record=record, recipe=recipe),
+                _EMPTY_BATCH)
     except Exception:  # noqa: BLE001 - e.g. a reduction over every element of no samples
         pass
     try:
-        return (*_run(model, named, input_size, device="meta", batch=_META_BATCH, record=record), _META_BATCH)
+        return (*_run(model, named, input_size, device="meta", batch=_META_BATCH, record=record, recipe=recipe),
+                _META_BATCH)
     except Exception as exc:  # noqa: BLE001 - the network's own code: it cannot take these inputs
         raise NetworkError(f"{name or type(model).__name__.lower()}: does not run on inputs of size "
                            f"{list(input_size)}: {type(exc).__name__}: {exc}") from exc
@@ -525,7 +665,7 @@ def _forward(
 
 def _run(
     model: nn.Module, named: list[tuple[str, nn.Module]], input_size: Sequence[int], *, device: str, batch: int,
-    record: bool = True,
+    record: bool = True, recipe: Recipe = DEFAULT_RECIPE,
 ) -> tuple[_Recorder | None, Any]:
     """One training-mode forward pass of `model` with uninitialised stand-ins for its
     parameters and buffers (no copy of the model or of its tensors), recorded if `record`."""
@@ -544,7 +684,8 @@ def _run(
         ]
         empty = _EmptyBatch(recorder) if batch == _EMPTY_BATCH else contextlib.nullcontext()
         try:
-            with torch.autograd.graph.saved_tensors_hooks(recorder.pack, lambda t: t), recorder, empty:
+            with torch.autograd.graph.saved_tensors_hooks(recorder.pack, lambda t: t), recorder, empty, \
+                    _traced_autocast(recipe, device):
                 out = model(x)
         finally:
             for handle in handles:

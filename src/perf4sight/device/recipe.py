@@ -35,14 +35,21 @@ class Optimizer(NamedTuple):
 
     state_buffers: int  # tensors of the parameter's size kept between steps (momentum; Adam's two moments)
     momentum: bool
+    # Parameter-sized tensors a step reads or writes per trained parameter (one parameter at
+    # a time, `foreach` off), and how many parameter-sized temporaries it holds at once.
+    passes: int
+    temporaries: int
 
 
 # name -> its facts; `sgd` is the original's (lr 0.1, momentum 0.9, weight decay 5e-4).
 OPTIMIZERS: Dict[str, Optimizer] = {
-    "sgd": Optimizer(state_buffers=1, momentum=True),
-    "sgd-plain": Optimizer(state_buffers=0, momentum=False),
-    "adam": Optimizer(state_buffers=2, momentum=False),
-    "adamw": Optimizer(state_buffers=2, momentum=False),
+    # the decayed gradient (2 in, 1 out), the momentum buffer scaled (1 in, 1 out) and
+    # accumulated (2 in, 1 out), the weights updated (2 in, 1 out); the decayed gradient
+    # is its temporary
+    "sgd": Optimizer(state_buffers=1, momentum=True, passes=11, temporaries=1),
+    "sgd-plain": Optimizer(state_buffers=0, momentum=False, passes=6, temporaries=1),
+    "adam": Optimizer(state_buffers=2, momentum=False, passes=19, temporaries=2),
+    "adamw": Optimizer(state_buffers=2, momentum=False, passes=21, temporaries=2),
 }
 
 

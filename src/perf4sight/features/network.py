@@ -24,6 +24,7 @@ import pandas as pd
 
 from perf4sight.architecture import Architecture, Detail, Layer
 from perf4sight.console import warn
+from perf4sight.device.recipe import DEFAULT_RECIPE, OPTIMIZERS, PRECISIONS, Precision
 from perf4sight.errors import NetworkError
 from perf4sight.features.inputs import checked_batch_sizes, needs
 from perf4sight.features.terms import Role, Term, TermSet
@@ -69,10 +70,8 @@ _SEGMENT_BYTES = 2 << 20
 # Passes of a GEMM layer over its parameters per training iteration: forward, gradient of
 # the input, gradient of the weights (1 in inference).
 _TRAINING_PASSES = 3.0
-# Parameter-sized tensors SGD with momentum and weight decay reads or writes per parameter,
-# one parameter at a time: the decayed gradient (2 in, 1 out), the momentum buffer scaled
-# (1 in, 1 out) and accumulated (2 in, 1 out), the weights updated (2 in, 1 out).
-_OPTIMIZER_PASSES = 11
+# The gradient scaler (fp16 autocast) unscales every gradient in place: read and written.
+_SCALER_PASSES = 2
 # GPU GEMM kernels cover a layer's output channels in tiles (64 wide in typical cuDNN and
 # cuBLAS kernels); a pruned width just above a multiple costs the whole next tile. The input
 # channels are the GEMM's reduction, split finer, and are not padded.
@@ -138,7 +137,10 @@ def _im2col_bytes(layer: Layer, dtype_bytes: int) -> int:
 
 @needs(Detail.LAYERS)
 def network_features(arch: Architecture, batch_sizes: Sequence[int], stage: str = "training") -> pd.DataFrame:
-    """One row per batch size of whole-network features of `arch` for `stage`.
+    """One row per batch size of whole-network features of `arch` for `stage`, under the
+    architecture's recipe (`arch.recipe`: its optimizer's state, passes and temporaries,
+    the parameters it trains, its precision's bytes, the forward passes its checkpoint
+    segments recompute).
 
     Needs a complete architecture (every layer traced), not a spec's Conv2d/Linear table.
     """
@@ -147,6 +149,8 @@ def network_features(arch: Architecture, batch_sizes: Sequence[int], stage: str 
         raise NetworkError(f"network '{arch.name}': the architecture has no layers")
     training = stage == "training"
     dtype = arch.dtype_bytes
+    optimizer = OPTIMIZERS[arch.recipe.optimizer]
+    precision = PRECISIONS[arch.recipe.precision]
     layers = arch.layers
     groups = [layer_group(layer) for layer in layers]
     unknown = sorted({layer.kind for layer, group in zip(layers, groups) if group == _OTHER})
@@ -159,53 +163,74 @@ def network_features(arch: Architecture, batch_sizes: Sequence[int], stage: str 
     per_layer = np.array(
         [
             (
-                sum(math.prod(s) for s in layer.inputs) * dtype,
-                math.prod(layer.output) * dtype,
+                sum(math.prod(s) for s in layer.inputs) * layer.element_bytes,
+                math.prod(layer.output) * layer.element_bytes,
                 layer.saved_bytes if training else 0,
-                _im2col_bytes(layer, dtype),
-                *(_gemm_amounts(layer, passes, dtype) if group in _GEMM_GROUPS else (0, 0, 0)),
+                _im2col_bytes(layer, layer.element_bytes),
+                _layer_passes(layer, training),
+                layer.params * _weight_bytes(layer, group, dtype, precision),
+                *(_gemm_amounts(layer, training) if group in _GEMM_GROUPS else (0, 0, 0)),
             )
             for layer, group in zip(layers, groups)
         ],
         dtype=float,
     )
-    in_bytes, out_bytes, saved, im2col, flops, padded, moved = per_layer.T
+    in_bytes, out_bytes, saved, im2col, layer_passes, weight_bytes, flops, padded, moved = per_layer.T
+    segment = np.array([layer.segment if training else 0 for layer in layers])
+    recomputed = segment > 0
+    # What autograd keeps from the forward pass to the backward: a checkpointed segment's
+    # layers keep nothing, the segment its input (its first layer's).
+    kept = np.where(recomputed, 0.0, saved) + _segment_inputs(layers, segment, in_bytes)
     saved_fixed = float(sum(layer.saved_fixed_bytes for layer in layers)) if training else 0.0
     param_bytes = float(arch.params * dtype)
     trainable_bytes = float(arch.trainable_params * dtype) if training else 0.0
     param_layers = sum(1 for layer in layers if layer.params)
-    conv_param_bytes = float(sum(layer.params for layer in layers if layer.kind == "conv2d") * dtype)
-    # Passes over the parameters that do not depend on the batch size: each GEMM kernel reads
-    # its weights or writes their gradient (3 in training, 1 in inference), and the optimizer
-    # step (SGD with momentum and weight decay, one parameter at a time) touches 11
-    # parameter-sized tensors per trainable parameter.
-    param_traffic = param_bytes * passes + _OPTIMIZER_PASSES * trainable_bytes
+    conv = np.array([layer.kind == "conv2d" for layer in layers])
+    # Passes over the parameters that do not depend on the batch size: the kernels of each
+    # layer read its weights (in autocast's dtype where it casts them) or write their
+    # gradient, once per pass (`_layer_passes`: 3 in training for a layer whose backward
+    # runs, 1 in inference); parameters outside the layers at `passes`, as the
+    # layers the backward runs through. Then the optimizer's passes over every trained
+    # parameter, the gradient scaler's, and autocast's copies of the weights (made in each
+    # forward pass and each recomputation; the gradients cast back, for trained ones).
+    owned = np.array([layer.params * dtype for layer in layers], dtype=float)
+    kernel_traffic = (weight_bytes * layer_passes).sum() - owned.sum() * passes
+    param_traffic = (param_bytes * passes + kernel_traffic + optimizer.passes * trainable_bytes
+                     + (_SCALER_PASSES * trainable_bytes if precision.grad_scaler else 0.0)
+                     + _cast_traffic(layers, groups, dtype, precision, training))
 
-    # Backward of layer i: saved tensors of layers up to i, plus the gradients of its
-    # output and input and its workspace, all at once (forward: its input and output).
+    # Backward of layer i: what is kept up to i (and, in a checkpointed segment, what its
+    # recomputed layers up to i saved again), plus the gradients of its output and input
+    # and its workspace, all at once (forward: its input and output).
     batch = bs[:, None]
-    alive_saved = np.cumsum(saved)[None, :] * batch
+    alive_saved = (np.cumsum(kept) + _recomputed_alive(layers, segment, saved))[None, :] * batch
     if training:
         transient = (in_bytes + out_bytes)[None, :] * batch + im2col[None, :] * batch
         peak = (alive_saved + transient).max(axis=1) + saved_fixed
     else:
         peak = ((in_bytes + out_bytes + im2col)[None, :] * batch).max(axis=1)
-    fresh_outputs = float(out_bytes[[not layer.inplace for layer in layers]].sum())
-    big = saved[None, :] * batch
+    # every output a layer allocates, again where its forward pass is recomputed
+    fresh = np.array([not layer.inplace for layer in layers])
+    fresh_outputs = float(out_bytes[fresh].sum() + out_bytes[fresh & recomputed].sum())
+    big = kept[None, :] * batch
     rounded = np.where(big > _LARGE_ALLOC_BYTES, _round_up(big, _SEGMENT_BYTES), big).sum(axis=1)
+    trained_params = [layer.params for layer in layers if layer.trained and training]
 
     columns: dict[str, np.ndarray | float] = {
         "batch_size": bs,
         "param_bytes": param_bytes,
         _PARAM_TRAFFIC: param_traffic,
         # convolution kernels reorder (or transform) their weights, once per kernel
-        _CONV_WEIGHT_TRAFFIC: conv_param_bytes * passes,
-        _PARAM_STATE: param_bytes + 2 * trainable_bytes,  # weights, gradients, momentum
-        # SGD's weight decay adds the weights to each gradient in turn: one layer's worth
-        _OPTIMIZER_TEMP: float(max(layer.params for layer in layers) * dtype) if training else 0.0,
+        _CONV_WEIGHT_TRAFFIC: float((weight_bytes * layer_passes)[conv].sum()),
+        # weights (fp32 master weights under autocast), the trained ones' gradients and
+        # optimizer state, and the copies of the weights autograd keeps in autocast's dtype
+        _PARAM_STATE: (param_bytes + (1 + optimizer.state_buffers) * trainable_bytes
+                       + (float(sum(layer.saved_param_bytes for layer in layers)) if training else 0.0)),
+        # the optimizer's temporaries for one parameter at a time: the largest trained layer's
+        _OPTIMIZER_TEMP: float(optimizer.temporaries * max(trained_params, default=0) * dtype),
         "buffer_bytes": float(arch.buffer_bytes),
         "input_bytes": bs * math.prod(arch.input_size) * dtype,
-        "saved_bytes": bs * saved.sum() + saved_fixed,
+        "saved_bytes": bs * kept.sum() + saved_fixed,
         "saved_segment_bytes": rounded + saved_fixed,
         _OUTPUTS: bs * fresh_outputs,
         _ACTIVATION_PEAK: peak,
@@ -220,10 +245,12 @@ def network_features(arch: Architecture, batch_sizes: Sequence[int], stage: str 
         columns[group_column(group, "padded_flops")] = bs * padded[mask].sum()
         columns[group_column(group, "bytes")] = bs * moved[mask].sum()
         columns[group_column(group, "count")] = float(mask.sum())
-    memory_passes = 2.0 if training else 1.0
+    # a memory-bound layer reads and writes in its forward pass (again where recomputed)
+    # and in its backward pass, where that runs
+    bound_passes = 1.0 + recomputed + np.array([training and layer.backward for layer in layers])
     for group in _MEMORY_BOUND_GROUPS:
         mask = group_of == group
-        columns[group_column(group, "bytes")] = bs * (in_bytes[mask].sum() + out_bytes[mask].sum()) * memory_passes
+        columns[group_column(group, "bytes")] = bs * ((in_bytes[mask] + out_bytes[mask]) * bound_passes[mask]).sum()
         columns[group_column(group, "count")] = float(mask.sum())
     # One float block: a frame of 45 separate columns costs more to build and read than
     # the features themselves.
@@ -233,19 +260,75 @@ def network_features(arch: Architecture, batch_sizes: Sequence[int], stage: str 
     return pd.DataFrame(table, columns=list(columns))
 
 
-def _gemm_amounts(layer: Layer, passes: float, dtype: int) -> tuple[float, float, float]:
+def _layer_passes(layer: Layer, training: bool) -> float:
+    """Passes of a layer's kernels over its activations and weights per iteration: the
+    forward pass, again where a checkpoint recomputes it, and in training two more where
+    the backward runs through it (the gradients of its input and of its weights, counted
+    whether or not it computes both, as for the network's first layer)."""
+    if not training:
+        return 1.0
+    return 1.0 + layer.recomputed + (_TRAINING_PASSES - 1.0) * layer.backward
+
+
+def _weight_bytes(layer: Layer, group: str, dtype: int, precision: Precision) -> int:
+    """Bytes per parameter the layer's kernels read: autocast's copy for a GEMM layer."""
+    if precision.autocast_dtype is not None and group in _GEMM_GROUPS:
+        return precision.bytes_per_cast_value
+    return dtype
+
+
+def _cast_traffic(layers: Sequence[Layer], groups: Sequence[str], dtype: int, precision: Precision,
+                  training: bool) -> float:
+    """Bytes autocast moves to copy the GEMM layers' weights into its dtype (read in fp32,
+    written cast) in each forward pass and recomputation, and, in training, to cast the
+    trained ones' gradients back."""
+    if precision.autocast_dtype is None:
+        return 0.0
+    per_copy = dtype + precision.bytes_per_cast_value
+    copies = sum(layer.params * ((1 + (layer.recomputed if training else 0)) + (training and layer.trained))
+                 for layer, group in zip(layers, groups) if group in _GEMM_GROUPS)
+    return float(copies * per_copy)
+
+
+def _segment_inputs(layers: Sequence[Layer], segment: np.ndarray, in_bytes: np.ndarray) -> np.ndarray:
+    """Per layer, the per-sample bytes a checkpointed segment keeps for its recomputation when
+    the layer is its first (its first input), else 0."""
+    first = (segment > 0) & (segment != np.concatenate(([0], segment[:-1])))
+    kept = np.zeros(len(layers))
+    for index in np.flatnonzero(first):
+        layer = layers[index]
+        kept[index] = math.prod(layer.in_shape) * layer.element_bytes
+    return kept
+
+
+def _recomputed_alive(layers: Sequence[Layer], segment: np.ndarray, saved: np.ndarray) -> np.ndarray:
+    """Per layer, what the layers of its checkpointed segment up to it save when the backward
+    recomputes the segment (0 outside a segment); the input the segment's first layer saves
+    is the one the segment keeps (`_segment_inputs`), counted there."""
+    alive = np.zeros(len(segment))
+    total = 0.0
+    for index, value in enumerate(segment):
+        first = value and (index == 0 or segment[index - 1] != value)
+        total = (saved[index] - layers[index].saved_input_bytes if first else total + saved[index]) if value else 0.0
+        alive[index] = total
+    return alive
+
+
+def _gemm_amounts(layer: Layer, training: bool) -> tuple[float, float, float]:
     """A GEMM layer's work per sample and iteration: flops, flops with output channels padded
-    to tiles, and bytes of its input and output moved."""
-    layer_passes = _passes(layer, passes)
-    moved = (math.prod(layer.in_shape) + math.prod(layer.output)) * dtype * passes
-    return _gemm_flops(layer) * layer_passes, _gemm_flops(layer, _CHANNEL_TILE) * layer_passes, moved
+    to tiles, and bytes of its input and output moved (`_layer_passes`)."""
+    gemms = _gemm_passes(layer, training)
+    moved = (math.prod(layer.in_shape) + math.prod(layer.output)) * layer.element_bytes * _layer_passes(layer, training)
+    return _gemm_flops(layer) * gemms, _gemm_flops(layer, _CHANNEL_TILE) * gemms, moved
 
 
-def _passes(layer: Layer, passes: float) -> float:
-    """GEMM passes per iteration: a layer fed by the network's input computes no gradient for it."""
-    if passes > 1 and layer.sources and all(source == -1 for source in layer.sources):
-        return passes - 1
-    return passes
+def _gemm_passes(layer: Layer, training: bool) -> float:
+    """GEMMs per iteration: the forward pass (again where a checkpoint recomputes it), and in
+    training the gradient of the input where it needs one (not the network's input's, nor in
+    a frozen prefix) and of the weights where they are trained."""
+    if not training:
+        return 1.0
+    return 1.0 + layer.recomputed + layer.grad_input + layer.trained
 
 
 # The parameters' traffic, which does not depend on the batch size (`param_traffic_bytes`:
@@ -260,7 +343,9 @@ def _passes(layer: Layer, passes: float) -> float:
 # kernel) go at the layers' rate: the same fit puts a convolution weight at 5.2 passes per
 # training iteration (the TX2's and the CPU demo's data, nearly all convolutions: 5.4-5.8),
 # against 3 + 3 here.
-PARAMETER_STREAM_FACTOR = _TRAINING_PASSES / (_TRAINING_PASSES + _OPTIMIZER_PASSES)
+# The factor was measured under the default recipe's optimizer (SGD with momentum): it is a
+# property of the device's kernels, kept for every recipe, whose optimizer passes the column counts.
+PARAMETER_STREAM_FACTOR = _TRAINING_PASSES / (_TRAINING_PASSES + OPTIMIZERS[DEFAULT_RECIPE.optimizer].passes)
 
 # Memory (MiB): the runtime's footprint (the model's intercept), plus the weights, gradients
 # and momentum as they are (a fitted scale on them would explode for parameter-heavy

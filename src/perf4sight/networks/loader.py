@@ -19,6 +19,7 @@ from torch import nn
 
 from perf4sight.architecture import Architecture, Detail, output_shape, trace_architecture, with_lifetimes
 from perf4sight.device.definitions import input_size_problem, num_classes_problem
+from perf4sight.device.recipe import DEFAULT_RECIPE, Recipe, check_recipe
 from perf4sight.errors import NetworkError
 from perf4sight.networks.model_file import build_from_file, is_model_file, split_model_source
 from perf4sight.networks.registry import (
@@ -74,10 +75,14 @@ def load_architecture(
     model_desc_dir: str | Path | None = None,
     needs: Detail = Detail.LAYERS,
     stage: str = "training",
+    recipe: Recipe = DEFAULT_RECIPE,
 ) -> Architecture:
-    """The architecture of a network, holding at least what `needs` says (with
+    """The architecture of a network trained under `recipe` (`Architecture.recipe`; the
+    default: the original's training), holding at least what `needs` says (with
     `Detail.LIFETIMES`, the tensor lifetimes of `stage`); torchvision networks and model
     files are built without initialising their weights, specs on the meta device.
+    A recipe that cannot train the network (a layer name it lacks, more checkpoint
+    segments than it has blocks) is an ArgumentError naming it.
 
     A spec at its own input size and class count is not rebuilt at all: its layer table
     suffices for `Detail.LAYER_TABLE`; else its base network is traced (and its lifetimes
@@ -86,12 +91,13 @@ def load_architecture(
     size and class count), sharing its recording with the specs cut from it.
     """
     check_num_classes(num_classes)
+    check_recipe(recipe)
     stages = (stage,) if needs is Detail.LIFETIMES else ()
     spec = read_spec(source) if not isinstance(source, nn.Module) and str(source).endswith(".json") else None
     if spec is not None and _at_own_size(spec, input_size, num_classes):
-        if needs is Detail.LAYER_TABLE:
-            return architecture_from_spec(spec)
-        arch = spec_architecture(spec, lifetimes=stages)
+        if needs is Detail.LAYER_TABLE:  # a layer table describes no recipe's effects
+            return dataclasses.replace(architecture_from_spec(spec), recipe=recipe)
+        arch = spec_architecture(spec, lifetimes=stages, recipe=recipe)
         build = functools.partial(build_from_spec, spec, device="meta")
     elif spec is None and not isinstance(source, nn.Module) and is_torchvision_network(str(source)):
         name = str(source)
@@ -100,7 +106,7 @@ def load_architecture(
         classes = num_classes if num_classes is not None else 1000
         try:
             arch = torchvision_architecture(network_builder, kwargs, num_classes=classes, input_size=size,
-                                            lifetimes=stages)
+                                            lifetimes=stages, recipe=recipe)
         except NetworkError as exc:  # named after the builder: say the name the user gave
             raise NetworkError(f"{name}:{str(exc).split(':', 1)[1]}") from exc
         return dataclasses.replace(arch, name=name)
@@ -110,7 +116,8 @@ def load_architecture(
             functools.partial(_load, source, input_size=input_size, num_classes=num_classes,
                               model_desc_dir=model_desc_dir, device="cpu", initialise=False, find_classes=False)
         loaded = load()
-        arch = trace_architecture(loaded.module, loaded.input_size, name=loaded.name, num_classes=loaded.num_classes)
+        arch = trace_architecture(loaded.module, loaded.input_size, name=loaded.name, num_classes=loaded.num_classes,
+                                  recipe=recipe)
         # a module given as the source is copied, so that it keeps its weights when the
         # copy moves to the meta device
         build = (functools.partial(copy.deepcopy, source) if isinstance(source, nn.Module)

@@ -36,6 +36,7 @@ from perf4sight.architecture import (
     with_lifetimes,
 )
 from perf4sight.device.definitions import input_size_problem, is_positive_int, num_classes_problem
+from perf4sight.device.recipe import DEFAULT_RECIPE, Recipe
 from perf4sight.errors import NetworkError, clip
 from perf4sight.files import read_json, write_text
 from perf4sight.networks.model_file import build_from_file, split_model_source
@@ -424,9 +425,10 @@ def spec_macs(spec: dict[str, Any]) -> int:
     return total
 
 
-def spec_architecture(spec: dict[str, Any], *, lifetimes: tuple[str, ...] = ()) -> Architecture:
-    """The complete architecture of a spec, without rebuilding it; with the tensor lifetimes
-    of the stages in `lifetimes` when they can be scaled from its base's.
+def spec_architecture(spec: dict[str, Any], *, lifetimes: tuple[str, ...] = (),
+                      recipe: Recipe = DEFAULT_RECIPE) -> Architecture:
+    """The complete architecture of a spec trained under `recipe`, without rebuilding it;
+    with the tensor lifetimes of the stages in `lifetimes` when they can be scaled from its base's.
 
     The spec's base is traced (and its lifetimes recorded) once per process (cached); its
     layers' shapes and lifetimes are then propagated to the channel counts that the spec's
@@ -442,6 +444,7 @@ def spec_architecture(spec: dict[str, Any], *, lifetimes: tuple[str, ...] = ()) 
         int(spec["num_classes"]),
         tuple(spec["input_size"]),
         lifetimes,
+        recipe,
     )
     shapes = {
         entry["name"]: LayerShape(tuple(entry["in"]), tuple(entry["out"]), entry.get("groups", 1))
@@ -452,7 +455,8 @@ def spec_architecture(spec: dict[str, Any], *, lifetimes: tuple[str, ...] = ()) 
         return with_layer_shapes(template, shapes, name=spec["name"])
     except NetworkError:
         module = build_from_spec(spec, device="meta")
-        arch = trace_architecture(module, spec["input_size"], name=spec["name"], num_classes=int(spec["num_classes"]))
+        arch = trace_architecture(module, spec["input_size"], name=spec["name"], num_classes=int(spec["num_classes"]),
+                                  recipe=recipe)
     rebuilt: dict[str, tuple[tuple[int, ...], tuple[int, ...]]] = {}
     for layer in arch.layers:
         if layer.kind == "conv2d":
@@ -504,21 +508,23 @@ def _check_against_base(spec: dict[str, Any], template: Architecture) -> None:
 
 def torchvision_architecture(
     builder: str, kwargs: dict[str, Any], *, num_classes: int, input_size: Sequence[int],
-    lifetimes: tuple[str, ...] = (),
+    lifetimes: tuple[str, ...] = (), recipe: Recipe = DEFAULT_RECIPE,
 ) -> Architecture:
-    """The architecture of an unpruned torchvision network (with the tensor lifetimes of the
-    stages in `lifetimes`), traced once per process and shared with the specs cut from it."""
+    """The architecture of an unpruned torchvision network trained under `recipe` (with the
+    tensor lifetimes of the stages in `lifetimes`), traced once per process and recipe and
+    shared with the specs cut from it."""
     return _base_architecture(builder, json.dumps(kwargs, sort_keys=True), None, num_classes, tuple(input_size),
-                              lifetimes)
+                              lifetimes, recipe)
 
 
 @functools.lru_cache(maxsize=32)
 def _base_architecture(
     torchvision_name: str | None, kwargs_json: str, model_desc: str | None, num_classes: int,
-    input_size: tuple[int, ...], lifetimes: tuple[str, ...] = (),
+    input_size: tuple[int, ...], lifetimes: tuple[str, ...] = (), recipe: Recipe = DEFAULT_RECIPE,
 ) -> Architecture:
-    """A base network traced; with the tensor lifetimes of the stages in `lifetimes`
-    recorded against that trace (the base built again on the meta device for each recording)."""
+    """A base network traced under `recipe`; with the tensor lifetimes of the stages in
+    `lifetimes` recorded against that trace (the base built again on the meta device for
+    each recording)."""
     spec = {
         "name": torchvision_name or model_desc,
         "torchvision": torchvision_name,
@@ -527,7 +533,7 @@ def _base_architecture(
         "num_classes": num_classes,
     }
     if lifetimes:
-        traced = _base_architecture(torchvision_name, kwargs_json, model_desc, num_classes, input_size)
+        traced = _base_architecture(torchvision_name, kwargs_json, model_desc, num_classes, input_size, (), recipe)
         return with_lifetimes(traced, functools.partial(_base_module, spec, "meta", initialise=False), lifetimes)
     module = _base_module(spec, "cpu", initialise=False)
-    return trace_architecture(module, input_size, name=str(spec["name"]), num_classes=num_classes)
+    return trace_architecture(module, input_size, name=str(spec["name"]), num_classes=num_classes, recipe=recipe)
