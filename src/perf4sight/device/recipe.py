@@ -26,6 +26,7 @@ __all__ = [
     "Recipe",
     "DEFAULT_RECIPE",
     "check_recipe",
+    "precision_problem",
     "trainable_problem",
 ]
 
@@ -128,6 +129,14 @@ def check_recipe(recipe: Recipe, where: str = "recipe", error: Type[Exception] =
     return recipe
 
 
+def precision_problem(precision: str, device_type: str) -> str:
+    """Why the device of type `device_type` (`cuda`, `cpu`, a backend's device) cannot
+    compute in `precision`: fp16 autocast with its gradient scaler is CUDA's. Empty when it can."""
+    if PRECISIONS[precision].grad_scaler and device_type != "cuda":
+        return "precision {} needs a CUDA device, not {}".format(precision, device_type)
+    return ""
+
+
 def trainable_problem(trainable: str, module_names: Sequence[str], n_blocks: int = 0,
                       segments: int = 0) -> List[str]:
     """Why a recipe cannot train a network whose modules are `module_names` (qualified,
@@ -135,7 +144,8 @@ def trainable_problem(trainable: str, module_names: Sequence[str], n_blocks: int
     not one of its modules, or more checkpoint segments than blocks. Empty when it can."""
     problems = []
     if trainable not in (TRAIN_ALL, TRAIN_CLASSIFIER) and trainable not in module_names:
-        near = [name for name in module_names if name.startswith(trainable.split(".")[0])][:5]
+        near = [name for name in module_names if name.startswith(trainable.split(".")[0])]
+        near = (near or [name for name in module_names if name and "." not in name])[:8]  # else the top level
         problems.append("trainable: no layer {} in the network{}".format(
             clip(repr(trainable)), "; layers there include " + ", ".join(near) if near else ""))
     if segments > n_blocks > 0:
