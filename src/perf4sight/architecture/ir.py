@@ -33,8 +33,10 @@ class Layer:
     which `saved_input_bytes` are tensors shaped like an input and `saved_output_bytes`
     shaped like the output; `saved_fixed_bytes` is kept regardless of the batch size
     (statistics; parameters are counted by `params`, their copies in autocast's dtype by
-    `saved_param_bytes`). What it saves is what it saves whenever its forward pass runs with
-    gradients; a layer of a checkpointed segment keeps none of it from the forward pass.
+    `saved_param_bytes`); `saved_shared_bytes` are what it saves that an earlier layer saved
+    too (counted there: the input of a layer whose producer saved its output). What it saves
+    is what it saves whenever its forward pass runs with gradients; a layer of a
+    checkpointed segment keeps none of it from the forward pass.
 
     What the architecture's recipe (`Architecture.recipe`) changes, per layer: whether its
     parameters are `trained` (a frozen layer has no gradients, no optimizer state and no
@@ -69,6 +71,7 @@ class Layer:
     segment: int = 0
     element_bytes: int = 4
     saved_param_bytes: int = 0
+    saved_shared_bytes: int = 0
 
     @property
     def recomputed(self) -> bool:

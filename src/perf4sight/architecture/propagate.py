@@ -132,13 +132,14 @@ def _resized(layer: Layer, inputs: tuple[Shape, ...], output: Shape, groups: int
     old_in = layer.in_shape
     new_in = inputs[0] if inputs else ()
     old_channels, new_channels = math.prod(layer.output[:1]), math.prod(output[:1])
-    if layer.kind == "conv2d":
-        k = math.prod(layer.kernel)
-        params = output[0] * (new_in[0] // groups) * k + (output[0] if layer.bias else 0)
-    elif layer.kind == "linear":
-        params = output[0] * new_in[0] + (output[0] if layer.bias else 0)
+    if layer.kind in ("conv2d", "linear"):
+        params = _weights(layer.kind, new_in, output, groups, layer.kernel) + (output[0] if layer.bias else 0)
     else:
         params = _per_channel(layer.params, new_channels, old_channels, old_channels)
+    # autocast's copies of a GEMM layer's weights (its bias is not saved)
+    saved_params = (_rescaled(layer.saved_param_bytes, _weights(layer.kind, new_in, output, groups, layer.kernel),
+                              _weights(layer.kind, old_in, layer.output, layer.groups, layer.kernel))
+                    if layer.kind in ("conv2d", "linear") else _rescaled(layer.saved_param_bytes, params, layer.params))
     in_new, in_old = math.prod(new_in), math.prod(old_in)
     out_new, out_old = math.prod(output), math.prod(layer.output)
     other = layer.saved_bytes - layer.saved_input_bytes - layer.saved_output_bytes
@@ -154,5 +155,13 @@ def _resized(layer: Layer, inputs: tuple[Shape, ...], output: Shape, groups: int
         saved_input_bytes=saved_in,
         saved_output_bytes=saved_out,
         saved_fixed_bytes=_per_channel(layer.saved_fixed_bytes, new_channels, old_channels, old_channels),
-        saved_param_bytes=_rescaled(layer.saved_param_bytes, params, layer.params),
+        saved_param_bytes=saved_params,
+        saved_shared_bytes=_rescaled(layer.saved_shared_bytes, in_new, in_old),
     )
+
+
+def _weights(kind: str, inputs: Shape, output: Shape, groups: int, kernel: tuple[int, ...]) -> int:
+    """The weight elements of a Conv2d (channels first) or Linear layer of these shapes."""
+    if kind == "conv2d":
+        return output[0] * (inputs[0] // groups) * math.prod(kernel)
+    return output[-1] * inputs[-1]

@@ -117,6 +117,7 @@ class _Pending:
     saved: list[tuple[tuple[int, ...], int]] = field(default_factory=list)
     saved_fixed_bytes: int = 0
     saved_param_bytes: int = 0
+    saved_shared_bytes: int = 0
     grad_input: bool = False
     backward: bool = False
     element_bytes: int = 0
@@ -144,7 +145,8 @@ class _Recorder(TorchDispatchMode):
         """Forget the layers recorded: a new forward pass begins."""
         self.stack: list[nn.Module] = []
         self.layers: list[_Pending] = []
-        self.seen_saved: dict[int, torch.Tensor] = {}
+        # id -> (a saved tensor, the layer that saved it first)
+        self.seen_saved: dict[int, tuple[torch.Tensor, _Pending | None]] = {}
         self.functional_counts: dict[str, int] = {}
         # id(tensor) -> index of the layer that produced it; the tensors are kept alive
         # so that ids stay unique while tracing.
@@ -216,9 +218,14 @@ class _Recorder(TorchDispatchMode):
     # saved tensors --------------------------------------------------------------
     def pack(self, tensor: torch.Tensor) -> torch.Tensor:
         base = tensor._base if tensor._base is not None else tensor
-        if id(base) in self.params or id(tensor) in self.params or id(base) in self.seen_saved:
+        if id(base) in self.params or id(tensor) in self.params:
             return tensor
-        self.seen_saved[id(base)] = base
+        if id(base) in self.seen_saved:
+            if self.layers and self.seen_saved[id(base)][1] is not self.layers[-1] and base.dim() >= 2 \
+                    and base.shape[0] == self.batch:
+                self.layers[-1].saved_shared_bytes += math.prod(_per_sample(base.shape, self.batch)) * base.element_size()
+            return tensor
+        self.seen_saved[id(base)] = (base, self.layers[-1] if self.layers else None)
         if id(base) in self.param_casts and self.layers:
             self.layers[-1].saved_param_bytes += base.numel() * base.element_size()
         elif self.layers:
@@ -442,6 +449,7 @@ def trace_architecture(
                 segment=segments.get(index, 0),
                 element_bytes=p.element_bytes or default_bytes,
                 saved_param_bytes=p.saved_param_bytes,
+                saved_shared_bytes=p.saved_shared_bytes,
                 **(_conv_fields(module) if module is not None else {}),
             )
         )

@@ -17,10 +17,14 @@ import pandas as pd
 from perf4sight.architecture import Architecture, Detail
 from perf4sight.features.network import NETWORK_TERMS, STREAM_TERMS, network_features
 from perf4sight.features.paper import paper_features
+from perf4sight.features.recipes import Extrapolation, recipe_extrapolation
 from perf4sight.features.replay import REPLAY_TERMS, replay_features
 from perf4sight.features.terms import TermSet
 
-__all__ = ["FEATURE_SETS", "FEATURE_TERMS", "FeatureFunction", "network_features", "paper_features", "replay_features"]
+__all__ = [
+    "FEATURE_SETS", "FEATURE_TERMS", "Extrapolation", "FeatureFunction", "network_features", "paper_features",
+    "recipe_extrapolation", "replay_features",
+]
 
 
 class FeatureFunction(Protocol):

@@ -179,8 +179,8 @@ def network_features(arch: Architecture, batch_sizes: Sequence[int], stage: str 
     segment = np.array([layer.segment if training else 0 for layer in layers])
     recomputed = segment > 0
     # What autograd keeps from the forward pass to the backward: a checkpointed segment's
-    # layers keep nothing, the segment its input (its first layer's).
-    kept = np.where(recomputed, 0.0, saved) + _segment_inputs(layers, segment, in_bytes)
+    # layers keep nothing, the segment its input and its output (`_segment_boundaries`).
+    kept = np.where(recomputed, 0.0, saved) + _segment_boundaries(layers, segment)
     saved_fixed = float(sum(layer.saved_fixed_bytes for layer in layers)) if training else 0.0
     param_bytes = float(arch.params * dtype)
     trainable_bytes = float(arch.trainable_params * dtype) if training else 0.0
@@ -290,21 +290,25 @@ def _cast_traffic(layers: Sequence[Layer], groups: Sequence[str], dtype: int, pr
     return float(copies * per_copy)
 
 
-def _segment_inputs(layers: Sequence[Layer], segment: np.ndarray, in_bytes: np.ndarray) -> np.ndarray:
-    """Per layer, the per-sample bytes a checkpointed segment keeps for its recomputation when
-    the layer is its first (its first input), else 0."""
-    first = (segment > 0) & (segment != np.concatenate(([0], segment[:-1])))
+def _segment_boundaries(layers: Sequence[Layer], segment: np.ndarray) -> np.ndarray:
+    """Per layer, the per-sample bytes kept at a checkpointed segment's boundaries: at its
+    first layer, the segment's input (which the segment keeps for its recomputation); at
+    the first layer after it that is not recomputed, what it saves that a layer of the
+    segment saved first (the segment's output, which it keeps now)."""
     kept = np.zeros(len(layers))
-    for index in np.flatnonzero(first):
+    for index, value in enumerate(segment):
         layer = layers[index]
-        kept[index] = math.prod(layer.in_shape) * layer.element_bytes
+        if value and (index == 0 or segment[index - 1] != value):
+            kept[index] += math.prod(layer.in_shape) * layer.element_bytes
+        if not value and index and segment[index - 1]:
+            kept[index] += layer.saved_shared_bytes
     return kept
 
 
 def _recomputed_alive(layers: Sequence[Layer], segment: np.ndarray, saved: np.ndarray) -> np.ndarray:
     """Per layer, what the layers of its checkpointed segment up to it save when the backward
     recomputes the segment (0 outside a segment); the input the segment's first layer saves
-    is the one the segment keeps (`_segment_inputs`), counted there."""
+    is the one the segment keeps (`_segment_boundaries`), counted there."""
     alive = np.zeros(len(segment))
     total = 0.0
     for index, value in enumerate(segment):

@@ -1,0 +1,56 @@
+"""What a fit made under some recipes cannot know about another.
+
+The features follow a recipe exactly where its effect is an amount: bytes kept (gradients,
+optimizer state, what autograd saves in autocast's dtype), bytes moved (the optimizer's
+passes, half the bytes under autocast), operations done (recomputed forward passes, the
+gradients a frozen layer skips). The fitted coefficients are the device's rates and
+scales, so a device fingerprinted under one recipe predicts the others. What no amount can
+carry is a rate the profiled runs never exercised: the arithmetic of half-precision
+kernels (tensor cores, AMX, or a CPU that emulates bf16 slower than fp32) runs at rates of
+its own, which runs in fp32 do not show.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from typing import NamedTuple
+
+from perf4sight.device.recipe import DEFAULT_RECIPE, PRECISIONS, Recipe
+from perf4sight.features.network import NETWORK_TERMS, STREAM_TERMS
+from perf4sight.features.terms import Role
+
+__all__ = ["Extrapolation", "recipe_extrapolation"]
+
+# The latency terms whose rates are arithmetic (GEMM operations), per feature set's term sets.
+_ARITHMETIC_TERMS = tuple(dict.fromkeys(
+    term.name for terms in (NETWORK_TERMS, STREAM_TERMS) for term in terms.latency
+    if term.unit == "flops" and term.role is Role.FITTED))
+
+
+class Extrapolation(NamedTuple):
+    """One thing a prediction under `recipe` rests on that the profiled recipes did not show:
+    what (`reason`), the latency terms whose fitted rates it concerns, and the one recipe
+    whose profiled runs would calibrate it."""
+
+    reason: str
+    terms: tuple[str, ...]
+    calibrate: Recipe
+
+    def __str__(self) -> str:
+        return f"{self.reason} (profile the recipe '{self.calibrate.label()}' to calibrate it)"
+
+
+def recipe_extrapolation(recipe: Recipe, profiled_recipes: Iterable[Recipe]) -> list[Extrapolation]:
+    """What the models fitted on runs of `profiled_recipes` cannot know about `recipe`: empty
+    when nothing (an optimizer, frozen layers or checkpointing change amounts only); a
+    precision none of them ran names the arithmetic rates at its dtype."""
+    profiled = {r.precision for r in profiled_recipes}
+    found = []
+    if recipe.precision not in profiled:
+        dtype = PRECISIONS[recipe.precision].autocast_dtype or "float32"
+        found.append(Extrapolation(
+            f"{recipe.precision}: the rate of {dtype} GEMM arithmetic was never measured",
+            _ARITHMETIC_TERMS,
+            DEFAULT_RECIPE._replace(precision=recipe.precision),
+        ))
+    return found

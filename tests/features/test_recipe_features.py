@@ -1,0 +1,207 @@
+"""Architectures and features under a training recipe, on real traced networks: what the
+recipe changes (frozen layers, the optimizer's state, autocast's bytes, checkpointed
+segments), checked against autograd's own saved tensors and the real optimizers' steps."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+from torch import nn
+from torch.utils._python_dispatch import TorchDispatchMode
+
+from perf4sight.architecture import family_key, trace_architecture
+from perf4sight.device.recipe import OPTIMIZERS, Recipe
+from perf4sight.device.workload import autocast, make_optimizer, prepare_model
+from perf4sight.features import network_features, recipe_extrapolation
+from perf4sight.networks import build_from_spec, load_architecture, read_spec
+
+SMALL = (3, 32, 32)
+BATCHES = [1, 4]
+
+
+def _sequential() -> nn.Sequential:
+    return nn.Sequential(
+        nn.Conv2d(3, 16, 3, padding=1, bias=False), nn.BatchNorm2d(16), nn.ReLU(),
+        nn.Conv2d(16, 32, 3, padding=1, bias=False), nn.BatchNorm2d(32), nn.ReLU(),
+        nn.Conv2d(32, 32, 3, padding=1, bias=False), nn.BatchNorm2d(32), nn.ReLU(),
+        nn.AdaptiveAvgPool2d(1), nn.Flatten(), nn.Linear(32, 10),
+    )
+
+
+def _table(source, recipe: Recipe = Recipe(), stage: str = "training"):
+    return network_features(load_architecture(source, input_size=SMALL, recipe=recipe), BATCHES, stage)
+
+
+@pytest.mark.parametrize("source", ["resnet18", "mobilenet_v2"])
+def test_default_recipe_changes_nothing(source):
+    for stage in ("training", "inference"):
+        plain = network_features(load_architecture(source, input_size=SMALL), BATCHES, stage)
+        explicit = _table(source, Recipe(), stage)
+        assert plain.equals(explicit)
+    assert family_key(load_architecture(source, input_size=SMALL)) == \
+        family_key(load_architecture(source, input_size=SMALL, recipe=Recipe()))
+
+
+@pytest.mark.parametrize("source, first", [("resnet18", "layer4"), ("mobilenet_v2", "features.17")])
+def test_frozen_prefix_keeps_no_gradients_and_saves_less(source, first):
+    full = load_architecture(source, input_size=SMALL)
+    frozen = load_architecture(source, input_size=SMALL, recipe=Recipe(trainable=first))
+    trained = [layer for layer in frozen.layers if layer.trained and layer.params]
+    assert 0 < frozen.trainable_params < full.trainable_params == full.params
+    assert frozen.trainable_params == sum(layer.params for layer in trained)
+    # the frozen prefix: no gradient of anything, no backward pass
+    prefix = [layer for layer in frozen.layers if not layer.name.startswith(first) and layer.kind != "linear"
+              and frozen.layers.index(layer) < next(i for i, l in enumerate(frozen.layers) if l.name.startswith(first))]
+    assert prefix and not any(layer.backward or layer.grad_input or layer.saved_bytes for layer in prefix)
+    table, base = _table(source, Recipe(trainable=first)), _table(source)
+    assert (table["saved_bytes"] < base["saved_bytes"]).all()
+    assert (table["activation_peak_bytes"] < base["activation_peak_bytes"]).all()
+    # weights of every layer; gradients and momentum of the trained ones only
+    dtype = full.dtype_bytes
+    assert (table["param_state_bytes"] == dtype * (full.params + 2 * frozen.trainable_params)).all()
+    assert (table["param_bytes"] == base["param_bytes"]).all()
+    # no weight-gradient GEMMs in the prefix, no input-gradient ones either
+    assert (table["conv_kxk_flops"] < base["conv_kxk_flops"]).all()
+
+
+def test_classifier_only_trains_the_last_layer_and_its_gradients_are_the_gemm_left():
+    arch = load_architecture("resnet18", input_size=SMALL, recipe=Recipe(trainable="classifier"))
+    assert arch.trainable_params == 512 * 1000 + 1000
+    table = network_features(arch, [1], "training").iloc[0]
+    inference = network_features(arch, [1], "inference").iloc[0]
+    # every convolution runs its forward pass only; the Linear layer its forward and weight gradient
+    assert table["conv_kxk_flops"] == inference["conv_kxk_flops"]
+    assert table["linear_flops"] == 2 * inference["linear_flops"]
+
+
+@pytest.mark.parametrize("optimizer", sorted(OPTIMIZERS))
+def test_optimizer_state_is_its_buffers_times_the_trained_parameters(optimizer):
+    arch = load_architecture(_sequential(), input_size=SMALL, recipe=Recipe(optimizer=optimizer))
+    table = network_features(arch, BATCHES, "training")
+    dtype = arch.dtype_bytes
+    buffers = OPTIMIZERS[optimizer].state_buffers
+    assert (table["param_state_bytes"] == dtype * (arch.params + (1 + buffers) * arch.trainable_params)).all()
+    if optimizer == "adam":
+        state = table["param_state_bytes"] - dtype * 2 * arch.params  # weights and gradients
+        assert (state == 2 * dtype * arch.trainable_params).all()
+
+
+class _ParameterPasses(TorchDispatchMode):
+    """Parameter-sized tensors each op reads or writes, and how many new ones ops make."""
+
+    def __init__(self, numel: int, kept: set[int]) -> None:
+        super().__init__()
+        self.numel, self.kept = numel, kept
+        self.passes = 0
+        self.new: set[int] = set()
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        out = func(*args, **(kwargs or {}))
+        sized = [t for t in (*args, *(kwargs or {}).values()) if isinstance(t, torch.Tensor) and t.numel() == self.numel]
+        outs = [t for t in (out if isinstance(out, (tuple, list)) else [out])
+                if isinstance(t, torch.Tensor) and t.numel() == self.numel]
+        self.passes += len(sized) + len(outs)
+        self.new |= {t.untyped_storage().data_ptr() for t in outs} - self.kept
+        return out
+
+
+@pytest.mark.parametrize("optimizer", sorted(OPTIMIZERS))
+def test_optimizer_passes_are_what_its_step_moves(optimizer):
+    """`Optimizer.passes`: the parameter-sized tensors the recipe's optimizer (as the profiler
+    makes it) reads or writes in a steady-state step; `temporaries`: the new ones it makes
+    (each used at once, all of a parameter's alive until its update)."""
+    weight = nn.Parameter(torch.randn(1000))
+    opt = make_optimizer([weight], Recipe(optimizer=optimizer))
+    for _ in range(2):  # the first step creates the state
+        weight.grad = torch.randn(1000)
+        opt.step()
+    weight.grad = torch.randn(1000)
+    kept = {t.untyped_storage().data_ptr() for t in (weight, weight.grad, *opt.state[weight].values())
+            if isinstance(t, torch.Tensor) and t.numel() == 1000}
+    counter = _ParameterPasses(1000, kept)
+    with counter:
+        opt.step()
+    assert counter.passes == OPTIMIZERS[optimizer].passes
+    assert len(counter.new) == OPTIMIZERS[optimizer].temporaries
+
+
+def test_autocast_roughly_halves_what_autograd_saves():
+    for source in ("resnet18", "mobilenet_v2", _sequential()):
+        base, cast = _table(source), _table(source, Recipe(precision="amp-bf16"))
+        ratio = (cast["saved_bytes"] / base["saved_bytes"]).to_numpy()
+        assert ((ratio > 0.45) & (ratio < 0.6)).all(), ratio
+        # bytes moved by the layers halve too; the fp32 master weights stay, with their cast copies
+        assert (cast["norm_bytes"] == base["norm_bytes"] / 2).all()
+        assert (cast["param_state_bytes"] > base["param_state_bytes"]).all()
+        assert (cast["param_bytes"] == base["param_bytes"]).all()
+
+
+@pytest.mark.parametrize("source", ["resnet18", "mobilenet_v2"])
+def test_checkpointing_saves_less_and_recomputes(source):
+    base = _table(source)
+    arch = load_architecture(source, input_size=SMALL, recipe=Recipe(checkpoint_segments=4))
+    segments = sorted({layer.segment for layer in arch.layers})
+    assert segments == [0, 1, 2, 3]  # the last segment runs normally, as checkpoint_sequential's does
+    table = network_features(arch, BATCHES, "training")
+    assert (table["saved_bytes"] < base["saved_bytes"]).all()
+    assert (table["activation_peak_bytes"] <= base["activation_peak_bytes"]).all()
+    recomputed = [layer for layer in arch.layers if layer.recomputed]
+    extra = sum(2 * np.prod(layer.output) * layer.in_shape[0] // layer.groups * np.prod(layer.kernel)
+                for layer in recomputed if layer.kind == "conv2d")
+    gemm = [c for c in table.columns if c.startswith("conv_") and c.endswith("_flops") and "padded" not in c]
+    assert np.allclose(table[gemm].sum(axis=1) - base[gemm].sum(axis=1), table["batch_size"] * extra)
+
+
+def test_saved_bytes_match_autograd_under_each_recipe():
+    """The trace's saved bytes (kept from the forward to the backward) against the tensors
+    autograd saves in a real forward pass of the prepared model on the CPU (each storage once)."""
+    batch = 4
+    for recipe in (Recipe(), Recipe(trainable="3"), Recipe(precision="amp-bf16"), Recipe(checkpoint_segments=2)):
+        arch = load_architecture(_sequential(), input_size=SMALL, recipe=recipe)
+        expected = network_features(arch, [batch], "training")["saved_bytes"].iloc[0]
+        model = _sequential()
+        x = torch.randn(batch, *SMALL)
+        run = prepare_model(model, recipe, example=x)
+        params = {p.untyped_storage().data_ptr() for p in model.parameters()}
+        storages: dict[int, int] = {}
+
+        def pack(t: torch.Tensor) -> torch.Tensor:
+            if t.untyped_storage().data_ptr() not in params and t.dim() and t.shape[0] == batch:
+                storages[t.untyped_storage().data_ptr()] = t.untyped_storage().nbytes()
+            return t
+
+        model.train()
+        with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t), autocast(recipe, "cpu"):
+            run(x)
+        fixed = sum(layer.saved_fixed_bytes for layer in arch.layers)
+        assert sum(storages.values()) == expected - fixed, recipe
+
+
+TX2_SPEC = Path(__file__).resolve().parents[3] / "shared" / "datasets" / "tx2" / "models" / "resnet18_45.json"
+
+
+@pytest.mark.skipif(not TX2_SPEC.is_file(), reason="the TX2 data set is not there")
+def test_spec_variants_follow_the_recipe():
+    """A pruned spec propagated from its base's trace under a recipe has the features of its
+    own rebuilt module traced under that recipe."""
+    recipe = Recipe(optimizer="adam", trainable="layer4", precision="amp-bf16", checkpoint_segments=4)
+    propagated = load_architecture(str(TX2_SPEC), recipe=recipe)
+    spec = read_spec(str(TX2_SPEC))
+    traced = trace_architecture(build_from_spec(spec, device="meta"), spec["input_size"], recipe=recipe)
+    assert propagated.recipe == recipe and propagated.trainable_params == traced.trainable_params
+    for stage in ("training", "inference"):
+        assert network_features(propagated, BATCHES, stage).equals(network_features(traced, BATCHES, stage))
+    assert family_key(propagated) != family_key(load_architecture(str(TX2_SPEC)))
+
+
+def test_recipe_extrapolation_names_half_precision_rates():
+    default = Recipe()
+    assert recipe_extrapolation(default, [default]) == []
+    assert recipe_extrapolation(Recipe(optimizer="adam", trainable="classifier", checkpoint_segments=4), [default]) == []
+    found = recipe_extrapolation(Recipe(precision="amp-bf16", optimizer="adam"), [default])
+    assert [item.calibrate for item in found] == [Recipe(precision="amp-bf16")]
+    assert "gemm" in found[0].terms and "amp-bf16" in str(found[0])
+    assert recipe_extrapolation(Recipe(precision="amp-bf16"), [default, Recipe(precision="amp-bf16", optimizer="adamw")]) == []
