@@ -13,6 +13,7 @@ from torch import nn
 from torch.utils._python_dispatch import TorchDispatchMode
 
 from perf4sight.architecture import family_key, trace_architecture
+from perf4sight.device.errors import ArgumentError
 from perf4sight.device.recipe import OPTIMIZERS, Recipe
 from perf4sight.device.workload import autocast, make_optimizer, prepare_model
 from perf4sight.features import network_features, recipe_extrapolation
@@ -205,3 +206,14 @@ def test_recipe_extrapolation_names_half_precision_rates():
     assert [item.calibrate for item in found] == [Recipe(precision="amp-bf16")]
     assert "gemm" in found[0].terms and "amp-bf16" in str(found[0])
     assert recipe_extrapolation(Recipe(precision="amp-bf16"), [default, Recipe(precision="amp-bf16", optimizer="adamw")]) == []
+
+
+@pytest.mark.parametrize("recipe, words", [
+    (Recipe(trainable="layer9"), "no layer 'layer9'"),
+    (Recipe(checkpoint_segments=99), "99 segments"),
+    (Recipe(optimizer="lamb"), "unknown value 'lamb'"),
+])
+def test_a_recipe_the_network_cannot_take_is_one_line(recipe, words):
+    with pytest.raises(ArgumentError, match=words) as caught:
+        load_architecture("resnet18", input_size=SMALL, recipe=recipe)
+    assert "\n" not in str(caught.value)
