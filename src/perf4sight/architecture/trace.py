@@ -138,7 +138,8 @@ class _Recorder(TorchDispatchMode):
         self.names = {id(m): n for n, m in modules}
         self.leaves = {id(m) for _, m in modules if next(m.children(), None) is None}
         self.params = params
-        self.ops = 0  # ops run that compute (not views, not copies), in order
+        self.ops = 0  # ops run that compute (not views, not copies), in order, where counted
+        self.count_ops = False
         self.reset()
 
     def reset(self) -> None:
@@ -241,21 +242,20 @@ class _Recorder(TorchDispatchMode):
         out = func(*args, **(kwargs or {}))
         if self.batch == _EMPTY_BATCH:
             _check_reshape(func, args, out)
-        op = func.overloadpacket.__name__
-        base = op.rstrip("_")
-        computes = _computes(func)
-        if base == "_to_copy" and args and id(args[0]) in self.params and isinstance(out, torch.Tensor):
+        if func is _TO_COPY and args and id(args[0]) in self.params:
             self.param_casts[id(out)] = out
         if self._in_leaf() or self.paused:
-            self.ops += computes
+            self.ops += self.count_ops and _computes(func)
             return out
+        op = func.overloadpacket.__name__
         tensors = _tensors(args)
         outs = _tensors(out)
-        if not computes:
+        if not _computes(func):
             if tensors and id(tensors[0]) in self.producer:
                 self._produce(outs, self.producer[id(tensors[0])])
             return out
         inplace = op.endswith("_")
+        base = op.rstrip("_")
         kind = _ATEN_KINDS.get(base, base.lstrip("_"))
         parent = self.names.get(id(self.stack[-1]), "") if self.stack else ""
         count = self.functional_counts.get(parent + kind, 0)
@@ -272,6 +272,9 @@ class _Recorder(TorchDispatchMode):
         self.layers.append(pending)
         self._produce(outs, len(self.layers) - 1)
         return out
+
+
+_TO_COPY = torch.ops.aten._to_copy.default
 
 
 def _computes(func: Any) -> bool:
@@ -686,6 +689,7 @@ def _run(
             with _ReshapeCheck(), _EmptyBatch(None):
                 return None, model(x)
         recorder = _Recorder(named, batch, params=stand_ins)
+        recorder.count_ops = recipe.checkpoint_segments > 0  # to find the checkpointed layers
         handles = [
             nn.modules.module.register_module_forward_pre_hook(recorder.pre_hook),
             nn.modules.module.register_module_forward_hook(recorder.post_hook),
