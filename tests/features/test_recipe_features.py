@@ -9,13 +9,14 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
+import torchvision
 from torch import nn
 from torch.utils._python_dispatch import TorchDispatchMode
 
 from perf4sight.architecture import family_key, trace_architecture
 from perf4sight.device.errors import ArgumentError
 from perf4sight.device.recipe import OPTIMIZERS, Recipe
-from perf4sight.device.workload import autocast, make_optimizer, prepare_model
+from perf4sight.device.workload import autocast, checkpoint_blocks, make_optimizer, prepare_model
 from perf4sight.features import network_features, recipe_extrapolation
 from perf4sight.networks import build_from_spec, load_architecture, read_spec
 
@@ -53,10 +54,12 @@ def test_frozen_prefix_keeps_no_gradients_and_saves_less(source, first):
     trained = [layer for layer in frozen.layers if layer.trained and layer.params]
     assert 0 < frozen.trainable_params < full.trainable_params == full.params
     assert frozen.trainable_params == sum(layer.params for layer in trained)
-    # the frozen prefix: no gradient of anything, no backward pass
-    prefix = [layer for layer in frozen.layers if not layer.name.startswith(first) and layer.kind != "linear"
-              and frozen.layers.index(layer) < next(i for i, l in enumerate(frozen.layers) if l.name.startswith(first))]
-    assert prefix and not any(layer.backward or layer.grad_input or layer.saved_bytes for layer in prefix)
+    # the frozen prefix (every layer before the first trained one): no gradient of anything,
+    # no backward pass, nothing saved
+    start = next(index for index, layer in enumerate(frozen.layers) if layer.name.startswith(first))
+    prefix = frozen.layers[:start]
+    assert prefix and not any(layer.trained and layer.params for layer in prefix)
+    assert not any(layer.backward or layer.grad_input or layer.saved_bytes for layer in prefix)
     table, base = _table(source, Recipe(trainable=first)), _table(source)
     assert (table["saved_bytes"] < base["saved_bytes"]).all()
     assert (table["activation_peak_bytes"] < base["activation_peak_bytes"]).all()
@@ -156,14 +159,42 @@ def test_checkpointing_saves_less_and_recomputes(source):
     assert np.allclose(table[gemm].sum(axis=1) - base[gemm].sum(axis=1), table["batch_size"] * extra)
 
 
-def test_saved_bytes_match_autograd_under_each_recipe():
-    """The trace's saved bytes (kept from the forward to the backward) against the tensors
-    autograd saves in a real forward pass of the prepared model on the CPU (each storage once)."""
+def test_recomputed_layers_are_those_of_the_checkpointed_blocks():
+    """The segments observed on the checkpointed model lie within the blocks the profiler's
+    checkpointing splits (`checkpoint_blocks`), each starting a block; a segment of frozen
+    layers whose input needs no gradient is not recomputed (the backward never reaches it)."""
+    model = torchvision.models.resnet18()
+    blocks = checkpoint_blocks(model, torch.randn(2, *SMALL))
+    arch = load_architecture("resnet18", input_size=SMALL, recipe=Recipe(checkpoint_segments=4))
+    recomputed = [layer for layer in arch.layers if layer.recomputed]
+    assert all(any(layer.name == block or layer.name.startswith(block + ".") for block in blocks)
+               for layer in recomputed)
+    firsts = [layer.name for index, layer in enumerate(arch.layers)
+              if layer.segment and (index == 0 or arch.layers[index - 1].segment != layer.segment)]
+    assert firsts == ["conv1", "maxpool", "layer2.0.conv1"]  # 13 blocks, 3 per segment, the last 4 not
+    frozen = load_architecture("resnet18", input_size=SMALL, recipe=Recipe(trainable="layer3", checkpoint_segments=4))
+    assert {layer.name.split(".")[0] for layer in frozen.layers if layer.recomputed} == {"layer2", "layer3"}
+
+
+_NETWORKS = {"sequential": (_sequential, "3"), "resnet18": (torchvision.models.resnet18, "layer4"),
+             "mobilenet_v2": (torchvision.models.mobilenet_v2, "features.14"),
+             "vgg11": (torchvision.models.vgg11, "features.11")}
+
+
+@pytest.mark.parametrize("network", ["sequential", "resnet18", *(pytest.param(name, marks=pytest.mark.slow)
+                                                                  for name in ("mobilenet_v2", "vgg11"))])
+def test_saved_bytes_match_autograd_under_each_recipe(network):
+    """The trace's saved bytes (kept from the forward to the backward) equal, under each
+    recipe, the tensors autograd saves in a real forward pass of the model as the profiler
+    prepares it, on the CPU (each storage once; parameters and per-channel statistics aside)."""
+    build, first = _NETWORKS[network]
     batch = 4
-    for recipe in (Recipe(), Recipe(trainable="3"), Recipe(precision="amp-bf16"), Recipe(checkpoint_segments=2)):
-        arch = load_architecture(_sequential(), input_size=SMALL, recipe=recipe)
+    recipes = (Recipe(), Recipe(trainable=first), Recipe(trainable="classifier"), Recipe(precision="amp-bf16"),
+               Recipe(checkpoint_segments=2), Recipe(trainable=first, precision="amp-bf16", checkpoint_segments=4))
+    for recipe in recipes:
+        arch = load_architecture(build(), input_size=SMALL, recipe=recipe)
         expected = network_features(arch, [batch], "training")["saved_bytes"].iloc[0]
-        model = _sequential()
+        model = build()
         x = torch.randn(batch, *SMALL)
         run = prepare_model(model, recipe, example=x)
         params = {p.untyped_storage().data_ptr() for p in model.parameters()}

@@ -199,15 +199,16 @@ class _Recorder(TorchDispatchMode):
     def _complete_empty_batch(self, pending: _Pending, module: nn.Module, args: Any, output: Any) -> Any:
         """Two kernels skip their work for zero samples; record what they save otherwise.
 
-        Dropout in training keeps a mask the size of its input and returns a new tensor
-        (which the next layer may save); batch norm keeps each channel's mean and inverse
+        Dropout in training keeps a mask the size of its input where the input needs a
+        gradient, and returns a new tensor (which the next layer may save); batch norm keeps each channel's mean and inverse
         standard deviation.
         """
         if isinstance(module, nn.modules.dropout._DropoutNd) and module.p > 0:
             inputs = _tensors(args)
             if inputs and output is inputs[0]:
-                shape = _per_sample(inputs[0].shape, self.batch)
-                pending.saved.append((shape, math.prod(shape) * inputs[0].element_size()))
+                if inputs[0].requires_grad:  # else autograd keeps nothing (a frozen prefix)
+                    shape = _per_sample(inputs[0].shape, self.batch)
+                    pending.saved.append((shape, math.prod(shape) * inputs[0].element_size()))
                 return output.clone()
         if isinstance(module, nn.modules.batchnorm._BatchNorm) and pending.inputs:
             pending.saved_fixed_bytes += 2 * pending.inputs[0][0] * torch.get_default_dtype().itemsize
@@ -549,11 +550,17 @@ def _checkpoint_segments(model: nn.Module, named: list[tuple[str, nn.Module]], i
     if len(observer.grad) != recorder.ops:
         raise NetworkError(f"{type(model).__name__.lower()}: its checkpointed forward pass runs other ops than "
                            "its forward pass; the recomputed layers cannot be told")
-    segment_of_op = []
-    segment = 1
-    for op, grad in enumerate(observer.grad):
-        segment += op in observer.ends
-        segment_of_op.append(0 if grad else segment)
+    # A run of ops without gradients that ends where the checkpoint saves its input is a
+    # segment the backward recomputes (one whose input and parameters need no gradient
+    # saves nothing and is not recomputed).
+    segment_of_op = [0] * len(observer.grad)
+    segment, start = 0, 0
+    for op, grad in enumerate([*observer.grad, True]):
+        if op in observer.ends:
+            segment += 1
+            segment_of_op[start:op] = [segment] * (op - start)
+        if grad or op in observer.ends:
+            start = op + grad
     found = {}
     for index, pending in enumerate(recorder.layers):
         op = pending.first_op
