@@ -479,21 +479,25 @@ def trace_architecture(
 @contextlib.contextmanager
 def _restored(model: nn.Module) -> Iterator[None]:
     """What applying a recipe changes in `model`, restored afterwards: which parameters
-    require gradients, the modules' training modes and their forward methods."""
+    require gradients, the modules' training modes and their forward methods (only what
+    changed is set back: a module's __setattr__ costs more than its empty forward pass)."""
     modules = list(model.modules())
-    grads = [(p, p.requires_grad) for p in model.parameters()]
+    grads = [(p, p.requires_grad) for m in modules for p in m._parameters.values() if p is not None]
     modes = [(m, m.training, m.__dict__.get("forward")) for m in modules]
     try:
         yield
     finally:
         for p, requires_grad in grads:
-            p.requires_grad_(requires_grad)
+            if p.requires_grad != requires_grad:
+                p.requires_grad_(requires_grad)
         for m, training, forward in modes:
-            m.training = training
-            if forward is None:
-                m.__dict__.pop("forward", None)
-            else:
-                m.forward = forward
+            if m.training != training:
+                m.training = training
+            if m.__dict__.get("forward") is not forward:
+                if forward is None:
+                    del m.__dict__["forward"]
+                else:
+                    m.__dict__["forward"] = forward
 
 
 def _traced_autocast(recipe: Recipe, device: str) -> contextlib.AbstractContextManager[Any]:
