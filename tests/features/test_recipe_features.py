@@ -4,6 +4,7 @@ segments), checked against autograd's own saved tensors and the real optimizers'
 
 from __future__ import annotations
 
+import functools
 from pathlib import Path
 
 import numpy as np
@@ -13,7 +14,8 @@ import torchvision
 from torch import nn
 from torch.utils._python_dispatch import TorchDispatchMode
 
-from perf4sight.architecture import family_key, trace_architecture
+from perf4sight.architecture import Detail, family_key, trace_architecture
+from perf4sight.architecture.lifetimes import record_timeline
 from perf4sight.device.errors import ArgumentError
 from perf4sight.device.recipe import OPTIMIZERS, Recipe
 from perf4sight.device.workload import autocast, checkpoint_blocks, make_optimizer, prepare_model
@@ -248,3 +250,19 @@ def test_a_recipe_the_network_cannot_take_is_one_line(recipe, words):
     with pytest.raises(ArgumentError, match=words) as caught:
         load_architecture("resnet18", input_size=SMALL, recipe=recipe)
     assert "\n" not in str(caught.value)
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not TX2_SPEC.is_file(), reason="the TX2 data set is not there")
+@pytest.mark.parametrize("recipe", [Recipe(optimizer="adam", trainable="layer4"),
+                                    Recipe(optimizer="sgd-plain", trainable="classifier")])
+def test_a_specs_lifetimes_under_a_recipe_are_its_bases_scaled(recipe):
+    """The replay's timeline of a pruned spec, scaled from its base's recording under the
+    recipe, equals a fresh recording of the rebuilt spec under it (`iteration(..., recipe=)`)."""
+    arch = load_architecture(str(TX2_SPEC), needs=Detail.LIFETIMES, recipe=recipe)
+    spec = read_spec(str(TX2_SPEC))
+    fresh = record_timeline(functools.partial(build_from_spec, spec, device="meta"), arch.input_size,
+                            arch.num_classes, "training", arch)
+    assert arch.lifetimes["training"].same_events(fresh)
+    plain = load_architecture(str(TX2_SPEC), needs=Detail.LIFETIMES)
+    assert not plain.lifetimes["training"].same_events(fresh)
