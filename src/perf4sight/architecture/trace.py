@@ -504,7 +504,11 @@ def _traced_autocast(recipe: Recipe, device: str) -> contextlib.AbstractContextM
     """The recipe's autocast as the trace runs it on `device`: the CPU's (fp16, which the
     profiler runs on CUDA only, traced as the CPU's bf16: the same bytes, and both cast
     lists agree on a CNN's layers); none on the meta device, where autocast casts nothing."""
-    if device != "cpu" or PRECISIONS[recipe.precision].autocast_dtype is None:
+    if PRECISIONS[recipe.precision].autocast_dtype is None:
+        return contextlib.nullcontext()
+    if device != "cpu":
+        warn(f"{recipe.precision}: a network that cannot take an empty batch is traced on the meta device, "
+             "where autocast does not run; its activations are described in fp32")
         return contextlib.nullcontext()
     if precision_problem(recipe.precision, device):
         width = PRECISIONS[recipe.precision].bytes_per_cast_value
