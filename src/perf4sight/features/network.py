@@ -160,32 +160,20 @@ def network_features(arch: Architecture, batch_sizes: Sequence[int], stage: str 
 
     passes = _TRAINING_PASSES if training else 1.0
     # One pass over the layers, one row of per-sample amounts each; then sums per group.
-    per_layer = np.array(
-        [
-            (
-                sum(math.prod(s) for s in layer.inputs) * layer.element_bytes,
-                math.prod(layer.output) * layer.element_bytes,
-                layer.saved_bytes if training else 0,
-                _im2col_bytes(layer, layer.element_bytes),
-                _layer_passes(layer, training),
-                layer.params * _weight_bytes(layer, group, dtype, precision),
-                *(_gemm_amounts(layer, training) if group in _GEMM_GROUPS else (0, 0, 0)),
-            )
-            for layer, group in zip(layers, groups)
-        ],
-        dtype=float,
-    )
-    in_bytes, out_bytes, saved, im2col, layer_passes, weight_bytes, flops, padded, moved = per_layer.T
-    segment = np.array([layer.segment if training else 0 for layer in layers])
+    per_layer = np.array([_layer_row(layer, group, training, dtype, precision) for layer, group in zip(layers, groups)],
+                         dtype=float)
+    (in_bytes, out_bytes, saved, im2col, layer_passes, weight_bytes, owned, flops, padded, moved,
+     segment, conv, fresh, backward) = per_layer.T
+    conv, fresh, backward = conv > 0, fresh > 0, backward > 0
     recomputed = segment > 0
     # What autograd keeps from the forward pass to the backward: a checkpointed segment's
     # layers keep nothing, the segment its input and its output (`_segment_boundaries`).
-    kept = np.where(recomputed, 0.0, saved) + _segment_boundaries(layers, segment)
+    checkpointed = bool(recomputed.any())
+    kept = np.where(recomputed, 0.0, saved) + _segment_boundaries(layers, segment) if checkpointed else saved
     saved_fixed = float(sum(layer.saved_fixed_bytes for layer in layers)) if training else 0.0
     param_bytes = float(arch.params * dtype)
     trainable_bytes = float(arch.trainable_params * dtype) if training else 0.0
     param_layers = sum(1 for layer in layers if layer.params)
-    conv = np.array([layer.kind == "conv2d" for layer in layers])
     # Passes over the parameters that do not depend on the batch size: the kernels of each
     # layer read its weights (in autocast's dtype where it casts them) or write their
     # gradient, once per pass (`_layer_passes`: 3 in training for a layer whose backward
@@ -193,7 +181,6 @@ def network_features(arch: Architecture, batch_sizes: Sequence[int], stage: str 
     # layers the backward runs through. Then the optimizer's passes over every trained
     # parameter, the gradient scaler's, and autocast's copies of the weights (made in each
     # forward pass and each recomputation; the gradients cast back, for trained ones).
-    owned = np.array([layer.params * dtype for layer in layers], dtype=float)
     kernel_traffic = (weight_bytes * layer_passes).sum() - owned.sum() * passes
     param_traffic = (param_bytes * passes + kernel_traffic + optimizer.passes * trainable_bytes
                      + (_SCALER_PASSES * trainable_bytes if precision.grad_scaler else 0.0)
@@ -203,14 +190,14 @@ def network_features(arch: Architecture, batch_sizes: Sequence[int], stage: str 
     # recomputed layers up to i saved again), plus the gradients of its output and input
     # and its workspace, all at once (forward: its input and output).
     batch = bs[:, None]
-    alive_saved = (np.cumsum(kept) + _recomputed_alive(layers, segment, saved))[None, :] * batch
+    alive = np.cumsum(kept) + _recomputed_alive(layers, segment, saved) if checkpointed else np.cumsum(kept)
+    alive_saved = alive[None, :] * batch
     if training:
         transient = (in_bytes + out_bytes)[None, :] * batch + im2col[None, :] * batch
         peak = (alive_saved + transient).max(axis=1) + saved_fixed
     else:
         peak = ((in_bytes + out_bytes + im2col)[None, :] * batch).max(axis=1)
     # every output a layer allocates, again where its forward pass is recomputed
-    fresh = np.array([not layer.inplace for layer in layers])
     fresh_outputs = float(out_bytes[fresh].sum() + out_bytes[fresh & recomputed].sum())
     big = kept[None, :] * batch
     rounded = np.where(big > _LARGE_ALLOC_BYTES, _round_up(big, _SEGMENT_BYTES), big).sum(axis=1)
@@ -247,7 +234,7 @@ def network_features(arch: Architecture, batch_sizes: Sequence[int], stage: str 
         columns[group_column(group, "count")] = float(mask.sum())
     # a memory-bound layer reads and writes in its forward pass (again where recomputed)
     # and in its backward pass, where that runs
-    bound_passes = 1.0 + recomputed + np.array([training and layer.backward for layer in layers])
+    bound_passes = 1.0 + recomputed + backward
     for group in _MEMORY_BOUND_GROUPS:
         mask = group_of == group
         columns[group_column(group, "bytes")] = bs * ((in_bytes[mask] + out_bytes[mask]) * bound_passes[mask]).sum()
@@ -258,6 +245,28 @@ def network_features(arch: Architecture, batch_sizes: Sequence[int], stage: str 
     for index, value in enumerate(columns.values()):
         table[:, index] = value
     return pd.DataFrame(table, columns=list(columns))
+
+
+def _layer_row(layer: Layer, group: str, training: bool, dtype: int, precision: Precision) -> tuple[float, ...]:
+    """A layer's per-sample amounts (`network_features` unpacks them): bytes of its inputs and
+    output, what it saves, its im2col buffer, its kernels' passes, the bytes of its weights
+    as its kernels read them and as stored, its GEMM work, its checkpoint segment, and
+    whether it is a convolution, allocates its output and runs a backward pass."""
+    passes = _layer_passes(layer, training)
+    return (
+        sum(math.prod(s) for s in layer.inputs) * layer.element_bytes,
+        math.prod(layer.output) * layer.element_bytes,
+        layer.saved_bytes if training else 0,
+        _im2col_bytes(layer, layer.element_bytes),
+        passes,
+        layer.params * _weight_bytes(layer, group, dtype, precision),
+        layer.params * dtype,
+        *(_gemm_amounts(layer, training, passes) if group in _GEMM_GROUPS else (0, 0, 0)),
+        layer.segment if training else 0,
+        layer.kind == "conv2d",
+        not layer.inplace,
+        training and layer.backward,
+    )
 
 
 def _layer_passes(layer: Layer, training: bool) -> float:
@@ -318,11 +327,11 @@ def _recomputed_alive(layers: Sequence[Layer], segment: np.ndarray, saved: np.nd
     return alive
 
 
-def _gemm_amounts(layer: Layer, training: bool) -> tuple[float, float, float]:
+def _gemm_amounts(layer: Layer, training: bool, passes: float) -> tuple[float, float, float]:
     """A GEMM layer's work per sample and iteration: flops, flops with output channels padded
-    to tiles, and bytes of its input and output moved (`_layer_passes`)."""
+    to tiles, and bytes of its input and output moved in its kernels' `passes`."""
     gemms = _gemm_passes(layer, training)
-    moved = (math.prod(layer.in_shape) + math.prod(layer.output)) * layer.element_bytes * _layer_passes(layer, training)
+    moved = (math.prod(layer.in_shape) + math.prod(layer.output)) * layer.element_bytes * passes
     return _gemm_flops(layer) * gemms, _gemm_flops(layer, _CHANNEL_TILE) * gemms, moved
 
 
