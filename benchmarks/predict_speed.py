@@ -95,7 +95,7 @@ def original_way(model_file: Path, net: str, models: list) -> np.ndarray:
     arch = architecture_from_spec({"name": net, "input_size": [3, 224, 224], "num_classes": 1000,
                                    "layers": layers, "params": sum(p.numel() for p in module.parameters())})
     features = pd.concat([FEATURE_SETS["paper"](arch, [bs], "training") for bs in BATCH_SIZES], ignore_index=True)
-    return np.stack([m.estimator.regressor_.predict(features[m.feature_names]) for m in models])
+    return np.stack([m.estimator.regressor_[1:].predict(features) for m in models])  # the trees after the features
 
 
 def _time_set(predictor: Predictor, sources: list[str], *, cleared: bool = True) -> float:

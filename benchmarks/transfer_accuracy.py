@@ -59,8 +59,8 @@ def main(argv: list[str] | None = None) -> int:
             train = _dataset(args.train_logs, args.train_models, feature_set, target)
             evaluated = _dataset(args.eval_logs, args.eval_models, feature_set, target)
             # as the tool predicts: a network of a profiled family (same input size) is calibrated
-            model = CalibratedModel(method, target.name).fit(train.features, train.target, train.rows)
-            predicted = model.predict(evaluated.features, evaluated.rows)
+            model = CalibratedModel(method, target.name, train.stage).fit(train.rows, train.target)
+            predicted = model.predict(evaluated.rows)
             rows = evaluated.rows.assign(predicted=predicted)
             for net, group in rows.groupby("net", sort=True):
                 results.setdefault(str(net), {})[target.name] = mape_pct(group["measured"], group["predicted"])

@@ -134,7 +134,7 @@ def _fit(method: str, trained_on: dict[str, Dataset], target: str) -> tuple[str,
     chooses) and its model."""
     chosen = choose_method(trained_on, target).chosen if method == DEFAULT_METHOD else method
     data = trained_on[chosen]
-    return chosen, CalibratedModel(chosen, target).fit(data.features, data.target, data.rows)
+    return chosen, CalibratedModel(chosen, target, data.stage).fit(data.rows, data.target)
 
 
 def evaluate_method(
@@ -154,7 +154,7 @@ def evaluate_method(
             train_mask, eval_mask = _mask(rows, train), _mask(rows, evaluation)
             chosen, model = _fit(method, {m: d.select(train_mask) for m, d in full.items()}, target.name)
             evaluated = full[chosen].select(eval_mask)
-            predicted = model.predict(evaluated.features, evaluated.rows, calibrate=calibrate)
+            predicted = model.predict(evaluated.rows, calibrate=calibrate)
             results.setdefault((case, net), {})[target.name] = mape_pct(evaluated.target, predicted)
             fitted.setdefault((case, net), {})[target.name] = chosen
     return results, fitted
@@ -172,8 +172,8 @@ def memory_boundary(
     them (calibrated on a trained family) unless `calibrate` is False; `fitted` names the
     memory method of each case (`evaluate_method`'s, the one `default` chose).
 
-    A method with `predict_fits` decides itself; any other fits when its prediction is at
-    most the largest `mem_used_mib` measured in training.
+    A method whose solver learns the device's capacity decides itself (`predict_fits`); any
+    other fits when its prediction is at most the largest `mem_used_mib` measured in training.
     """
     logs = read_logs(data.nets, data.levels, [data.logs / MEMORY.kind], [MEMORY])
     passed = set(zip(logs.loc[logs["passed"], "model"].map(architecture_name), logs.loc[logs["passed"], "bs"]))
@@ -184,17 +184,17 @@ def memory_boundary(
         every = full[chosen]
         ok = np.array([(m, b) in passed for m, b in zip(every.rows["model"], every.rows["batch_size"])])
         train = every.select(_mask(every.rows, train_levels) & ok)
-        model = CalibratedModel(chosen, MEMORY.name, bound_quantile=BOUND_QUANTILE).fit(train.features, train.target,
-                                                                                       train.rows)
+        model = CalibratedModel(chosen, MEMORY.name, train.stage, bound_quantile=BOUND_QUANTILE).fit(
+            train.rows, train.target)
         evaluated = _mask(every.rows, evaluation)
         test = every.select(evaluated)
-        if hasattr(model.regressor_, "predict_fits"):
-            fits = model.predict_fits(test.features)
+        if hasattr(model.regressor_[-1], "predict_demand"):  # a memory solver: it learned the capacity
+            fits = model.predict_fits(test.rows)
         else:
-            fits = model.predict(test.features, test.rows, calibrate=False) <= train.target.max()
+            fits = model.predict(test.rows, calibrate=False) <= train.target.max()
         test_ok = ok[evaluated]
         passed_rows = test.select(test_ok)
-        predicted, bounded = model.predict(passed_rows.features, passed_rows.rows, calibrate=calibrate,
+        predicted, bounded = model.predict(passed_rows.rows, calibrate=calibrate,
                                            return_bound=True)
         if bounded is None:  # a single architecture trained on: no bound
             bounded = predicted * np.nan

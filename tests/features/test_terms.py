@@ -64,7 +64,7 @@ def test_a_term_on_a_renamed_group_is_caught(tables):
     depthwise = next(term for term in NETWORK_TERMS.latency if term.name == "depthwise")
     (column,) = depthwise.columns
     renamed = dataclasses.replace(depthwise, columns={column.replace("depthwise", "dw"): 1.0})
-    terms = TermSet(memory=NETWORK_TERMS.memory,
+    terms = TermSet("test", memory=NETWORK_TERMS.memory,
                     latency=tuple(renamed if term is depthwise else term for term in NETWORK_TERMS.latency))
     assert not terms.columns() <= set(table.columns)
     with pytest.raises(ValueError, match=f"missing: {column.replace('depthwise', 'dw')}"):
@@ -74,8 +74,8 @@ def test_a_term_on_a_renamed_group_is_caught(tables):
 def test_term_sets_refuse_ties_to_nothing_and_names_twice():
     traffic = Term("traffic", {"a": 1.0}, "bytes")
     with pytest.raises(ValueError, match="tied to no fitted term: depthwise"):
-        TermSet(memory=(), latency=(traffic, Term("depthwise", {"b": 1.0}, "bytes", tie="gemm")))
+        TermSet("test", memory=(), latency=(traffic, Term("depthwise", {"b": 1.0}, "bytes", tie="gemm")))
     with pytest.raises(ValueError, match="named twice"):
-        TermSet(memory=(traffic, traffic), latency=())
+        TermSet("test", memory=(traffic, traffic), latency=())
     with pytest.raises(ValueError, match="no columns"):
         Term("empty", {}, "bytes", Role.EXACT)

@@ -13,7 +13,7 @@ import pytest
 from perf4sight import console
 from perf4sight.architecture import Detail, family_key
 from perf4sight.device.definitions import LATENCY, MEMORY
-from perf4sight.features.network import network_features
+from perf4sight.features import queries
 from perf4sight.fit import (
     BOUND_QUANTILE,
     ArchitectureCatalog,
@@ -54,8 +54,7 @@ def h200(request, h200_catalog):
     trained = data.rows["net"].isin(H200_TRAIN) & _level(data).isin((0, 30, 90))
     train, query = data.select(trained.to_numpy()), data.select(~trained.to_numpy())
     quantile = BOUND_QUANTILE if quantity == MEMORY else None
-    model = CalibratedModel("physical", quantity.name, bound_quantile=quantile).fit(
-        train.features, train.target, train.rows)
+    model = CalibratedModel("physical", quantity.name, bound_quantile=quantile).fit(train.rows, train.target)
     console.set_quiet(False)
     return train, query, model
 
@@ -73,15 +72,16 @@ def test_every_level_and_description_of_a_network_shares_its_family(h200_catalog
 
 def test_calibration_corrects_a_profiled_family_only(h200):
     train, query, model = h200
-    raw = model.predict(query.features, query.rows, calibrate=False)
-    corrected = model.predict(query.features, query.rows)
+    raw = model.predict(query.rows, calibrate=False)
+    corrected = model.predict(query.rows)
     profiled = query.rows["net"].isin(H200_TRAIN).to_numpy()
     assert profiled.any() and not profiled.all()
     np.testing.assert_array_equal(model.calibrated(query.rows), profiled)
     np.testing.assert_array_equal(model.calibration_.profiled(query.rows), profiled)
     np.testing.assert_array_equal(corrected[~profiled], raw[~profiled])  # vgg11: nothing to carry over
     assert not np.allclose(corrected[profiled], raw[profiled])
-    np.testing.assert_array_equal(raw, model.regressor_.predict(query.features))
+    np.testing.assert_array_equal(raw, model.regressor_.predict(query.rows))
+    pd.testing.assert_frame_equal(model.features(query.rows), query.features)
     # level 60 of a profiled network, between its profiled levels: the correction helps
     assert mape_pct(query.target[profiled], corrected[profiled]) < 0.8 * mape_pct(query.target[profiled],
                                                                                   raw[profiled])
@@ -93,24 +93,24 @@ def test_the_model_is_a_scikit_learn_estimator(h200):
 
     train, _, model = h200
     params = model.get_params()
-    assert set(params) == {"method", "target", "bound_quantile"}
+    assert set(params) == {"method", "target", "stage", "bound_quantile"}
     fresh = clone(model)
     assert fresh.get_params() == params and not hasattr(fresh, "regressor_")
     with pytest.raises(NotFittedError):
-        fresh.predict(train.features, train.rows)
-    assert model.feature_set == "network" and model.capacity_mib() == model.regressor_.capacity_mib()
+        fresh.predict(train.rows)
+    assert model.feature_set == "network" and model.capacity_mib() == model.regressor_[-1].capacity_mib()
 
 
 def test_the_bound_lies_above_every_prediction_and_covers_the_held_out_runs(h200):
     train, query, model = h200
     if model.bound_quantile is None:
-        assert model.bound_ is None and model.predict(query.features, query.rows, return_bound=True)[1] is None
+        assert model.bound_ is None and model.predict(query.rows, return_bound=True)[1] is None
         return
     bound = model.bound_
     assert bound["quantile"] == BOUND_QUANTILE and bound["left_out"] == "network"
     assert 1 < bound["calibrated_ratio"] < bound["ratio"]
-    predicted, bounded = model.predict(query.features, query.rows, return_bound=True)
-    np.testing.assert_array_equal(predicted, model.predict(query.features, query.rows))
+    predicted, bounded = model.predict(query.rows, return_bound=True)
+    np.testing.assert_array_equal(predicted, model.predict(query.rows))
     assert (bounded >= predicted).all()
     ratio = np.where(model.calibrated(query.rows), bound["calibrated_ratio"], bound["ratio"])
     np.testing.assert_allclose(bounded, predicted * ratio)
@@ -119,8 +119,8 @@ def test_the_bound_lies_above_every_prediction_and_covers_the_held_out_runs(h200
     for net in H200_TRAIN:
         out = (train.rows["net"] == net).to_numpy()
         rest, held = train.select(~out), train.select(out)
-        without = CalibratedModel("physical", "mem_used_mib").fit(rest.features, rest.target, rest.rows)
-        ratios.append(held.target / without.predict(held.features, held.rows, calibrate=False))
+        without = CalibratedModel("physical", "mem_used_mib").fit(rest.rows, rest.target)
+        ratios.append(held.target / without.predict(held.rows, calibrate=False))
     ratios = np.concatenate(ratios)
     assert bound["ratio"] == pytest.approx(np.quantile(ratios, BOUND_QUANTILE))
     # (the quantile interpolates between runs: at most one more run lies above it)
@@ -153,7 +153,7 @@ def test_corrected_predictions_never_fall_with_the_batch_size():
 
 def test_query_rows_name_the_family_of_every_row(h200_catalog):
     arch = h200_catalog.get("squeezenet_60")
-    rows = query_rows(arch, [8, 64])
+    rows = query_rows(queries(arch, [8, 64]))
     assert rows["family"] == [family_key(arch)] * 2
     assert list(rows["params"]) == [arch.params] * 2 and rows["batch_size"].tolist() == [8, 64]
 
@@ -175,30 +175,28 @@ def _tx2(tx2_dir, catalog, quantity):
 @pytest.mark.parametrize("quantity", [MEMORY, LATENCY], ids=["memory", "latency"])
 def test_calibration_on_profiled_levels_improves_the_others(catalog, tx2_dir, quantity):
     train, query = _tx2(tx2_dir, catalog, quantity)
-    model = CalibratedModel("physical", quantity.name).fit(train.features, train.target, train.rows)
-    raw = model.predict(query.features, query.rows, calibrate=False)
-    corrected = model.predict(query.features, query.rows)
+    model = CalibratedModel("physical", quantity.name).fit(train.rows, train.target)
+    raw = model.predict(query.rows, calibrate=False)
+    corrected = model.predict(query.rows)
     assert model.calibrated(query.rows).all()
     assert mape_pct(query.target, corrected) < 0.85 * mape_pct(query.target, raw)
 
 
 def test_a_calibrated_bound_is_tighter_and_holds_the_other_levels(catalog, tx2_dir):
     train, query = _tx2(tx2_dir, catalog, MEMORY)
-    model = CalibratedModel("physical", "mem_used_mib", bound_quantile=BOUND_QUANTILE).fit(
-        train.features, train.target, train.rows)
+    model = CalibratedModel("physical", "mem_used_mib", bound_quantile=BOUND_QUANTILE).fit(train.rows, train.target)
     assert 1 < model.bound_["calibrated_ratio"] < model.bound_["ratio"]
-    corrected, bounded = model.predict(query.features, query.rows, return_bound=True)
+    corrected, bounded = model.predict(query.rows, return_bound=True)
     assert (bounded < query.target).mean() < 0.1 < (corrected < query.target).mean()
 
 
 def test_calibrated_tx2_predictions_rise_with_the_batch_size(catalog, tx2_dir):
     logs = read_logs(["resnet18", "googlenet"], PROFILED, [tx2_dir / "memory"], [MEMORY])
     data = build_dataset(logs, target="mem_used_mib", feature_set="network", stage="training", catalog=catalog)
-    model = CalibratedModel("physical", "mem_used_mib").fit(data.features, data.target, data.rows)
+    model = CalibratedModel("physical", "mem_used_mib").fit(data.rows, data.target)
     sizes = np.arange(1, 257)
     for name in ("resnet18_45", "googlenet_85"):
         arch = catalog.get(name)
-        features = network_features(arch, sizes.tolist())[data.features.columns]
-        corrected = model.predict(features, query_rows(arch, sizes))
+        corrected = model.predict(queries(arch, sizes))
         assert (np.diff(corrected) >= 0).all()
-        assert not np.allclose(corrected, model.predict(features, query_rows(arch, sizes), calibrate=False))
+        assert not np.allclose(corrected, model.predict(queries(arch, sizes), calibrate=False))

@@ -24,6 +24,7 @@ from perf4sight.fit import (
     read_logs,
 )
 from perf4sight.fit.choice import held_out_error
+from perf4sight.features import queries
 from perf4sight.features.network import NETWORK_TERMS
 from perf4sight.predict import Predictor
 
@@ -79,14 +80,14 @@ def test_datasets_of_other_runs_are_refused(memory_datasets):
 
 def test_a_kind_no_training_network_has_takes_its_ties_rate(latency_dataset):
     nets = latency_dataset.rows["net"]
-    without = fit_method("physical", latency_dataset.select(~nets.isin(["mobilenetv2", "mnasnet"]).to_numpy()),
-                         "latency_ms")
+    rest = latency_dataset.select(~nets.isin(["mobilenetv2", "mnasnet"]).to_numpy())
+    without = fit_method("physical", rest.rows, rest.target, "latency_ms")[-1]
     terms = list(without.terms_)
     ties = {term.name: term.tie for term in NETWORK_TERMS.latency if term.tie is not None}
     assert set(without.tied_terms_) == set(ties) == {"depthwise", "grouped"}
     for kind, tie in ties.items():
         assert without.coef_[terms.index(kind)] == without.coef_[terms.index(tie)]
-    with_depthwise = fit_method("physical", latency_dataset, "latency_ms")
+    with_depthwise = fit_method("physical", latency_dataset.rows, latency_dataset.target, "latency_ms")[-1]
     assert with_depthwise.tied_terms_ == ["grouped"]
     # the H200's depthwise kernels cost several times the traffic rate per byte
     assert with_depthwise.coef_[terms.index("depthwise")] > 3 * with_depthwise.coef_[terms.index("traffic")]
@@ -100,7 +101,7 @@ def test_latency_chooses_between_one_rate_and_a_rate_per_stream_of_bytes(latency
     for method in ("physical", "streams"):
         assert choice.errors[method] == pytest.approx(held_out_error(method, latency_dataset, "latency_ms")[0])
     assert choice.chosen == min(choice.errors, key=lambda m: (choice.errors[m], m != "physical"))
-    streams = fit_method("streams", latency_dataset, "latency_ms")
+    streams = fit_method("streams", latency_dataset.rows, latency_dataset.target, "latency_ms")[-1]
     assert set(streams.terms_) == {"gemm", "gemm_traffic", "memory_bound_traffic", "launches", "depthwise", "grouped"}
 
 
@@ -125,7 +126,7 @@ def test_fingerprint_stores_the_choice_and_the_predictor_uses_it(tmp_path):
     spec = H200 / "models" / "mnasnet_30.json"
     table = predictor.predict(spec, [8, 64])
     arch = predictor.describe(spec)
-    expected = memory.estimator.regressor_.predict(memory.select(memory.features(arch, [8, 64])))
+    expected = memory.estimator.regressor_.predict(queries(arch, [8, 64]))
     assert not table["calibrated"].any()  # mnasnet was not profiled: the regressor's own prediction
     np.testing.assert_allclose(table["mem_used_mib"], expected)
     # depthwise layers were in one training network only: their cost rests on it

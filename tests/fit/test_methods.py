@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import inspect
-
 import numpy as np
 import pandas as pd
 import pytest
@@ -15,9 +13,9 @@ from torch import nn
 
 from perf4sight.errors import ConfigError
 from perf4sight.architecture import Detail
-from perf4sight.features import FEATURE_SETS
-from perf4sight.fit import DEFAULT_METHOD, METHODS, PaperExtraTrees, resolve_method
-from perf4sight.fit.physical import PhysicalRegressor, ReplayRegressor
+from perf4sight.features import FEATURE_SETS, TERM_SETS, FeatureTransformer, queries
+from perf4sight.fit import DEFAULT_METHOD, METHODS, PaperExtraTrees, fit_method, make_regressor, resolve_method
+from perf4sight.fit.methods import trusted_types
 from perf4sight.networks import load_architecture
 
 MEMORY_ONLY = ("floor_mib_", "library_mib_", "capacity_mib_")
@@ -37,57 +35,46 @@ def _net(width: int) -> nn.Module:
 
 
 @pytest.fixture(scope="module")
-def features() -> dict[str, pd.DataFrame]:
-    """Each physical method's features for two small networks at five batch sizes."""
+def query() -> pd.DataFrame:
+    """Two small networks at five batch sizes, as a query frame (their lifetimes recorded,
+    which the replay's features need)."""
     archs = [load_architecture(_net(width), input_size=(3, 16, 16), needs=Detail.LIFETIMES) for width in (8, 16)]
-    sizes = [2, 4, 8, 16, 32]
-    return {
-        feature_set: pd.concat([FEATURE_SETS[feature_set](arch, sizes, "training") for arch in archs],
-                               ignore_index=True)
-        for feature_set in ("network", "replay")
-    }
+    return pd.concat([queries(arch, [2, 4, 8, 16, 32]) for arch in archs], ignore_index=True)
 
 
-def _targets(X: pd.DataFrame) -> dict[str, np.ndarray]:  # noqa: N803
+def _targets(query: pd.DataFrame) -> dict[str, np.ndarray]:
     """Made-up measurements that grow with the batch size and the network's state."""
-    batch, state = X["batch_size"].to_numpy(float), X["param_state_bytes"].to_numpy(float)
+    state = FeatureTransformer("network").fit_transform(query)["param_state_bytes"].to_numpy(float)
+    batch = query["batch_size"].to_numpy(float)
     return {"mem_used_mib": 300 + 2 * batch + state / 2**20, "latency_ms": 1 + 0.5 * batch + state / 2**16}
 
 
-@pytest.mark.parametrize("cls", [PhysicalRegressor, ReplayRegressor])
-def test_physical_methods_clone_and_refit(cls, features):
-    X = features[cls.feature_set]  # noqa: N806
-    y = _targets(X)
-    # get_params is __init__'s signature, with the values given to it
-    init = [name for name in inspect.signature(cls.__init__).parameters if name != "self"]
-    assert sorted(cls().get_params()) == sorted(init) == ["target"]
-    assert cls().get_params() == {"target": "mem_used_mib"}
-    assert cls(target="latency_ms").get_params() == {"target": "latency_ms"}
-
-    fitted = cls(target="mem_used_mib").fit(X, y["mem_used_mib"])
-    assert all(hasattr(fitted, name) for name in MEMORY_ONLY)
+@pytest.mark.parametrize("method", ["physical", "replay", "streams"])
+def test_physical_methods_clone_and_refit(method, query):
+    y = _targets(query)
+    fitted = fit_method(method, query.assign(net=query["architecture"].map(id)), y["mem_used_mib"], "mem_used_mib")
+    assert fitted.get_params()["features__feature_set"] == METHODS[method].feature_set
+    assert all(hasattr(fitted[-1], name) for name in MEMORY_ONLY)
     copy = clone(fitted)  # unfitted, same parameters
-    assert copy is not fitted and copy.get_params() == fitted.get_params()
+    assert copy is not fitted and copy.get_params().keys() == fitted.get_params().keys()
     with pytest.raises(NotFittedError):
-        check_is_fitted(copy)
-    assert not any(hasattr(copy, name) for name in ("coef_", "intercept_", *MEMORY_ONLY))
-    np.testing.assert_allclose(copy.fit(X, y["mem_used_mib"]).predict(X), fitted.predict(X))
+        check_is_fitted(copy[-1])
+    assert not any(hasattr(copy[-1], name) for name in ("coef_", "intercept_", *MEMORY_ONLY))
+    np.testing.assert_allclose(copy.fit(query, y["mem_used_mib"]).predict(query), fitted.predict(query), rtol=1e-6)
 
-    # the same estimator refitted for latency keeps nothing of the memory fit
-    assert fitted.set_params(target="latency_ms") is fitted
-    fitted.fit(X, y["latency_ms"])
-    assert not any(hasattr(fitted, name) for name in MEMORY_ONLY)
-    assert list(fitted.terms_) == list(cls(target="latency_ms").fit(X, y["latency_ms"]).terms_)
-    np.testing.assert_allclose(fitted.predict(X), cls(target="latency_ms").fit(X, y["latency_ms"]).predict(X))
-    with pytest.raises(ValueError, match="memory model"):
-        fitted.predict_fits(X)
+    latency = make_regressor(method, "latency_ms").fit(query, y["latency_ms"])
+    assert not any(hasattr(latency[-1], name) for name in MEMORY_ONLY)
+    assert list(latency[-1].terms_) == [term.name for term in TERM_SETS[latency["terms"].term_set].latency]
+    assert latency[-1].capacity_mib() == np.inf and fitted[-1].capacity_mib() == fitted[-1].capacity_mib_
 
 
 @pytest.mark.parametrize("name", sorted(METHODS))
-def test_every_method_names_a_feature_set_and_its_types(name):
-    cls = METHODS[name]
-    assert cls.feature_set in FEATURE_SETS
-    assert all(isinstance(t, str) and "." in t for t in getattr(cls, "trusted_types", ()))
+def test_every_method_names_a_feature_set_and_only_trusted_types(name):
+    assert METHODS[name].feature_set in FEATURE_SETS
+    trusted = set(trusted_types())
+    for target in ("mem_used_mib", "latency_ms"):
+        for _, step in make_regressor(name, target).steps:
+            assert f"{type(step).__module__}.{type(step).__qualname__}" in trusted
 
 
 def test_default_method_resolves_and_unknown_is_refused():

@@ -7,10 +7,11 @@ import pandas as pd
 import pytest
 from sklearn.base import clone
 from sklearn.exceptions import NotFittedError
+from sklearn.pipeline import Pipeline
 
 from perf4sight.device.definitions import QUANTITIES
 from perf4sight.errors import ConfigError
-from perf4sight.features import FEATURE_SETS
+from perf4sight.features import FEATURE_SETS, FeatureTransformer, queries
 from perf4sight.fit import (
     BOUND_QUANTILE,
     DEFAULT_METHOD,
@@ -21,6 +22,7 @@ from perf4sight.fit import (
     build_dataset,
     fit_method,
     held_out_ratio,
+    make_regressor,
     load_model,
     mape_pct,
     network_weights,
@@ -28,7 +30,7 @@ from perf4sight.fit import (
     save_model,
 )
 from perf4sight.features.network import PARAMETER_STREAM_FACTOR
-from perf4sight.fit.physical import PhysicalRegressor, ReplayRegressor
+from perf4sight.fit.physical import LatencySolver, MemorySolver, TermDesign, physical_steps
 
 NETS = ("resnet18", "googlenet", "squeezenet")
 
@@ -49,33 +51,50 @@ def _levels(dataset):
     return dataset.rows["model"].str.rsplit("_", n=1).str[1].astype(int).to_numpy()
 
 
+def _fit(data: Dataset, column: str, method: str = "physical") -> Pipeline:
+    return fit_method(method, data.rows, data.target, column)
+
+
+def _on_features(target: str) -> Pipeline:
+    """The physical model's steps after its features: fitted on and applied to feature tables."""
+    return Pipeline(physical_steps("network", target))
+
+
+def _demand(model: Pipeline, features: pd.DataFrame) -> np.ndarray:
+    """What a fitted memory model's rows ask for, before the capacity caps it."""
+    return model[-1].predict_demand(model[-2].transform(features))
+
+
 def test_registered_and_default():
-    assert METHODS["physical"] is PhysicalRegressor
-    assert METHODS["replay"] is ReplayRegressor
     assert DEFAULT_METHOD == "default" and DEFAULT_METHOD not in METHODS  # chosen when fitting
-    assert PhysicalRegressor.feature_set in FEATURE_SETS and ReplayRegressor.feature_set in FEATURE_SETS
+    assert {METHODS[name].feature_set for name in ("physical", "replay", "streams")} <= set(FEATURE_SETS)
+    memory, latency = make_regressor("physical", "mem_used_mib"), make_regressor("physical", "latency_ms")
+    assert [type(step) for step in memory] == [FeatureTransformer, TermDesign, MemorySolver]
+    assert [type(step) for step in latency] == [FeatureTransformer, TermDesign, LatencySolver]
 
 
 def test_estimator_contract(datasets):
     data = datasets["latency_ms"]
-    model = PhysicalRegressor(target="latency_ms")
-    assert model.get_params() == {"target": "latency_ms"}
-    assert clone(model).get_params() == model.get_params()
+    model = make_regressor("physical", "latency_ms")
+    assert clone(model).get_params().keys() == model.get_params().keys()
+    assert model.get_params()["terms__target"] == "latency_ms" and model.get_params()["features__feature_set"] == "network"
     with pytest.raises(NotFittedError):
-        model.predict(data.features)
-    assert model.fit(data.features, data.target) is model
-    learned = [name for name in vars(model) if name != "target"]
+        model.predict(data.rows)
+    assert model.fit(data.rows, data.target) is model
+    solver = model[-1]
+    learned = [name for name in vars(solver) if name not in solver.get_params()]
     assert learned and all(name.endswith("_") for name in learned)
-    assert model.coef_.shape == (len(model.terms_),) and (model.coef_ >= 0).all()
+    assert solver.coef_.shape == (len(solver.terms_),) and (solver.coef_ >= 0).all()
+    assert list(model[:-1].get_feature_names_out()) == list(solver.terms)
 
 
 @pytest.mark.parametrize("column, bound_pct", [("mem_used_mib", 12.0), ("latency_ms", 12.0)])
 def test_interpolates_held_out_levels(datasets, column, bound_pct):
     data = datasets[column]
     held_out = _levels(data) == 50
-    model = fit_method("physical", data.select(~held_out), column)
+    model = _fit(data.select(~held_out), column)
     test = data.select(held_out)
-    error = mape_pct(test.target, model.predict(test.features))
+    error = mape_pct(test.target, model.predict(test.rows))
     assert 0 < error < bound_pct
 
 
@@ -85,94 +104,95 @@ def test_interpolates_held_out_levels(datasets, column, bound_pct):
 def test_predicts_an_unseen_network(datasets, column, bound_pct):
     data = datasets[column]
     unseen = (data.rows["net"] == "googlenet").to_numpy()
-    model = fit_method("physical", data.select(~unseen), column)
+    model = _fit(data.select(~unseen), column)
     test = data.select(unseen)
-    assert mape_pct(test.target, model.predict(test.features)) < bound_pct
+    assert mape_pct(test.target, model.predict(test.rows)) < bound_pct
 
 
 def test_memory_model_is_physical_and_monotone(datasets, tx2_dir):
     data = datasets["mem_used_mib"]
-    model = fit_method("physical", data, "mem_used_mib")
+    model = CalibratedModel("physical", "mem_used_mib").fit(data.rows, data.target)
+    solver = model.regressor_[-1]
     # a runtime footprint (CUDA context, libraries) of some hundreds of MiB, capacity under 8 GiB
-    assert 300 < model.intercept_ < 3000
-    assert model.floor_mib_ < model.capacity_mib_ < 8192
+    assert 300 < solver.intercept_ < 3000
+    assert solver.floor_mib_ < model.capacity_mib() < 8192
     arch = ArchitectureCatalog(tx2_dir / "models").get("resnet18_50")
-    sizes = [1, 2, 8, 32, 128, 512, 4096]
-    features = FEATURE_SETS["network"](arch, sizes, "training")[data.features.columns]
-    predicted = model.predict(features)
-    assert (np.diff(predicted) >= 0).all() and (np.diff(model.predict_demand(features)) > 0).any()
-    fits = model.predict_fits(features)
+    query = queries(arch, [1, 2, 8, 32, 128, 512, 4096])
+    predicted = model.predict(query, calibrate=False)
+    assert (np.diff(predicted) >= 0).all() and (np.diff(_demand(model.regressor_, model.features(query))) > 0).any()
+    fits = model.predict_fits(query)
     assert fits[0] and not fits[-1]
 
 
 def test_capacity_only_when_the_data_reach_it(datasets, tx2_dir):
     data = datasets["mem_used_mib"]
     small = data.select(data.rows["batch_size"].to_numpy() <= 32)
-    model = fit_method("physical", small, "mem_used_mib")
-    assert model.capacity_mib_ == np.inf
-    arch = ArchitectureCatalog(tx2_dir / "models").get("googlenet_0")
-    features = FEATURE_SETS["network"](arch, [256], "training")[data.features.columns]
-    assert model.predict(features)[0] > 1.5 * small.target.max()
-    assert model.predict_fits(features).all()
+    model = CalibratedModel("physical", "mem_used_mib").fit(small.rows, small.target)
+    assert model.capacity_mib() == np.inf
+    query = queries(ArchitectureCatalog(tx2_dir / "models").get("googlenet_0"), [256])
+    assert model.predict(query, calibrate=False)[0] > 1.5 * small.target.max()
+    assert model.predict_fits(query).all()
 
 
 def test_latency_rises_with_batch_size(datasets, tx2_dir):
     data = datasets["latency_ms"]
-    model = fit_method("physical", data, "latency_ms")
-    arch = ArchitectureCatalog(tx2_dir / "models").get("squeezenet_0")
-    features = FEATURE_SETS["network"](arch, [1, 2, 4, 16, 64, 256], "training")[data.features.columns]
-    assert (np.diff(model.predict(features)) > 0).all()
+    model = CalibratedModel("physical", "latency_ms").fit(data.rows, data.target)
+    query = queries(ArchitectureCatalog(tx2_dir / "models").get("squeezenet_0"), [1, 2, 4, 16, 64, 256])
+    assert (np.diff(model.predict(query, calibrate=False)) > 0).all()
     with pytest.raises(ValueError, match="memory model"):
-        model.predict_fits(features)
+        model.predict_fits(query)
 
 
 def test_stored_with_skops_and_reloaded(datasets, tmp_path):
     data = datasets["mem_used_mib"]
-    model = CalibratedModel("physical", "mem_used_mib").fit(data.features, data.target, data.rows)
+    model = CalibratedModel("physical", "mem_used_mib").fit(data.rows, data.target)
     save_model(model, storedir=tmp_path, stage="training", target="mem_used_mib", dataset=data)
     loaded = load_model(tmp_path, stage="training", target="mem_used_mib")
-    assert loaded.estimator.regressor_.get_params() == {"target": "mem_used_mib"}
-    np.testing.assert_allclose(loaded.estimator.regressor_.predict(data.features), model.regressor_.predict(data.features))
+    assert loaded.estimator.regressor_["terms"].get_params() == {"term_set": "network", "target": "mem_used_mib"}
+    np.testing.assert_allclose(loaded.estimator.predict(data.rows), model.predict(data.rows))
 
 
 def test_bad_input(datasets):
     data = datasets["latency_ms"]
     with pytest.raises(ConfigError, match="unknown target 'power'"):
-        PhysicalRegressor(target="power").fit(data.features, data.target)
+        TermDesign(target="power").fit(data.features)
     with pytest.raises(ValueError, match="missing: layers"):
-        PhysicalRegressor(target="latency_ms").fit(data.features.drop(columns="layers"), data.target)
+        _on_features("latency_ms").fit(data.features.drop(columns="layers"), data.target)
     with pytest.raises(ValueError, match="DataFrame"):
-        PhysicalRegressor(target="latency_ms").fit(data.features.to_numpy(), data.target)
+        _on_features("latency_ms").fit(data.features.to_numpy(), data.target)
+    with pytest.raises(ValueError, match="query frame"):
+        make_regressor("physical", "latency_ms").fit(data.features, data.target)
 
 
 def test_cublas_footprint_only_where_the_data_tell_it_apart(datasets):
     data = datasets["mem_used_mib"]
     nets = data.rows["net"].to_numpy()
     # resnet18 has a Linear layer (cuBLAS loaded), squeezenet none: the footprint is identifiable
-    mixed = fit_method("physical", data.select(nets != "googlenet"), "mem_used_mib")
-    assert 100 < mixed.library_mib_ < 600
+    mixed = _fit(data.select(nets != "googlenet"), "mem_used_mib")
+    library = mixed[-1].library_mib_
+    assert 100 < library < 600
     features = data.features[nets == "googlenet"]
     without = features.assign(linear_count=0.0)
-    demand = mixed.predict_demand(features)
+    demand = _demand(mixed, features)
     # the footprint adds as it is, but near the floor, within its corner (about 1 % wide)
-    added = demand - mixed.predict_demand(without)
-    assert (np.abs(added - mixed.library_mib_) <= 0.012 * demand).all()
-    assert np.median(np.abs(added - mixed.library_mib_)) < 1e-6 * mixed.library_mib_
+    added = demand - _demand(mixed, without)
+    assert (np.abs(added - library) <= 0.012 * demand).all()
+    assert np.median(np.abs(added - library)) < 1e-6 * library
     # every training network has a Linear layer: the footprint is part of the runtime
-    same = fit_method("physical", data.select(nets != "squeezenet"), "mem_used_mib")
-    assert same.library_mib_ == 0.0
+    assert _fit(data.select(nets != "squeezenet"), "mem_used_mib")[-1].library_mib_ == 0.0
 
 
 def test_memory_model_has_no_absolute_scale(datasets):
     """A device with 16x less of everything (a CPU next to the TX2's unified memory) is fitted
     as well: the corners at the floor and capacity are relative, not a fixed number of MiB."""
     data = datasets["mem_used_mib"]
-    model = fit_method("physical", data, "mem_used_mib")
+    weights = network_weights(data.rows["net"])
+    model = _on_features("mem_used_mib").fit(data.features, data.target, solver__sample_weight=weights)
     byte_columns = [c for c in data.features.columns if c.endswith("_bytes")]
     small = data.features.assign(**{c: data.features[c] / 16 for c in byte_columns})
-    scaled = fit_method("physical", Dataset(small, data.target / 16, data.rows), "mem_used_mib")
+    scaled = _on_features("mem_used_mib").fit(small, data.target / 16, solver__sample_weight=weights)
     np.testing.assert_allclose(16 * scaled.predict(small), model.predict(data.features), rtol=1e-4)
-    np.testing.assert_allclose(16 * scaled.floor_mib_, model.floor_mib_, rtol=1e-4)
+    np.testing.assert_allclose(16 * scaled[-1].floor_mib_, model[-1].floor_mib_, rtol=1e-4)
 
 
 def test_parameters_cost_memory_traffic(datasets):
@@ -180,8 +200,8 @@ def test_parameters_cost_memory_traffic(datasets):
     training networks with few parameters still price a network with many; it streams
     faster than activations, but a convolution's weight reorders do not."""
     data = datasets["latency_ms"]
-    model = fit_method("physical", data, "latency_ms")
-    rate = model.coef_[list(model.terms_).index("traffic")]
+    model = _on_features("latency_ms").fit(data.features, data.target)
+    rate = model[-1].coef_[list(model[-1].terms_).index("traffic")]
     assert rate > 0
     streamed = data.features.assign(param_traffic_bytes=data.features["param_traffic_bytes"] + 1e8)
     reordered = data.features.assign(conv_weight_traffic_bytes=data.features["conv_weight_traffic_bytes"] + 1e8)
@@ -194,12 +214,12 @@ def test_parameters_cost_memory_traffic(datasets):
 def test_rows_weighted_zero_are_left_out_of_the_fit(datasets, column):
     data = datasets[column]
     kept = (data.rows["net"] != "squeezenet").to_numpy()
-    weighted = PhysicalRegressor(target=column).fit(data.features, data.target, sample_weight=kept.astype(float))
+    weighted = _on_features(column).fit(data.features, data.target, solver__sample_weight=kept.astype(float))
     subset = data.select(kept)
-    alone = PhysicalRegressor(target=column).fit(subset.features, subset.target)
+    alone = _on_features(column).fit(subset.features, subset.target)
     np.testing.assert_allclose(weighted.predict(data.features), alone.predict(data.features), rtol=1e-3)
     with pytest.raises(ValueError, match="sample_weight"):
-        PhysicalRegressor(target=column).fit(data.features, data.target, sample_weight=-np.ones(len(data.target)))
+        _on_features(column).fit(data.features, data.target, solver__sample_weight=-np.ones(len(data.target)))
 
 
 def test_fitting_weighs_each_network_equally(datasets):
@@ -208,24 +228,25 @@ def test_fitting_weighs_each_network_equally(datasets):
     per_net = pd.Series(weights).groupby(data.rows["net"].to_numpy()).sum()
     assert np.allclose(per_net, per_net.iloc[0]) and weights.mean() == pytest.approx(1.0)
     assert data.rows["net"].value_counts().nunique() > 1  # the networks passed different numbers of runs
-    expected = PhysicalRegressor(target="latency_ms").fit(data.features, data.target, sample_weight=weights)
-    np.testing.assert_allclose(fit_method("physical", data, "latency_ms").coef_, expected.coef_)
-    assert fit_method("paper", data, "latency_ms").predict(data.features).shape == (len(data.target),)
+    expected = _on_features("latency_ms").fit(data.features, data.target, solver__sample_weight=weights)
+    np.testing.assert_allclose(_fit(data, "latency_ms")[-1].coef_, expected[-1].coef_)
+    assert _fit(data, "latency_ms", "paper").predict(data.rows).shape == (len(data.target),)
 
 
 def test_memory_holds_the_larger_of_activations_and_the_optimizer_temporary(datasets):
     data = datasets["mem_used_mib"]
-    model = fit_method("physical", data, "mem_used_mib")
+    model = _fit(data, "mem_used_mib")
+    solver = model[-1]
     features = data.features.iloc[:5].copy()
-    base = model.predict_demand(features)
+    base = _demand(model, features)
     # the optimizer's temporary of these conv networks hides under their activations
     assert (features["optimizer_temp_bytes"] < features["activation_peak_bytes"]).all()
     none = features.assign(optimizer_temp_bytes=0.0)
-    np.testing.assert_allclose(model.predict_demand(none), base, rtol=1e-9)
+    np.testing.assert_allclose(_demand(model, none), base, rtol=1e-9)
     # a layer of 4 GiB (a huge Linear): its temporary replaces the activations, not adds to them
     huge = features.assign(optimizer_temp_bytes=float(4 << 30))
-    activations = model.predict_demand(none) - model.intercept_ - model.library_mib_ - features["param_state_bytes"] / 2**20
-    np.testing.assert_allclose(model.predict_demand(huge) - base, 4096 - activations, rtol=1e-3)
+    activations = _demand(model, none) - solver.intercept_ - solver.library_mib_ - features["param_state_bytes"] / 2**20
+    np.testing.assert_allclose(_demand(model, huge) - base, 4096 - activations, rtol=1e-3)
 
 
 def _left_out_ratios(data: Dataset, groups: pd.Series) -> np.ndarray:
@@ -234,14 +255,14 @@ def _left_out_ratios(data: Dataset, groups: pd.Series) -> np.ndarray:
     for group in groups.unique():
         out = (groups == group).to_numpy()
         held = data.select(out)
-        ratios.append(held.target / fit_method("physical", data.select(~out), "mem_used_mib").predict(held.features))
+        ratios.append(held.target / _fit(data.select(~out), "mem_used_mib").predict(held.rows))
     return np.concatenate(ratios)
 
 
 def test_held_out_ratio_leaves_out_networks_then_architectures(datasets):
     data = datasets["mem_used_mib"]
     nets = data.rows["net"]
-    across = held_out_ratio(CalibratedModel("physical", "mem_used_mib"), data)
+    across = held_out_ratio(CalibratedModel("physical", "mem_used_mib"), data.rows, data.target)
     assert across["left_out"] == "network" and across["quantile"] == BOUND_QUANTILE
     assert across["ratio"] == pytest.approx(np.quantile(_left_out_ratios(data, nets), BOUND_QUANTILE))
     assert across["ratio"] > 1  # an unseen network can measure above its prediction: the bound widens it
@@ -249,8 +270,8 @@ def test_held_out_ratio_leaves_out_networks_then_architectures(datasets):
     one_net = data.select((nets == "resnet18").to_numpy())
     by_architecture = _left_out_ratios(one_net, one_net.rows["model"])
     for quantile in (BOUND_QUANTILE, 0.5):
-        within = held_out_ratio(CalibratedModel("physical", "mem_used_mib"), one_net, quantile=quantile)
+        within = held_out_ratio(CalibratedModel("physical", "mem_used_mib"), one_net.rows, one_net.target, quantile=quantile)
         assert within["left_out"] == "architecture" and within["quantile"] == quantile
         assert within["ratio"] == pytest.approx(np.quantile(by_architecture, quantile))
     one_model = one_net.select((one_net.rows["model"] == "resnet18_50").to_numpy())
-    assert held_out_ratio(CalibratedModel("physical", "mem_used_mib"), one_model) is None
+    assert held_out_ratio(CalibratedModel("physical", "mem_used_mib"), one_model.rows, one_model.target) is None

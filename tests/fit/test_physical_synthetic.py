@@ -10,12 +10,13 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 import pytest
+from sklearn.pipeline import Pipeline
 from torch import nn
 
 from perf4sight.features import FEATURE_SETS
 from perf4sight.features.network import NETWORK_TERMS
 from perf4sight.features.terms import Role
-from perf4sight.fit.physical import PhysicalRegressor
+from perf4sight.fit.physical import physical_steps
 from perf4sight.networks import load_architecture
 
 MIB = float(1 << 20)
@@ -46,6 +47,11 @@ def rows() -> pd.DataFrame:
     return pd.concat(frames, ignore_index=True)
 
 
+def _model(target: str) -> Pipeline:
+    """The physical model's term design and solver, fitted on feature rows."""
+    return Pipeline(physical_steps("network", target))
+
+
 def _amount(rows: pd.DataFrame, name: str, kind: str) -> np.ndarray:
     """A declared term's weighted sum of columns."""
     term = next(term for term in NETWORK_TERMS.by_kind[kind] if term.name == name)
@@ -69,21 +75,21 @@ def test_memory_recovers_intercept_scale_floor_library_and_capacity(rows):
     measured = np.minimum(demand, capacity)
     assert (unfloored < floor + library * loads).sum() >= 10 and (demand > capacity).sum() >= 8
 
-    model = PhysicalRegressor(target="mem_used_mib").fit(rows.drop(columns="net"), measured)
-    assert list(model.terms_) == ["activations"]
-    assert model.coef_[0] == pytest.approx(scale, rel=0.01)
-    assert model.intercept_ == pytest.approx(intercept, rel=0.02)
-    assert model.floor_mib_ == pytest.approx(floor, rel=0.02)
-    assert model.library_mib_ == pytest.approx(library, rel=0.05)
-    assert model.capacity_mib() == pytest.approx(capacity, rel=0.01)
+    model = _model("mem_used_mib").fit(rows.drop(columns="net"), measured)
+    assert list(model[-1].terms_) == ["activations"]
+    assert model[-1].coef_[0] == pytest.approx(scale, rel=0.01)
+    assert model[-1].intercept_ == pytest.approx(intercept, rel=0.02)
+    assert model[-1].floor_mib_ == pytest.approx(floor, rel=0.02)
+    assert model[-1].library_mib_ == pytest.approx(library, rel=0.05)
+    assert model[-1].capacity_mib() == pytest.approx(capacity, rel=0.01)
     np.testing.assert_allclose(model.predict(rows.drop(columns="net")), measured, rtol=0.02)
 
     # no row reaches a capacity or lies below a floor: neither is kept
     clear = demand < 0.95 * capacity
     clear &= demand > 1.05 * (floor + library * loads)
-    unbounded = PhysicalRegressor(target="mem_used_mib").fit(rows.drop(columns="net")[clear], demand[clear])
-    assert unbounded.capacity_mib() == np.inf and unbounded.floor_mib_ == 0.0
-    assert unbounded.coef_[0] == pytest.approx(scale, rel=0.01)
+    unbounded = _model("mem_used_mib").fit(rows.drop(columns="net")[clear], demand[clear])
+    assert unbounded[-1].capacity_mib() == np.inf and unbounded[-1].floor_mib_ == 0.0
+    assert unbounded[-1].coef_[0] == pytest.approx(scale, rel=0.01)
 
 
 def _latency(rows: pd.DataFrame, intercept: float, rates: dict[str, float]) -> np.ndarray:
@@ -93,19 +99,19 @@ def _latency(rows: pd.DataFrame, intercept: float, rates: dict[str, float]) -> n
 def test_latency_recovers_each_rate_and_ties_an_absent_kind(rows):
     rates = {"gemm": 2e-9, "traffic": 5e-9, "launches": 0.05, "depthwise": 4e-8, "grouped": 1e-8}
     measured = _latency(rows, 3.0, rates)
-    model = PhysicalRegressor(target="latency_ms").fit(rows.drop(columns="net"), measured)
-    fitted = dict(zip(model.terms_, model.coef_))
+    model = _model("latency_ms").fit(rows.drop(columns="net"), measured)
+    fitted = dict(zip(model[-1].terms_, model[-1].coef_))
     # no network has grouped (not depthwise) convolutions: their rate is the GEMMs'
-    assert model.tied_terms_ == ["grouped"] and fitted["grouped"] == fitted["gemm"]
+    assert model[-1].tied_terms_ == ["grouped"] and fitted["grouped"] == fitted["gemm"]
     for name in ("gemm", "traffic", "launches", "depthwise"):
         assert fitted[name] == pytest.approx(rates[name], rel=1e-6), name
-    assert model.intercept_ == pytest.approx(3.0, rel=1e-6)
+    assert model[-1].intercept_ == pytest.approx(3.0, rel=1e-6)
 
     # without the networks that have depthwise convolutions, they move bytes at the traffic rate
     plain = rows[_amount(rows, "depthwise", "latency") == 0]
-    without = PhysicalRegressor(target="latency_ms").fit(plain.drop(columns="net"), _latency(plain, 3.0, rates))
-    fitted = dict(zip(without.terms_, without.coef_))
-    assert without.tied_terms_ == ["depthwise", "grouped"]
+    without = _model("latency_ms").fit(plain.drop(columns="net"), _latency(plain, 3.0, rates))
+    fitted = dict(zip(without[-1].terms_, without[-1].coef_))
+    assert without[-1].tied_terms_ == ["depthwise", "grouped"]
     assert fitted["depthwise"] == fitted["traffic"] == pytest.approx(rates["traffic"], rel=1e-6)
 
 
@@ -116,5 +122,5 @@ def test_weights_count_networks_not_rows(rows):
     spoiled = measured.copy()
     spoiled[rows["net"].to_numpy() == 0] *= 3  # one network measured wrong
     weight = (rows["net"].to_numpy() != 0).astype(float)
-    model = PhysicalRegressor(target="latency_ms").fit(rows.drop(columns="net"), spoiled, sample_weight=weight)
+    model = _model("latency_ms").fit(rows.drop(columns="net"), spoiled, solver__sample_weight=weight)
     np.testing.assert_allclose(model.predict(rows.drop(columns="net")), measured, rtol=1e-6)

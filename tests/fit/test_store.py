@@ -15,8 +15,8 @@ import skops.io
 
 from perf4sight import console
 from perf4sight.device.definitions import LATENCY, MEMORY
-from perf4sight.errors import DataNotFoundError, FittedModelError
-from perf4sight.features import FEATURE_SETS
+from perf4sight.errors import ArgumentError, DataNotFoundError, FittedModelError
+from perf4sight.features import FEATURE_SETS, queries
 from perf4sight.fit import (
     BOUND_QUANTILE,
     ArchitectureCatalog,
@@ -26,12 +26,12 @@ from perf4sight.fit import (
     build_dataset,
     load_model,
     stored_model_path,
-    query_rows,
     read_logs,
     save_model,
 )
 from perf4sight.fit.methods import trusted_types
 from perf4sight.fit.store import library_versions
+from perf4sight.networks import load_architecture
 
 H200 = Path(__file__).resolve().parents[2] / "benchmarks" / "data" / "h200"
 NETS = ["squeezenet", "resnet18", "googlenet"]
@@ -50,7 +50,7 @@ def dataset():
 
 @pytest.fixture(scope="module")
 def fitted(dataset):
-    return CalibratedModel("physical", "latency_ms").fit(dataset.features, dataset.target, dataset.rows)
+    return CalibratedModel("physical", "latency_ms").fit(dataset.rows, dataset.target)
 
 
 @pytest.fixture()
@@ -65,13 +65,13 @@ def test_round_trip_keeps_predictions_and_metadata(dataset, stored, tmp_path):
     assert zipfile.is_zipfile(path)  # skops' format, not a pickle
     model = load_model(tmp_path, stage="training", target="latency_ms")
     assert type(model.estimator) is CalibratedModel and model.estimator.get_params() == fitted.get_params()
-    np.testing.assert_array_equal(model.estimator.predict(dataset.features, dataset.rows),
-                                  fitted.predict(dataset.features, dataset.rows))
+    np.testing.assert_array_equal(model.estimator.predict(dataset.rows),
+                                  fitted.predict(dataset.rows))
     assert model.estimator.calibration_.residuals == fitted.calibration_.residuals
     meta = model.metadata
     assert (meta["method"], meta["stage"], meta["target"], meta["feature_set"]) == (
         "physical", "training", "latency_ms", "network")
-    assert meta["estimator"] == "perf4sight.fit.physical.PhysicalRegressor"
+    assert meta["estimator"] == "features: FeatureTransformer > terms: TermDesign > solver: LatencySolver"
     assert "bound_ratio" not in meta and "family_residuals" not in meta  # model content: in the object
     assert meta["feature_names"] == list(dataset.features.columns)
     assert meta["training_ranges"]["batch_size"] == [dataset.rows["batch_size"].min(), dataset.rows["batch_size"].max()]
@@ -82,33 +82,35 @@ def test_round_trip_keeps_predictions_and_metadata(dataset, stored, tmp_path):
     arch = ArchitectureCatalog(H200 / "models").get("squeezenet_30")
     rows = (dataset.rows["model"] == "squeezenet_30").to_numpy()
     sizes = dataset.rows.loc[rows, "batch_size"].tolist()
-    query = query_rows(arch, sizes)
-    predicted = model.estimator.predict(model.select(model.features(arch, sizes)), query)
-    np.testing.assert_allclose(predicted, fitted.predict(dataset.features[rows], dataset.rows[rows]), rtol=1e-12)
+    query = queries(arch, sizes)
+    predicted = model.estimator.predict(query)
+    np.testing.assert_allclose(predicted, fitted.predict(dataset.rows[rows].reset_index(drop=True)), rtol=1e-12)
     assert model.estimator.calibrated(query).all()
 
 
 def test_a_memory_model_keeps_its_bound_and_its_predictions(tmp_path):
     console.set_quiet(True)
     memory = _dataset(MEMORY)
-    fitted = CalibratedModel("physical", "mem_used_mib", bound_quantile=BOUND_QUANTILE).fit(
-        memory.features, memory.target, memory.rows)
+    fitted = CalibratedModel("physical", "mem_used_mib", bound_quantile=BOUND_QUANTILE).fit(memory.rows, memory.target)
     save_model(fitted, storedir=tmp_path, stage="training", target="mem_used_mib", dataset=memory)
     # one object: its regressor, its corrections and its bound, only types a method declares
     untrusted = skops.io.get_untrusted_types(file=stored_model_path(tmp_path, "training", "mem_used_mib"))
     assert set(untrusted) == {"perf4sight.fit.calibration.CalibratedModel",
                               "perf4sight.fit.calibration.FamilyCalibration",
-                              "perf4sight.fit.physical.PhysicalRegressor",
+                              "perf4sight.features.transform.FeatureTransformer",
+                              "perf4sight.fit.physical.TermDesign",
                               "perf4sight.fit.physical.MemorySolver"}
     loaded = load_model(tmp_path, stage="training", target="mem_used_mib").estimator
     assert loaded.bound_ == fitted.bound_ and fitted.bound_["calibrated_ratio"] is not None
-    for rows in (memory.rows, memory.rows.assign(family="never profiled")):
-        before = fitted.predict(memory.features, rows, return_bound=True)
-        after = loaded.predict(memory.features, rows, return_bound=True)
+    never_profiled = queries(load_architecture("vgg11", input_size=(3, 224, 224), num_classes=1000), [8, 64])
+    for query in (memory.rows, never_profiled):
+        before = fitted.predict(query, return_bound=True)
+        after = loaded.predict(query, return_bound=True)
         np.testing.assert_array_equal(before[0], after[0])
         np.testing.assert_array_equal(before[1], after[1])
+    assert fitted.calibrated(memory.rows).all() and not fitted.calibrated(never_profiled).any()
     assert loaded.capacity_mib() == fitted.capacity_mib()  # infinite: the H200 never ran out of memory
-    np.testing.assert_array_equal(loaded.predict_fits(memory.features), fitted.predict_fits(memory.features))
+    np.testing.assert_array_equal(loaded.predict_fits(memory.rows), fitted.predict_fits(memory.rows))
 
 
 def test_another_stage_or_target_is_refused(stored, tmp_path):
@@ -130,7 +132,7 @@ def test_another_library_version_is_refused(stored, tmp_path, edit_metadata):
 
 def test_an_older_storage_format_is_refused(stored, tmp_path, edit_metadata):
     edit_metadata(stored[1], lambda meta: meta.update(format=1))
-    with pytest.raises(FittedModelError, match="stored in format 1, this perf4sight reads format 8; fingerprint again"):
+    with pytest.raises(FittedModelError, match="stored in format 1, this perf4sight reads format 9; fingerprint again"):
         load_model(tmp_path, stage="training", target="latency_ms")
 
 
@@ -150,7 +152,7 @@ def test_a_model_fitted_on_features_computed_otherwise_is_refused(stored, tmp_pa
 
 def test_a_replaced_model_file_is_refused(dataset, stored, tmp_path):
     _, path = stored
-    other = CalibratedModel("physical", "latency_ms").fit(dataset.features, dataset.target * 2, dataset.rows)
+    other = CalibratedModel("physical", "latency_ms").fit(dataset.rows, dataset.target * 2)
     skops.io.dump(other, path)
     with pytest.raises(FittedModelError, match="does not match its metadata"):
         load_model(tmp_path, stage="training", target="latency_ms")
@@ -174,9 +176,12 @@ def _fix_hash(path):
 
 def test_a_model_copied_over_another_target_is_refused_by_its_own_identity(dataset, stored, tmp_path):
     fitted, latency = stored
-    memory = save_model(fitted, storedir=tmp_path, stage="training", target="mem_used_mib", dataset=dataset)
+    with pytest.raises(ArgumentError, match="target mem_used_mib: the model was fitted for latency_ms"):
+        save_model(fitted, storedir=tmp_path, stage="training", target="mem_used_mib", dataset=dataset)
+    as_memory = CalibratedModel("physical", "mem_used_mib").fit(dataset.rows, dataset.target)
+    memory = save_model(as_memory, storedir=tmp_path, stage="training", target="mem_used_mib", dataset=dataset)
     assert load_model(tmp_path, stage="training", target="mem_used_mib").metadata["target"] == "mem_used_mib"
-    assert not hasattr(fitted, "perf4sight_identity_")  # the caller's model is left as it was
+    assert not hasattr(as_memory, "perf4sight_identity_")  # the caller's model is left as it was
     memory.write_bytes(latency.read_bytes())  # the latency model under the memory model's name
     _fix_hash(memory)
     with pytest.raises(FittedModelError, match=r"training_mem_used_mib\.skops: the model inside says it was fitted for "
@@ -203,7 +208,7 @@ def test_a_model_file_that_is_not_skops_is_one_error(stored, tmp_path, content):
                                      "calibrated_ratio": None}), "bound_ratio: Extra inputs are not permitted"),
     (lambda m: m.update(family_residuals="abc"), "family_residuals: Extra inputs are not permitted"),
     (lambda m: m.update(training_ranges="zzz"), "training_ranges: Input should be a valid dictionary"),
-    (lambda m: m.update(format="8"), "stored in format '8', this perf4sight reads format 8"),
+    (lambda m: m.update(format="9"), "stored in format '9', this perf4sight reads format 9"),
     (lambda m: m.update(layer_groups="abc"), "layer_groups: Input should be a valid dictionary"),
     (lambda m: m.update(method_choice={"chosen": "replay", "errors": "x", "left_out": "network", "reason": ""}),
      "method_choice.errors: Input should be a valid dictionary"),
@@ -254,6 +259,11 @@ def _regressor(dataset):
     return change
 
 
+def _stage(model):
+    """The regressor's features computed for another stage than the model's."""
+    model.regressor_[0].stage = "inference"
+
+
 def _bare_regressor(model):
     """A format-6 file: the regressor alone, labelled as the model was."""
     model.regressor_.perf4sight_identity_ = model.perf4sight_identity_
@@ -269,8 +279,11 @@ def _bare_regressor(model):
      "params, batch_size and log_ratio are not lists of one equal, non-zero length"),
     (_residuals({"k": {"params": [1.0], "batch_size": [8.0], "log_ratio": [float("inf")]}}),
      "family_residuals.k.log_ratio.0: Input should be a finite number"),
-    ("regressor", "holds a PaperExtraTrees, method 'physical' is a PhysicalRegressor in a CalibratedModel"),
-    (_bare_regressor, "holds a PhysicalRegressor, method 'physical' is a PhysicalRegressor in a CalibratedModel"),
+    ("regressor", "holds PaperExtraTrees; method 'physical' is features: FeatureTransformer > terms: TermDesign > "
+                  "solver: LatencySolver in a CalibratedModel"),
+    (_bare_regressor, "holds Pipeline; method 'physical' is features: FeatureTransformer > "),
+    (_stage, "its step 'features' has parameters {'feature_set': 'network', 'stage': 'inference'}, method "
+             "'physical' has {'feature_set': 'network', 'stage': 'training'}"),
 ])
 def test_a_tampered_model_object_is_one_error_naming_what_is_wrong(dataset, stored, tmp_path, change, message):
     _, path = stored

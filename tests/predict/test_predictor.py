@@ -202,7 +202,7 @@ def test_the_memory_bound_covers_a_network_left_out(predictor: Predictor, models
     logs = read_logs(["googlenet"], LEVELS, [tx2_dir / "memory"], [MEMORY])
     feature_set = predictor.models[MEMORY.name].metadata["feature_set"]
     unseen = build_dataset(logs, target="mem_used_mib", feature_set=feature_set, stage="training", catalog=catalog)
-    predicted = predictor.models[MEMORY.name].estimator.regressor_.predict(unseen.features)
+    predicted = predictor.models[MEMORY.name].estimator.regressor_.predict(unseen.rows)
     assert (unseen.target > predicted).mean() > 0.2  # the prediction is often below what was measured
     table = predictor.predict(tx2_dir / "models" / "googlenet_50.json", [8, 32])
     assert table[MEMORY_BOUND].tolist() == pytest.approx((table[MEMORY.name] * stored["ratio"]).tolist())

@@ -13,7 +13,8 @@ import pytest
 from perf4sight import console
 from perf4sight.config import FingerprintSettings
 from perf4sight.device.definitions import LATENCY, MEMORY
-from perf4sight.fit import fingerprint_device, query_rows
+from perf4sight.features import queries
+from perf4sight.fit import fingerprint_device
 from perf4sight.predict import MEMORY_BOUND, Predictor
 
 H200 = Path(__file__).resolve().parents[2] / "benchmarks" / "data" / "h200"
@@ -57,10 +58,9 @@ def test_a_profiled_family_is_calibrated_and_another_is_not(predictor: Predictor
         arch = predictor.describe(H200 / "models" / f"{net}_60.json")
         table = predictor.predict(arch, SIZES)
         assert table["calibrated"].tolist() == [profiled] * len(SIZES)
-        features = memory.select(memory.features(arch, SIZES))
-        raw = memory.estimator.predict(features, query_rows(arch, SIZES), calibrate=False)
+        raw = memory.estimator.predict(queries(arch, SIZES), calibrate=False)
         assert np.allclose(table[MEMORY.name], raw) is not profiled
-        np.testing.assert_array_equal(table[MEMORY.name], memory.estimator.predict(features, query_rows(arch, SIZES)))
+        np.testing.assert_array_equal(table[MEMORY.name], memory.estimator.predict(queries(arch, SIZES)))
 
 
 def test_the_bound_lies_above_the_prediction_by_the_stored_ratio(predictor: Predictor) -> None:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import hashlib
 from typing import Any
 
+from perf4sight.architecture.derived import derived_values
 from perf4sight.architecture.ir import Architecture
 
 __all__ = ["family_key"]
@@ -14,12 +15,20 @@ def family_key(arch: Architecture) -> str:
     """What every pruning level of a network has in common: the input size, the class count
     and, in order, each Conv2d and Linear layer's kind, kernel, stride, padding, dilation
     and grouping (depthwise, grouped or dense), but not its width. The same for a spec's
-    layer table and for a traced module.
+    layer table and for a traced module. Found once per architecture object and kept with it
+    (every model and refit that sees it asks).
 
     And the recipe, where it is not the default (so that the default's keys are those of
     descriptions without a recipe): a family's corrections were measured under one recipe,
     and what they correct (the allocator's fragmentation, the kernels' efficiency at these
     shapes) differs under another, which freezes, casts or recomputes other tensors."""
+    kept = derived_values(arch)
+    if "family" not in kept:
+        kept["family"] = _key(arch)
+    return kept["family"]
+
+
+def _key(arch: Architecture) -> str:
     parts: list[Any] = [tuple(arch.input_size), arch.num_classes]
     for layer in arch.of_kind("conv2d", "linear"):
         grouping = "depthwise" if layer.depthwise else "grouped" if layer.groups > 1 else "dense"

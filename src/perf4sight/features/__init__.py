@@ -9,37 +9,26 @@ prediction recomputes the same columns.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from typing import Protocol
-
-import pandas as pd
-
-from perf4sight.architecture import Architecture, Detail
 from perf4sight.features.network import NETWORK_TERMS, STREAM_TERMS, network_features
 from perf4sight.features.paper import paper_features
 from perf4sight.features.recipes import Extrapolation, recipe_extrapolation
 from perf4sight.features.replay import REPLAY_TERMS, replay_features
 from perf4sight.features.terms import TermSet
+from perf4sight.features.transform import (
+    ARCHITECTURE,
+    BATCH_SIZE,
+    FEATURE_SETS,
+    FeatureFunction,
+    FeatureTransformer,
+    feature_table,
+    queries,
+)
 
 __all__ = [
-    "FEATURE_SETS", "FEATURE_TERMS", "Extrapolation", "FeatureFunction", "network_features", "paper_features",
+    "ARCHITECTURE", "BATCH_SIZE", "FEATURE_SETS", "FEATURE_TERMS", "Extrapolation", "FeatureFunction",
+    "FeatureTransformer", "TERM_SETS", "feature_table", "network_features", "paper_features", "queries",
     "recipe_extrapolation", "replay_features",
 ]
-
-
-class FeatureFunction(Protocol):
-    """A feature set: its columns per batch size, and what it needs from the architecture."""
-
-    needs: Detail
-
-    def __call__(self, arch: Architecture, batch_sizes: Sequence[int], stage: str) -> pd.DataFrame: ...
-
-
-FEATURE_SETS: dict[str, FeatureFunction] = {
-    "paper": paper_features,
-    "network": network_features,
-    "replay": replay_features,
-}
 
 # The term sets each feature set declares for the physical models (`perf4sight.features.terms`):
 # alternative models of the same columns, which a device's own data choose between.
@@ -47,3 +36,5 @@ FEATURE_TERMS: dict[str, tuple[TermSet, ...]] = {
     "network": (NETWORK_TERMS, STREAM_TERMS),
     "replay": (REPLAY_TERMS,),
 }
+# Every term set by its name (a fitted model's term design names the one it weighs).
+TERM_SETS: dict[str, TermSet] = {terms.name: terms for sets in FEATURE_TERMS.values() for terms in sets}

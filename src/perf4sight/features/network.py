@@ -396,7 +396,7 @@ _LATENCY_TERMS = (
     Term("depthwise", _DEPTHWISE_BYTES, "bytes", tie="traffic"),
     _GROUPED_WORK,
 )
-NETWORK_TERMS = TermSet(memory=_MEMORY_TERMS, latency=_LATENCY_TERMS)
+NETWORK_TERMS = TermSet("network", memory=_MEMORY_TERMS, latency=_LATENCY_TERMS)
 # The same latency model with the bytes moved split by the kernels that move them, each at a
 # rate of its own: the GEMM layers' activations with the parameters' passes (what the GEMM
 # and optimizer kernels stream), and the memory-bound layers' (normalisation, activation,
@@ -416,4 +416,4 @@ _STREAM_LATENCY_TERMS = (
     Term("depthwise", _DEPTHWISE_BYTES, "bytes", tie="memory_bound_traffic"),
     _GROUPED_WORK,
 )
-STREAM_TERMS = TermSet(memory=_MEMORY_TERMS, latency=_STREAM_LATENCY_TERMS)
+STREAM_TERMS = TermSet("streams", memory=_MEMORY_TERMS, latency=_STREAM_LATENCY_TERMS)

@@ -29,6 +29,7 @@ _CACHED = "replay_cached_bytes"
 # temporaries, as it is, plus a fitted multiple of what the caching allocator holds beyond
 # it. Latency: the `network` features' model.
 REPLAY_TERMS = TermSet(
+    "replay",
     memory=(
         Term("cached", {_CACHED: 1.0}, "bytes"),
         Term("allocated", {_ALLOCATED: 1.0}, "bytes", Role.EXACT),

@@ -46,8 +46,9 @@ class Term:
 
 @dataclass(frozen=True)
 class TermSet:
-    """The terms of one feature set's memory and latency models."""
+    """The terms of one feature set's memory and latency models, by a name of their own."""
 
+    name: str
     memory: tuple[Term, ...]
     latency: tuple[Term, ...]
     by_kind: Mapping[str, tuple[Term, ...]] = field(init=False, repr=False)

@@ -10,13 +10,15 @@ from perf4sight.fit.methods import (
     CANDIDATE_METHODS,
     DEFAULT_METHOD,
     METHODS,
+    Method,
     PaperExtraTrees,
     candidate_methods,
     fit_method,
+    make_regressor,
     network_weights,
     resolve_method,
 )
-from perf4sight.fit.physical import PhysicalRegressor, ReplayRegressor, StreamRegressor
+from perf4sight.fit.physical import LatencySolver, MemorySolver, TermDesign
 from perf4sight.fit.report import mape_pct, summarise
 from perf4sight.fit.store import FittedModel, load_model, save_model, stored_model_path
 
@@ -30,10 +32,11 @@ __all__ = [
     "FittedModel",
     "MethodChoice",
     "METHODS",
+    "LatencySolver",
+    "MemorySolver",
+    "Method",
     "PaperExtraTrees",
-    "PhysicalRegressor",
-    "ReplayRegressor",
-    "StreamRegressor",
+    "TermDesign",
     "BOUND_QUANTILE",
     "architecture_name",
     "build_dataset",
@@ -42,6 +45,7 @@ __all__ = [
     "find_logs",
     "fingerprint_device",
     "fit_method",
+    "make_regressor",
     "held_out_ratio",
     "network_weights",
     "load_model",

@@ -15,7 +15,8 @@ import pandas as pd
 from sklearn.base import BaseEstimator, clone
 
 from perf4sight import console
-from perf4sight.fit.dataset import Dataset
+from perf4sight.architecture import family_key
+from perf4sight.features import ARCHITECTURE
 
 __all__ = ["BOUND_QUANTILE", "held_out_groups", "held_out_ratio"]
 
@@ -23,33 +24,35 @@ __all__ = ["BOUND_QUANTILE", "held_out_groups", "held_out_ratio"]
 BOUND_QUANTILE = 0.95
 
 
-def held_out_groups(dataset: Dataset) -> tuple[str, pd.Series]:
+def held_out_groups(X: pd.DataFrame) -> tuple[str, pd.Series]:  # noqa: N803 (scikit-learn's names)
     """What a refit leaves out to see a new network ("network"; "architecture", i.e. a
-    pruning level, when a single network was profiled) and each row's group."""
-    nets = dataset.rows["net"]
+    pruning level, when a single network was profiled) and each row's group, from a query
+    frame's `net` and `model` columns."""
+    nets = X["net"]
     if nets.nunique() > 1:
         return "network", nets
-    return "architecture", dataset.rows["model"]
+    return "architecture", X["model"]
 
 
-def held_out_ratio(model: BaseEstimator, dataset: Dataset, quantile: float = BOUND_QUANTILE) -> dict[str, Any] | None:
+def held_out_ratio(model: BaseEstimator, X: pd.DataFrame, y: np.ndarray,  # noqa: N803
+                   quantile: float = BOUND_QUANTILE) -> dict[str, Any] | None:
     """How far above its prediction a new network's measurement may lie: `ratio`, the
     `quantile` of measured / predicted over every run, each predicted by `model` (a
     `CalibratedModel`'s parameters; each refit is a clone of it without a bound) fitted
     without its network (without its architecture when one network was profiled), and
     `calibrated_ratio`, the same for a prediction calibrated on its family: each profiled
     level left out of both the fit and its family's calibration (None when no family has
-    two levels). None when the dataset holds a single architecture (nothing to leave out)."""
-    left_out, groups = held_out_groups(dataset)
+    two levels). None when `X` (a query frame with each row's `net` and `model`) holds a
+    single architecture (nothing to leave out)."""
+    left_out, groups = held_out_groups(X)
     if groups.nunique() < 2:
         return None
-    rows = dataset.rows
-    in_family_levels = rows.loc[rows.groupby("family")["model"].transform("nunique") > 1, "model"].unique()
+    families = X[ARCHITECTURE].map(family_key)
+    in_family_levels = X.loc[X["model"].groupby(families).transform("nunique") > 1, "model"].unique()
     refit = clone(model).set_params(bound_quantile=None)
 
     def fitted_without(out: np.ndarray) -> Any:
-        rest = dataset.select(~out)
-        return clone(refit).fit(rest.features, rest.target, rest.rows)
+        return clone(refit).fit(X[~out].reset_index(drop=True), y[~out])
 
     # With one network profiled, a group is an architecture: the fit without it serves the
     # calibrated ratio too (the same training rows), so it is made once.
@@ -59,13 +62,12 @@ def held_out_ratio(model: BaseEstimator, dataset: Dataset, quantile: float = BOU
     with console.progress("memory bound, refitting", total=refits) as bar:
         for group in groups.unique():
             out = (groups == group).to_numpy()
-            held = dataset.select(out)
             fitted = fitted_without(out)
             if left_out == "architecture":
                 without[group] = fitted
-            ratios.append(_ratio(held.target, fitted.predict(held.features, held.rows, calibrate=False)))
+            ratios.append(_ratio(y[out], fitted.predict(X[out].reset_index(drop=True), calibrate=False)))
             bar.advance(f"without {group}")
-        in_family = _calibrated_ratios(fitted_without, dataset, in_family_levels, without, bar)
+        in_family = _calibrated_ratios(fitted_without, X, y, in_family_levels, without, bar)
     return {
         "quantile": quantile,
         "ratio": float(np.quantile(np.concatenate(ratios), quantile)),
@@ -78,19 +80,18 @@ def _ratio(measured: np.ndarray, predicted: np.ndarray) -> np.ndarray:
     return measured / np.maximum(predicted, np.finfo(float).tiny)
 
 
-def _calibrated_ratios(fitted_without: Callable[[np.ndarray], Any], dataset: Dataset, levels: Sequence[str],
-                       without: dict[str, Any], bar: Any) -> np.ndarray:
+def _calibrated_ratios(fitted_without: Callable[[np.ndarray], Any], X: pd.DataFrame, y: np.ndarray,  # noqa: N803
+                       levels: Sequence[str], without: dict[str, Any], bar: Any) -> np.ndarray:
     """measured / calibrated prediction of every run of the architectures `levels` (those
     of a family profiled at two levels or more), each left out of both the fit and the
     calibration (empty when there are none); `without` holds models already fitted
     without an architecture, and `bar` is advanced once per other refit."""
     ratios = []
     for name in levels:
-        out = (dataset.rows["model"] == name).to_numpy()
-        held = dataset.select(out)
+        out = (X["model"] == name).to_numpy()
         fitted = without.get(name)
         if fitted is None:
             fitted = fitted_without(out)
             bar.advance(f"without {name}")
-        ratios.append(_ratio(held.target, fitted.predict(held.features, held.rows)))
+        ratios.append(_ratio(y[out], fitted.predict(X[out].reset_index(drop=True))))
     return np.concatenate(ratios) if ratios else np.empty(0)

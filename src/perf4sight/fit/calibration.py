@@ -14,13 +14,14 @@ averages out). A family is what the pruning levels of one network share
 nothing else. A network of a family never profiled is not corrected.
 
 `CalibratedModel` is the fitted model as one scikit-learn estimator: the method's
-regressor, these corrections and the memory bound, stored by skops as one object; every
-prediction goes through its `predict`.
+regressor (a pipeline from architectures and batch sizes to the target), these corrections
+and the memory bound, stored by skops as one object; every prediction goes through its
+`predict`.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -29,9 +30,10 @@ import pandas as pd
 from sklearn.base import BaseEstimator
 from sklearn.utils.validation import check_is_fitted
 
-from perf4sight.architecture import Architecture, family_key
+from perf4sight.architecture import family_key
+from perf4sight.device.definitions import MEMORY
+from perf4sight.features import ARCHITECTURE, BATCH_SIZE
 from perf4sight.fit.bound import held_out_ratio
-from perf4sight.fit.dataset import Dataset
 from perf4sight.fit.methods import METHODS, fit_method
 
 __all__ = ["CalibratedModel", "FamilyCalibration", "query_rows"]
@@ -146,29 +148,30 @@ class FamilyCalibration:
         return corrected, calibrated
 
 
-def query_rows(arch: Architecture, batch_sizes: Sequence[int]) -> dict[str, Any]:
-    """What `CalibratedModel.predict` reads beside the features of `arch` at each batch
-    size: its family, parameter count and the batch size, per row."""
-    sizes = np.asarray(batch_sizes)
-    return {"family": [family_key(arch)] * len(sizes), "params": [arch.params] * len(sizes), "batch_size": sizes}
+def query_rows(X: pd.DataFrame) -> dict[str, Any]:  # noqa: N803 (scikit-learn's names)
+    """Each query's family (`family_key`), parameter count and batch size: what the
+    corrections are looked up by."""
+    archs = X[ARCHITECTURE].tolist()
+    return {"family": [family_key(arch) for arch in archs], "params": [arch.params for arch in archs],
+            "batch_size": X[BATCH_SIZE].to_numpy()}
 
 
 class CalibratedModel(BaseEstimator):
-    """The fitted model: a method's regressor (`METHODS[method]`, fitted by `fit_method`),
-    its corrections per profiled family (`calibration_`) and, with `bound_quantile`, the
-    memory bound (`bound_`, `held_out_ratio`'s). It is what skops stores, and every
-    prediction (a user's query, the fingerprint evaluation, the bound's refits) is its
-    `predict`.
+    """The fitted model: a method's regressor (`make_regressor`: the features of a query
+    frame, then the method's steps), its corrections per profiled family (`calibration_`)
+    and, with `bound_quantile`, the memory bound (`bound_`, `held_out_ratio`'s). It is what
+    skops stores, and every prediction (a user's query, the fingerprint evaluation, the
+    bound's refits) is its `predict`.
 
-    X is the method's feature table; `rows`, aligned with it (a frame or a mapping of
-    columns), says who each row is: `family` (`family_key`), `params` and `batch_size`
-    (`query_rows` of an architecture; to fit, a `Dataset`'s rows, whose `net` and `model`
-    the bound leaves out in turn)."""
+    X is a query frame (`perf4sight.features.queries`): each row's `architecture` and
+    `batch_size`; to fit, also its network (`net`) and architecture's name (`model`), which
+    the bound leaves out in turn (a `Dataset`'s rows)."""
 
-    def __init__(self, method: str = "physical", target: str | None = None,
+    def __init__(self, method: str = "physical", target: str = MEMORY.name, stage: str = "training",
                  bound_quantile: float | None = None) -> None:
         self.method = method
         self.target = target
+        self.stage = stage
         self.bound_quantile = bound_quantile
 
     @property
@@ -176,16 +179,16 @@ class CalibratedModel(BaseEstimator):
         """The feature set (a `FEATURE_SETS` key) the method's regressor reads."""
         return METHODS[self.method].feature_set
 
-    def fit(self, X: pd.DataFrame, y: Any, rows: pd.DataFrame) -> CalibratedModel:  # noqa: N803 (scikit-learn's names)
+    def fit(self, X: pd.DataFrame, y: Any) -> CalibratedModel:  # noqa: N803
         """Fit the regressor on every row, its corrections on each family's rows and, with
         `bound_quantile`, the bound (refitting without each network in turn)."""
-        data = Dataset(X, np.asarray(y, dtype=float), rows)
-        self.regressor_ = fit_method(self.method, data, self.target)
-        self.calibration_ = FamilyCalibration.of(rows, data.target, self.regressor_.predict(X))
-        self.bound_ = None if self.bound_quantile is None else held_out_ratio(self, data, self.bound_quantile)
+        y = np.asarray(y, dtype=float)
+        self.regressor_ = fit_method(self.method, X, y, self.target, self.stage)
+        self.calibration_ = FamilyCalibration.of(query_rows(X), y, self.regressor_.predict(X))
+        self.bound_ = None if self.bound_quantile is None else held_out_ratio(self, X, y, self.bound_quantile)
         return self
 
-    def predict(self, X: pd.DataFrame, rows: Mapping[str, Any], *, calibrate: bool = True,  # noqa: N803
+    def predict(self, X: pd.DataFrame, *, calibrate: bool = True,  # noqa: N803
                 return_bound: bool = False) -> np.ndarray | tuple[np.ndarray, np.ndarray | None]:
         """The predicted target per row, corrected where its family was profiled (unless
         `calibrate` is False); with `return_bound`, also the memory bound per row (None
@@ -194,7 +197,7 @@ class CalibratedModel(BaseEstimator):
         check_is_fitted(self, "regressor_")
         predicted = self.regressor_.predict(X)
         if calibrate:
-            predicted, calibrated = self.calibration_.apply(rows, predicted)
+            predicted, calibrated = self.calibration_.apply(query_rows(X), predicted)
         else:
             calibrated = np.zeros(len(predicted), dtype=bool)
         if not return_bound:
@@ -204,17 +207,25 @@ class CalibratedModel(BaseEstimator):
         in_family = self.bound_["calibrated_ratio"] or self.bound_["ratio"]
         return predicted, predicted * np.maximum(1.0, np.where(calibrated, in_family, self.bound_["ratio"]))
 
-    def calibrated(self, rows: Mapping[str, Any]) -> np.ndarray:
+    def calibrated(self, X: pd.DataFrame) -> np.ndarray:  # noqa: N803
         """Which rows `predict` corrects: those of a profiled family."""
         check_is_fitted(self, "calibration_")
-        return self.calibration_.profiled(rows)
+        return self.calibration_.profiled(query_rows(X))
+
+    def features(self, X: pd.DataFrame) -> pd.DataFrame:  # noqa: N803
+        """The feature columns the regressor computes for the queries (its first step)."""
+        check_is_fitted(self, "regressor_")
+        return self.regressor_[0].transform(X)
 
     def capacity_mib(self) -> float:
         """The device memory the regressor learned (infinite when it learned none)."""
         check_is_fitted(self, "regressor_")
-        return self.regressor_.capacity_mib()
+        return self.regressor_[-1].capacity_mib()
 
     def predict_fits(self, X: pd.DataFrame) -> np.ndarray:  # noqa: N803
-        """Whether each row fits in the device's memory (a memory regressor with a capacity)."""
+        """Whether each row fits in the device's memory (a memory model with a capacity)."""
         check_is_fitted(self, "regressor_")
-        return self.regressor_.predict_fits(X)
+        solver = self.regressor_[-1]
+        if not hasattr(solver, "predict_demand"):
+            raise ValueError(f"predict_fits needs a memory model that learns a capacity, not a {type(solver).__name__}")
+        return solver.predict_demand(self.regressor_[:-1].transform(X)) <= solver.capacity_mib()

@@ -41,23 +41,23 @@ class MethodChoice:
         return {**asdict(self), "errors": errors}
 
 
-def held_out_error(method: str, dataset: Dataset, target: str | None = None) -> tuple[float, str]:
+def held_out_error(method: str, dataset: Dataset, target: str) -> tuple[float, str]:
     """Mean MAPE (%) over the training networks of `method` fitted without each in turn
     (each architecture when one network was profiled), and what was left out; NaN when
     there is nothing to leave out (a single architecture)."""
-    left_out, groups = held_out_groups(dataset)
+    left_out, groups = held_out_groups(dataset.rows)
     if groups.nunique() < 2:
         return float("nan"), left_out
     errors = []
     for group in groups.unique():
         out = (groups == group).to_numpy()
-        held = dataset.select(out)
-        estimator = fit_method(method, dataset.select(~out), target)
-        errors.append(mape_pct(held.target, estimator.predict(held.features)))
+        held, rest = dataset.select(out), dataset.select(~out)
+        estimator = fit_method(method, rest.rows, rest.target, target, dataset.stage)
+        errors.append(mape_pct(held.target, estimator.predict(held.rows)))
     return float(np.mean(errors)), left_out
 
 
-def choose_method(datasets: Mapping[str, Dataset], target: str | None = None) -> MethodChoice:
+def choose_method(datasets: Mapping[str, Dataset], target: str) -> MethodChoice:
     """The candidate (a key of `datasets`, in `CANDIDATE_METHODS` order, each with the
     training rows in its own method's feature set) with the lowest held-out error."""
     candidates = [method for method in CANDIDATE_METHODS if method in datasets]
@@ -83,6 +83,6 @@ def choose_method(datasets: Mapping[str, Dataset], target: str | None = None) ->
         tie = [m for m in scored if m != chosen and np.isclose(scored[m], scored[chosen], rtol=1e-9, atol=0.0)]
         reason = (f"lowest mean MAPE with each {left_out} left out of the fit ({nets}): {listed}"
                   + (f"; tied with {', '.join(tie)}, the faster one" if tie else ""))
-    console.info(f"method for {target or 'the target'}: {chosen} ({reason})")
+    console.info(f"method for {target}: {chosen} ({reason})")
     return MethodChoice(chosen=chosen, errors=errors, left_out=left_out, reason=reason)
 

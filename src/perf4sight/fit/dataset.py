@@ -3,7 +3,10 @@
 Each log row names its architecture by file name (the `model` column); the architecture is
 looked up in the pruned-models folder as `<name>.json` (a spec) or `<name>.py` (a model
 description), at the input size and class count the row's `dataset` ran it with (`spec`:
-its own). Features are computed once per architecture for all of its batch sizes.
+its own). A `Dataset`'s rows are the query frame a model is fitted on (each row's
+`architecture` and `batch_size`, and who it is); its features are the feature set's
+table of them, computed once per architecture for all of its batch sizes and kept with it
+for the models' own feature step (`perf4sight.features.feature_table`).
 """
 
 from __future__ import annotations
@@ -19,7 +22,7 @@ from perf4sight import console
 from perf4sight.architecture import Architecture, Detail, family_key
 from perf4sight.device.definitions import DATASETS, dataset_load_options
 from perf4sight.errors import DataNotFoundError, LogFormatError
-from perf4sight.features import FEATURE_SETS
+from perf4sight.features import ARCHITECTURE, BATCH_SIZE, FEATURE_SETS, feature_table
 from perf4sight.networks import load_architecture
 
 __all__ = ["ArchitectureCatalog", "Dataset", "architecture_name", "build_dataset"]
@@ -60,15 +63,17 @@ class ArchitectureCatalog:
 
 @dataclass(frozen=True)
 class Dataset:
-    """Aligned rows: `features` (the model's X), `target` (y) and `rows` (who each row is).
+    """Aligned rows: `rows` (the query frame a model is fitted on, X), `target` (y) and
+    `features` (the feature set's columns of those rows).
 
-    `rows` has net, model, batch_size, params, family (`family_key`) and measured, for reports,
-    training ranges and calibration.
+    `rows` has architecture (the `Architecture`), net, model, batch_size, params, family
+    (`family_key`) and measured, for the fit, reports, training ranges and calibration.
     """
 
     features: pd.DataFrame
     target: np.ndarray
     rows: pd.DataFrame
+    stage: str = "training"  # the stage the runs ran (the models' features are of it)
 
     def __len__(self) -> int:
         return len(self.target)
@@ -80,6 +85,7 @@ class Dataset:
             features=self.features[mask].reset_index(drop=True),
             target=self.target[mask],
             rows=self.rows[mask].reset_index(drop=True),
+            stage=self.stage,
         )
 
 
@@ -113,8 +119,7 @@ def build_dataset(
     if "stage" in logs.columns:
         logs = logs[logs["stage"].astype(str).str.strip() == stage]
     logs = logs.assign(arch_name=logs["model"].map(architecture_name), dataset=_datasets(logs))
-    features_of = FEATURE_SETS[feature_set]
-    needs = features_of.needs
+    needs = FEATURE_SETS[feature_set].needs
     blocks, kept, missing = [], [], []
     groups = list(logs.groupby(["arch_name", "dataset"], sort=False))
     with console.progress(f"{target} rows, '{feature_set}' features", len(groups)) as bar:
@@ -123,10 +128,8 @@ def build_dataset(
             if arch is None:
                 missing.append((name, len(group)))
             else:
-                sizes = np.unique(group["bs"].to_numpy())
-                table = features_of(arch, sizes.tolist(), stage)
-                blocks.append(table.iloc[np.searchsorted(sizes, group["bs"].to_numpy())])
-                kept.append(group.assign(params=arch.params, family=family_key(arch)))
+                blocks.append(feature_table(arch, group["bs"].to_numpy(), feature_set, stage))
+                kept.append(group.assign(params=arch.params, family=family_key(arch), arch=[arch] * len(group)))
             bar.advance(name)
     if missing:
         skipped = sum(count for _, count in missing)
@@ -146,11 +149,13 @@ def build_dataset(
         features=pd.concat(blocks, ignore_index=True),
         target=rows[target].to_numpy(dtype=np.float64),
         rows=pd.DataFrame({
+            ARCHITECTURE: rows["arch"],
             "net": rows["net"],
             "model": rows["arch_name"],
-            "batch_size": rows["bs"].astype(int),
+            BATCH_SIZE: rows["bs"].astype(int),
             "params": rows["params"].astype(int),
             "family": rows["family"],
             "measured": rows[target].astype(float),
         }),
+        stage=stage,
     )

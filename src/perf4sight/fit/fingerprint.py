@@ -25,6 +25,7 @@ from perf4sight import console
 from perf4sight.config import FingerprintSettings
 from perf4sight.device.definitions import MEMORY, QUANTITIES, Quantity, check_stage
 from perf4sight.errors import ArgumentError, FittedModelError, LogFormatError
+from perf4sight.features import ARCHITECTURE
 from perf4sight.fit.bound import BOUND_QUANTILE
 from perf4sight.fit.calibration import CalibratedModel
 from perf4sight.fit.choice import choose_method
@@ -74,8 +75,8 @@ def _train(settings: FingerprintSettings, target: Quantity, method: str, catalog
         method = choice.chosen
     dataset = datasets[method]
     console.info(f"fitting the {target.kind} model ({method}) on {len(dataset)} rows")
-    model = CalibratedModel(method, target.name, bound_quantile=BOUND_QUANTILE if target == MEMORY else None)
-    bound = model.fit(dataset.features, dataset.target, dataset.rows).bound_
+    model = CalibratedModel(method, target.name, settings.stage, bound_quantile=BOUND_QUANTILE if target == MEMORY else None)
+    bound = model.fit(dataset.rows, dataset.target).bound_
     if bound is not None:
         in_family = bound["calibrated_ratio"]
         console.info(f"{bound['quantile']:.0%} of runs measured at most {bound['ratio']:.3f}x their prediction "
@@ -101,8 +102,8 @@ def _evaluate(settings: FingerprintSettings, target: Quantity, model: FittedMode
               catalog: ArchitectureCatalog) -> pd.DataFrame:
     dataset = _dataset(settings, target, model.metadata["feature_set"], catalog,
                        settings.eval_nets or settings.train_nets, settings.eval_logs, evaluation=True)
-    predicted, bound = model.estimator.predict(model.select(dataset.features), dataset.rows, return_bound=True)
-    rows = dataset.rows.assign(predicted=predicted)
+    predicted, bound = model.estimator.predict(dataset.rows, return_bound=True)
+    rows = dataset.rows.drop(columns=ARCHITECTURE).assign(predicted=predicted)
     return rows if bound is None else rows.assign(bound=bound)
 
 

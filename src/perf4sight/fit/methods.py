@@ -1,30 +1,34 @@
-"""Regression methods: scikit-learn estimators that map a feature table to one target.
+"""Regression methods: how a query frame (architectures and batch sizes) becomes one target.
 
-A method is any estimator class in `METHODS` with a `feature_set` class attribute (a key
-of `perf4sight.features.FEATURE_SETS`: the columns it is fitted on) and a `trusted_types`
-tuple naming the scikit-learn types it holds, which skops may load. `DEFAULT_METHOD` is
-what a config's `method = default` names: a choice among `CANDIDATE_METHODS`, made per device
-and target from its own data (`perf4sight.fit.choice`).
+A method (`METHODS`) is a feature set (a key of `perf4sight.features.FEATURE_SETS`) and
+the steps after it, per target; `make_regressor` joins them into one scikit-learn
+`Pipeline` whose first step is the `FeatureTransformer`. `DEFAULT_METHOD` is what a
+config's `method = default` names: a choice among `CANDIDATE_METHODS`, made per device and
+target from its own data (`perf4sight.fit.choice`).
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from dataclasses import dataclass
+from functools import partial
 from typing import Any
 
 import numpy as np
 import pandas as pd
 from sklearn.base import BaseEstimator, RegressorMixin
 from sklearn.ensemble import ExtraTreesRegressor
+from sklearn.pipeline import Pipeline
 from sklearn.utils.validation import check_is_fitted, has_fit_parameter, validate_data
 
 from perf4sight.device.definitions import LATENCY, MEMORY
 from perf4sight.errors import ArgumentError
-from perf4sight.fit.dataset import Dataset
-from perf4sight.fit.physical import PhysicalRegressor, ReplayRegressor, StreamRegressor
+from perf4sight.features import FeatureTransformer
+from perf4sight.fit.physical import LatencySolver, MemorySolver, TermDesign, physical_steps
 
 __all__ = [
-    "PaperExtraTrees", "METHODS", "CANDIDATE_METHODS", "DEFAULT_METHOD", "candidate_methods", "fit_method", "network_weights",
-    "resolve_method", "trusted_types",
+    "PaperExtraTrees", "Method", "METHODS", "CANDIDATE_METHODS", "DEFAULT_METHOD", "candidate_methods", "fit_method",
+    "make_regressor", "network_weights", "resolve_method", "trusted_types",
 ]
 
 
@@ -34,13 +38,6 @@ class PaperExtraTrees(RegressorMixin, BaseEstimator):
     Trees interpolate well between the pruning levels of a network they were fitted on,
     which is the paper's protocol; they cannot extrapolate beyond the training range.
     """
-
-    feature_set = "paper"
-    trusted_types = (
-        "sklearn.ensemble._forest.ExtraTreesRegressor",
-        "sklearn.tree._classes.ExtraTreeRegressor",
-        "sklearn.tree._tree.Tree",
-    )
 
     def __init__(self, n_estimators: int = 300, random_state: int | None = 0, n_jobs: int | None = None) -> None:
         self.n_estimators = n_estimators
@@ -67,12 +64,34 @@ class PaperExtraTrees(RegressorMixin, BaseEstimator):
         return np.inf
 
 
-METHODS: dict[str, type] = {
-    "paper": PaperExtraTrees,
-    "physical": PhysicalRegressor,
-    "replay": ReplayRegressor,
-    "streams": StreamRegressor,
+@dataclass(frozen=True)
+class Method:
+    """A method: the feature set it reads and, per target, the steps after the features."""
+
+    feature_set: str
+    steps: Callable[[str], list[tuple[str, BaseEstimator]]]
+
+
+def _trees(target: str) -> list[tuple[str, BaseEstimator]]:
+    return [("trees", PaperExtraTrees())]
+
+
+METHODS: dict[str, Method] = {
+    "paper": Method("paper", _trees),
+    # the `network` features' terms: bytes, operations and layers at a device's rates
+    "physical": Method("network", partial(physical_steps, "network")),
+    # memory as the allocator replay finds it; latency as `physical`
+    "replay": Method("replay", partial(physical_steps, "replay")),
+    # latency with the bytes moved at two rates (GEMM and memory-bound layers); memory as `physical`
+    "streams": Method("network", partial(physical_steps, "streams")),
 }
+# The types a fitted regressor of any method holds, which skops may load.
+_TRUSTED = (Pipeline, FeatureTransformer, TermDesign, MemorySolver, LatencySolver, PaperExtraTrees)
+_TRUSTED_SKLEARN = (
+    "sklearn.ensemble._forest.ExtraTreesRegressor",
+    "sklearn.tree._classes.ExtraTreeRegressor",
+    "sklearn.tree._tree.Tree",
+)
 
 # `method = default`: the candidate with the lowest error on networks left out of the fit,
 # chosen per device and target at fingerprint time (`perf4sight.fit.choice`); ties go to
@@ -100,27 +119,29 @@ def resolve_method(name: str) -> str:
 
 def trusted_types() -> list[str]:
     """Qualified names of every type a stored model of any method may hold (for skops)."""
-    names = set()
-    for cls in METHODS.values():
-        names.add(f"{cls.__module__}.{cls.__qualname__}")
-        names.update(getattr(cls, "trusted_types", ()))
-    return sorted(names)
+    return sorted({f"{cls.__module__}.{cls.__qualname__}" for cls in _TRUSTED} | set(_TRUSTED_SKLEARN))
 
 
-def fit_method(method: str, dataset: Dataset, target: str | None = None) -> Any:
-    """A new estimator of `method` fitted on `dataset`; `target` (a log column) is passed to
-    methods whose model depends on what is predicted (they take a `target` parameter).
+def make_regressor(method: str, target: str, stage: str = "training") -> Pipeline:
+    """An unfitted regressor of `method` for `target` (`mem_used_mib`, `latency_ms`) and
+    `stage`: the features of the query frame, then the method's steps."""
+    spec = METHODS[method]
+    return Pipeline([("features", FeatureTransformer(spec.feature_set, stage)), *spec.steps(target)])
 
-    A method whose `fit` takes a `sample_weight` gets `network_weights`: the network a
+
+def fit_method(method: str, X: pd.DataFrame, y: Any, target: str, stage: str = "training") -> Pipeline:  # noqa: N803
+    """A regressor of `method` fitted on the query frame `X` (with each row's network,
+    `net`) and targets `y`.
+
+    A method whose last step takes a `sample_weight` gets `network_weights`: the network a
     user asks about is a new one, so each profiled network counts as much as any other,
     whatever number of runs it passed.
     """
-    cls = METHODS[method]
-    params = {"target": target} if target is not None and "target" in cls().get_params() else {}
-    estimator = cls(**params)
-    if has_fit_parameter(estimator, "sample_weight"):
-        return estimator.fit(dataset.features, dataset.target, sample_weight=network_weights(dataset.rows["net"]))
-    return estimator.fit(dataset.features, dataset.target)
+    regressor = make_regressor(method, target, stage)
+    name, last = regressor.steps[-1]
+    if has_fit_parameter(last, "sample_weight"):
+        return regressor.fit(X, y, **{f"{name}__sample_weight": network_weights(X["net"])})
+    return regressor.fit(X, y)
 
 
 def network_weights(nets: pd.Series) -> np.ndarray:

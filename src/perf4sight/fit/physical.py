@@ -29,10 +29,11 @@ of their own where the training networks hold them (their kernels' cost differs 
 between devices; tied to the traffic and GEMM rates where no network shows it); fitted with
 non-negative least squares on relative error.
 
-The terms are declared by the feature set (`perf4sight.features.FEATURE_TERMS`), one term set
-per regressor (`terms`): `term_design` turns a feature table into one column per term, and a
-solver fits named parameters on those plain arrays (`MemorySolver`, `LatencySolver`);
-`PhysicalRegressor` joins the two for a target.
+The terms are declared by the feature set (`perf4sight.features.FEATURE_TERMS`, named in
+`TERM_SETS`): `TermDesign` turns a feature table into one column per term of a term set,
+and a solver fits named parameters on those plain arrays (`MemorySolver`, `LatencySolver`);
+`physical_steps` are the two, the steps of a fitted model after its features
+(`perf4sight.fit.methods`).
 """
 
 from __future__ import annotations
@@ -45,16 +46,15 @@ from typing import Any
 import numpy as np
 import pandas as pd
 from scipy.optimize import least_squares, nnls
-from sklearn.base import BaseEstimator, RegressorMixin
+from sklearn.base import BaseEstimator, RegressorMixin, TransformerMixin
 from sklearn.utils.validation import _check_sample_weight, check_is_fitted, check_non_negative, validate_data
 
-from perf4sight.device.definitions import MEMORY, QUANTITIES
+from perf4sight.device.definitions import MEMORY, QUANTITIES, Quantity
 from perf4sight.errors import ConfigError
-from perf4sight.features.network import NETWORK_TERMS, STREAM_TERMS
-from perf4sight.features.replay import REPLAY_TERMS
-from perf4sight.features.terms import Role, Term, TermSet
+from perf4sight.features import TERM_SETS
+from perf4sight.features.terms import Role, Term
 
-__all__ = ["PhysicalRegressor", "ReplayRegressor", "StreamRegressor", "MemorySolver", "LatencySolver", "term_design"]
+__all__ = ["MemorySolver", "LatencySolver", "TermDesign", "physical_steps", "term_design"]
 
 _MIB = float(1 << 20)
 # Sharpness of the smooth corners at the memory floor and capacity: a p-norm of this
@@ -284,6 +284,12 @@ class MemorySolver(RegressorMixin, BaseEstimator):
         """What would be measured: the demand capped at the capacity."""
         return _smooth_min(self.predict_demand(X), self.capacity_mib_)
 
+    def capacity_mib(self) -> float:
+        """The device's memory capacity the fit learned from runs that saturated it (MiB);
+        infinite when the data showed none."""
+        check_is_fitted(self)
+        return self.capacity_mib_
+
 
 def _demand(intercept: float, coef: np.ndarray, floor: float, library: float, amounts: _Amounts) -> np.ndarray:
     """Memory an iteration asks for: fixed footprints, exact offset and fitted terms, above the floor."""
@@ -358,107 +364,66 @@ class LatencySolver(RegressorMixin, BaseEstimator):
         check_is_fitted(self)
         return self.demand(validate_data(self, X, reset=False))
 
+    def capacity_mib(self) -> float:
+        """A latency model learns no memory capacity: infinite."""
+        return np.inf
 
-class PhysicalRegressor(RegressorMixin, BaseEstimator):
-    """Memory or latency as a few device coefficients times whole-network amounts.
 
-    `target` picks the model: `mem_used_mib` or `latency_ms`; `terms` is the term set it
-    weighs, one of its feature set's (`FEATURE_TERMS[feature_set]`). After fitting, `solver_`
-    holds the fitted solver; `coef_` its coefficient per fitted term (`terms_`) and
-    `intercept_` the fixed cost; the memory model also has `floor_mib_`, `library_mib_` (cuBLAS, for networks
-    with a Linear layer) and `capacity_mib_`, the latency model `tied_terms_`.
-    """
+class TermDesign(TransformerMixin, BaseEstimator):
+    """Feature columns to term amounts: the terms of `term_set` (a `TERM_SETS` name) for
+    the model of `target` (`mem_used_mib`: amounts in MiB, or `latency_ms`), one column
+    per term, named by `get_feature_names_out`."""
 
-    feature_set = "network"
-    terms: TermSet = NETWORK_TERMS
-    trusted_types: tuple[str, ...] = ("perf4sight.fit.physical.LatencySolver", "perf4sight.fit.physical.MemorySolver")
-
-    def __init__(self, target: str = MEMORY.name) -> None:
+    def __init__(self, term_set: str = "network", target: str = MEMORY.name) -> None:
+        self.term_set = term_set
         self.target = target
 
-    def _memory(self) -> bool:
-        known = tuple(quantity.name for quantity in QUANTITIES)
-        if self.target not in known:
-            raise ConfigError(f"{type(self).__name__}: unknown target '{self.target}'; known: {', '.join(known)}")
-        return self.target == MEMORY.name
+    def terms(self) -> tuple[Term, ...]:
+        """The terms weighed, in column order."""
+        if self.term_set not in TERM_SETS:
+            raise ValueError(f"term_set '{self.term_set}' is not one of {', '.join(TERM_SETS)}")
+        return TERM_SETS[self.term_set].by_kind[_quantity(self.target).kind]
 
-    def _terms(self) -> tuple[Term, ...]:
-        return self.terms.by_kind["memory" if self._memory() else "latency"]
-
-    def _design(self, X: Any) -> np.ndarray:  # noqa: N803
-        """The term amounts of a feature table (MiB for memory), one column per term."""
-        if not isinstance(X, pd.DataFrame):
-            raise ValueError(f"{type(self).__name__} needs a DataFrame of '{self.feature_set}' features (named columns)")
-        terms, scale = self._terms(), _MIB if self._memory() else 1.0
-        try:
-            return term_design(X, terms, scale)
-        except ValueError as exc:
-            raise ValueError(f"{type(self).__name__}: {exc}") from None
-
-    def fit(self, X: Any, y: Any, sample_weight: Any = None) -> PhysicalRegressor:  # noqa: N803
-        """Fit the solver on the term amounts; `sample_weight` weighs each row's relative error."""
-        design = self._design(X)
-        terms = self._terms()
-        names = tuple(term.name for term in terms)
-        if self._memory():
-            solver = MemorySolver(terms=names, roles=tuple(term.role.value for term in terms))
-        else:
-            solver = LatencySolver(terms=names, ties=tuple((term.name, term.tie) for term in terms if term.tie))
-        self.solver_ = solver.fit(design, y, sample_weight=sample_weight)
+    def fit(self, X: pd.DataFrame, y: Any = None) -> TermDesign:  # noqa: N803 (scikit-learn's names)
+        """Check that `X` holds every column the terms weigh."""
+        self.transform(X)
         self.n_features_in_ = X.shape[1]
         self.feature_names_in_ = np.asarray(X.columns, dtype=object)
         return self
 
-    def __getattr__(self, name: str) -> Any:
-        """The fitted solver's attributes (`coef_`, `terms_`, `capacity_mib_`...) as the model's."""
-        if name.endswith("_") and not name.startswith("_") and "solver_" in self.__dict__:
-            return getattr(self.__dict__["solver_"], name)
-        raise AttributeError(f"'{type(self).__name__}' object has no attribute '{name}'")
+    def transform(self, X: pd.DataFrame) -> np.ndarray:  # noqa: N803
+        """The term amounts of a feature table, one column per term."""
+        if not isinstance(X, pd.DataFrame):
+            raise ValueError(f"TermDesign needs a DataFrame of feature columns, got a {type(X).__name__}")
+        terms = self.terms()
+        try:
+            return term_design(X, terms, _MIB if self.target == MEMORY.name else 1.0)
+        except ValueError as exc:
+            raise ValueError(f"TermDesign ('{self.term_set}'): {exc}") from None
 
-    def predict_demand(self, X: Any) -> np.ndarray:  # noqa: N803
-        """What the iteration asks for, before the device's capacity caps the measurement."""
-        check_is_fitted(self)
-        design = self._design(X)
-        if isinstance(self.solver_, MemorySolver):
-            return self.solver_.demand(_Amounts.split(design, self.solver_.roles))
-        return self.solver_.demand(design)
+    def get_feature_names_out(self, input_features: Any = None) -> np.ndarray:
+        """The term names."""
+        return np.asarray([term.name for term in self.terms()], dtype=object)
 
-    def predict(self, X: Any) -> np.ndarray:  # noqa: N803
-        """What would be measured: memory capped at the device's capacity, or latency."""
-        demand = self.predict_demand(X)
-        if isinstance(self.solver_, MemorySolver):
-            return _smooth_min(demand, self.solver_.capacity_mib_)
-        return demand
-
-    def capacity_mib(self) -> float:
-        """The device's memory capacity the fit learned from runs that saturated it (MiB);
-        infinite when the data showed none, and for the latency model."""
-        check_is_fitted(self)
-        return self.solver_.capacity_mib_ if isinstance(self.solver_, MemorySolver) else np.inf
-
-    def predict_fits(self, X: Any) -> np.ndarray:  # noqa: N803
-        """Whether each row fits in the device's memory (memory model only)."""
-        if self.target != MEMORY.name:
-            raise ValueError(f"predict_fits needs the memory model (target='{MEMORY.name}')")
-        return self.predict_demand(X) <= self.capacity_mib()
+    def solver(self) -> MemorySolver | LatencySolver:
+        """The solver that fits this design's terms: their names, roles and ties."""
+        terms = self.terms()
+        names = tuple(term.name for term in terms)
+        if self.target == MEMORY.name:
+            return MemorySolver(terms=names, roles=tuple(term.role.value for term in terms))
+        return LatencySolver(terms=names, ties=tuple((term.name, term.tie) for term in terms if term.tie))
 
 
-class ReplayRegressor(PhysicalRegressor):
-    """`PhysicalRegressor` on the `replay` features, whose memory model follows the allocator replay.
-
-    The same latency model. Memory is the runtime's footprint (and cuBLAS's), plus the peak
-    of live tensors as the replay finds it, plus a fitted multiple of what the caching
-    allocator holds beyond that peak: near 1 on a CUDA device, where the rest is what the
-    replay does not see (cuDNN workspaces), and little on a CPU, whose allocator gives
-    large blocks back.
-    """
-
-    feature_set = "replay"
-    terms = REPLAY_TERMS
+def _quantity(target: str) -> Quantity:
+    for quantity in QUANTITIES:
+        if quantity.name == target:
+            return quantity
+    known = ", ".join(quantity.name for quantity in QUANTITIES)
+    raise ConfigError(f"unknown target '{target}'; known: {known}")
 
 
-class StreamRegressor(PhysicalRegressor):
-    """`PhysicalRegressor` whose latency model moves the GEMM layers' bytes and the
-    memory-bound layers' at two rates (`STREAM_TERMS`); the same memory model."""
-
-    terms = STREAM_TERMS
+def physical_steps(term_set: str, target: str) -> list[tuple[str, BaseEstimator]]:
+    """A physical model after its features: the term design of `term_set` for `target`,
+    then the solver of its terms."""
+    design = TermDesign(term_set, target)
+    return [("terms", design), ("solver", design.solver())]

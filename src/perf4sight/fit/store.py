@@ -24,7 +24,7 @@ import hashlib
 import io
 import json
 import zipfile
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from dataclasses import dataclass
 from functools import cache
 from importlib.metadata import version
@@ -34,16 +34,16 @@ from typing import Annotated, Any
 import numpy as np
 import pandas as pd
 import skops.io
+from sklearn.pipeline import Pipeline
 from pydantic import BaseModel, ConfigDict, Field, StringConstraints, ValidationError, model_validator
 from torch import nn
 
-from perf4sight.architecture import Architecture
-from perf4sight.errors import DataNotFoundError, FittedModelError, clip
+from perf4sight.errors import ArgumentError, DataNotFoundError, FittedModelError, clip
 from perf4sight.features import FEATURE_SETS
 from perf4sight.features.network import networks_per_group
 from perf4sight.fit.calibration import CalibratedModel, FamilyCalibration
 from perf4sight.fit.dataset import Dataset
-from perf4sight.fit.methods import METHODS, trusted_types
+from perf4sight.fit.methods import METHODS, make_regressor, trusted_types
 from perf4sight.files import read_json, replaced, write_text
 from perf4sight.networks import load_architecture
 
@@ -52,8 +52,9 @@ __all__ = ["FittedModel", "library_versions", "stored_model_path", "save_model",
 # 5: the reference network's features are stored (`feature_probe`); 6: the estimator's identity;
 # 7: one object, the `CalibratedModel`, holds the family corrections and the bound, and the
 # physical models hold their fitted solver (`solver_`); 8: targets named with their units
-# (`training_mem_used_mib.skops`)
-_FORMAT = 8
+# (`training_mem_used_mib.skops`); 9: the regressor is a pipeline from a query frame (its features,
+# term design and solver)
+_FORMAT = 9
 # The attribute of a stored model that names what it was fitted for (`_identity`).
 _IDENTITY = "perf4sight_identity_"
 # Versions that must match for a stored model to be used: the estimator's internals
@@ -168,26 +169,11 @@ def _validate(schema: type[_Strict], data: dict[str, Any], path: Path) -> None:
 
 @dataclass(frozen=True)
 class FittedModel:
-    """A loaded model with its metadata, which says what feature table it reads."""
+    """A loaded model with its metadata (the training ranges and layer groups, for the
+    predictor's extrapolation checks)."""
 
     estimator: CalibratedModel
     metadata: dict[str, Any]
-
-    @property
-    def feature_names(self) -> list[str]:
-        return list(self.metadata["feature_names"])
-
-    def features(self, arch: Architecture, batch_sizes: Sequence[int]) -> pd.DataFrame:
-        """The feature table this model was fitted on, for `arch` at each batch size."""
-        return FEATURE_SETS[self.metadata["feature_set"]](arch, batch_sizes, self.metadata["stage"])
-
-    def select(self, features: pd.DataFrame) -> pd.DataFrame:
-        """The model's columns of a feature table, in its order (the table itself when it
-        holds exactly those: selecting columns costs more than predicting)."""
-        names = self.metadata["feature_names"]
-        if features.columns.tolist() == names:
-            return features
-        return features[names]
 
 
 def _ranges(dataset: Dataset) -> dict[str, list[float]]:
@@ -234,6 +220,11 @@ def _identity(*, stage: str, target: str, feature_set: str, method: str) -> dict
     return {"stage": stage, "target": target, "feature_set": feature_set, "method": method}
 
 
+def _describe(regressor: Pipeline) -> str:
+    """The regressor's steps, by name and class: `features: FeatureTransformer > terms: TermDesign > ...`."""
+    return " > ".join(f"{name}: {type(step).__name__}" for name, step in regressor.steps)
+
+
 def _sha256(data: bytes) -> str:
     return hashlib.sha256(data).hexdigest()
 
@@ -243,6 +234,9 @@ def save_model(model: CalibratedModel, *, storedir: str | Path, stage: str, targ
     """Store a fitted model (fitted on `dataset`) and its metadata; returns the .skops
     path. `method_choice` (`MethodChoice.as_dict`) says why `method = default` chose its
     method."""
+    for key, value, fitted_for in (("stage", stage, model.stage), ("target", target, model.target)):
+        if value != fitted_for:
+            raise ArgumentError(f"{key} {value}: the model was fitted for {fitted_for}")
     path = stored_model_path(storedir, stage, target)
     path.parent.mkdir(parents=True, exist_ok=True)
     method, feature_set = model.method, model.feature_set
@@ -257,7 +251,7 @@ def save_model(model: CalibratedModel, *, storedir: str | Path, stage: str, targ
         # how many training networks hold each layer group: a query with a group that fewer
         # than two (or than all, if fewer) held is extrapolated for it
         "layer_groups": networks_per_group(dataset.features, dataset.rows["net"]),
-        "estimator": f"{type(model.regressor_).__module__}.{type(model.regressor_).__qualname__}",
+        "estimator": _describe(model.regressor_),
         "feature_set": feature_set,
         "stage": stage,
         "target": target,
@@ -315,16 +309,15 @@ def load_model(storedir: str | Path, *, stage: str, target: str) -> FittedModel:
         raise FittedModelError(f"{path}: the model file does not match its metadata {meta_path.name}")
     estimator = _load_estimator(data, path)
     regressor = getattr(estimator, "regressor_", None)
-    if type(estimator) is not CalibratedModel or type(regressor) is not expected:
-        held = type(regressor if type(estimator) is CalibratedModel else estimator).__name__
-        raise FittedModelError(f"{path}: holds a {held}, method '{method}' is a {expected.__name__} "
-                               f"in a {CalibratedModel.__name__}")
     wanted_identity = _identity(stage=stage, target=target, feature_set=expected.feature_set, method=method)
     identity = getattr(estimator, _IDENTITY, None)
     if identity != wanted_identity:
         said = ", ".join(f"{k} {v}" for k, v in identity.items()) if isinstance(identity, dict) else "nothing"
         raise FittedModelError(f"{path}: the model inside says it was fitted for {clip(said)}; its name and "
                                f"{meta_path.name} say {', '.join(f'{k} {v}' for k, v in wanted_identity.items())}")
+    problem = _regressor_problem(estimator, make_regressor(method, target, stage), method)
+    if problem:
+        raise FittedModelError(f"{path}: {problem}")
     calibration = getattr(estimator, "calibration_", None)
     _validate(_Content, {
         "bound_": getattr(estimator, "bound_", "missing"),
@@ -332,6 +325,22 @@ def load_model(storedir: str | Path, *, stage: str, target: str) -> FittedModel:
     }, path)
     _check_features(metadata, path)
     return FittedModel(estimator=estimator, metadata=metadata)
+
+
+def _regressor_problem(estimator: Any, wanted: Pipeline, method: str) -> str | None:
+    """Why `estimator` is not a `CalibratedModel` holding a pipeline of `wanted`'s steps
+    (their names, classes and parameters); None when it is one."""
+    regressor = getattr(estimator, "regressor_", None)
+    if type(estimator) is not CalibratedModel or type(regressor) is not Pipeline \
+            or [(name, type(step)) for name, step in regressor.steps] != [(name, type(step)) for name, step in wanted.steps]:
+        held = _describe(regressor) if type(regressor) is Pipeline else type(
+            regressor if type(estimator) is CalibratedModel else estimator).__name__
+        return f"holds {clip(held)}; method '{method}' is {_describe(wanted)} in a {CalibratedModel.__name__}"
+    for (name, step), (_, want) in zip(regressor.steps, wanted.steps):
+        if step.get_params(deep=False) != want.get_params(deep=False):
+            return (f"its step '{name}' has parameters {clip(repr(step.get_params(deep=False)))}, method '{method}' "
+                    f"has {clip(repr(want.get_params(deep=False)))}; fingerprint again to refit")
+    return None
 
 
 def _load_estimator(data: bytes, path: Path) -> Any:

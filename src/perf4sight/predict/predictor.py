@@ -20,8 +20,9 @@ import pandas as pd
 from perf4sight.architecture import Architecture, Detail
 from perf4sight.device.definitions import LATENCY, MEMORY, QUANTITIES, check_batch_sizes, check_stage, is_positive_int
 from perf4sight.errors import DataNotFoundError, UsageError
+from perf4sight.features import FEATURE_SETS, queries
 from perf4sight.features.network import group_column
-from perf4sight.fit import FittedModel, load_model, query_rows
+from perf4sight.fit import FittedModel, load_model
 
 __all__ = ["Predictor", "MEMORY_BOUND", "MAX_SEARCH_BATCH", "BudgetError"]
 
@@ -63,7 +64,6 @@ class Predictor:
         """The architecture of `network` (anything the network loader accepts, or an Architecture)."""
         if isinstance(network, Architecture):
             return network
-        from perf4sight.features import FEATURE_SETS
         from perf4sight.networks import load_architecture
 
         # what the models' feature sets need, and never less than every layer traced
@@ -99,22 +99,18 @@ class Predictor:
         extrapolated = np.zeros(len(sizes), dtype=bool)
         calibrated = False
         unseen: set[str] = set()  # layer groups the models saw in too few networks
-        rows = query_rows(arch, sizes)
-        tables: dict[str, pd.DataFrame] = {}  # one feature table per feature set
+        query = queries(arch, sizes)
         for column, model in self.models.items():
-            key = model.metadata["feature_set"]
-            if key not in tables:
-                tables[key] = model.features(arch, sizes)
-            features = model.select(tables[key])
-            columns[column], bound = model.estimator.predict(features, rows, return_bound=True)
-            calibrated |= bool(model.estimator.calibrated(rows).all())
+            columns[column], bound = model.estimator.predict(query, return_bound=True)
+            features = model.estimator.features(query)  # computed by the prediction, kept with `arch`
+            calibrated |= bool(model.estimator.calibrated(query).all())
             if column == MEMORY.name and bound is not None:
                 columns[MEMORY_BOUND] = bound
             extrapolated |= _outside_range(model, arch, batch, features)
             unseen.update(_rare_groups(model, features))
             if column == MEMORY.name and np.isfinite(model.estimator.capacity_mib()):
                 # the device's own out-of-memory boundary, learned from its failed runs
-                columns["fits_device"] = model.estimator.predict_fits(features)
+                columns["fits_device"] = model.estimator.predict_fits(query)
         if LATENCY.name in columns:
             if dataset_size is not None:
                 columns["epoch_s"] = np.ceil(dataset_size / batch) * columns[LATENCY.name] / 1e3
@@ -176,7 +172,7 @@ class Predictor:
 def _outside_range(model: FittedModel, arch: Architecture, batch: np.ndarray, features: pd.DataFrame) -> np.ndarray:
     """True where the batch size lies outside what the model was fitted on, or the parameter
     count or any feature exceeds it: a bigger network, or a kind of layer it never saw.
-    `features` holds the model's columns in its order (`FittedModel.select`)."""
+    `features` holds the model's feature columns (`CalibratedModel.features`)."""
     ranges = model.metadata.get("training_ranges", {})
     outside = np.zeros(len(batch), dtype=bool)
     if "batch_size" in ranges:

@@ -1,0 +1,115 @@
+"""The first step of every fitted model: architectures and batch sizes in, feature columns out.
+
+A model's input is a query frame (`queries`): one row per (architecture, batch size), the
+`architecture` column holding `Architecture` objects. `FeatureTransformer` turns it into
+the named columns of one feature set (`FEATURE_SETS`), computing each architecture's
+table once for all of its batch sizes and keeping it with the architecture
+(`derived_values`): the refits of a fingerprint and the two models of a prediction ask
+again for tables already computed (the replay's take up to a second per network).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any, Protocol
+
+import numpy as np
+import pandas as pd
+from sklearn.base import BaseEstimator, TransformerMixin
+from sklearn.utils.validation import check_is_fitted
+
+from perf4sight.architecture import Architecture, Detail
+from perf4sight.architecture.derived import derived_values
+from perf4sight.features.network import network_features
+from perf4sight.features.paper import paper_features
+from perf4sight.features.replay import replay_features
+
+__all__ = ["ARCHITECTURE", "BATCH_SIZE", "FEATURE_SETS", "FeatureFunction", "FeatureTransformer", "feature_table", "queries"]
+
+# A query frame's columns: what a model is asked about.
+ARCHITECTURE = "architecture"
+BATCH_SIZE = "batch_size"
+
+
+
+class FeatureFunction(Protocol):
+    """A feature set: its columns per batch size, and what it needs from the architecture."""
+
+    needs: Detail
+
+    def __call__(self, arch: Architecture, batch_sizes: Sequence[int], stage: str) -> pd.DataFrame: ...
+
+
+FEATURE_SETS: dict[str, FeatureFunction] = {
+    "paper": paper_features,
+    "network": network_features,
+    "replay": replay_features,
+}
+
+
+def queries(arch: Architecture, batch_sizes: Sequence[int]) -> pd.DataFrame:
+    """The query frame of one architecture at each batch size."""
+    return pd.DataFrame({ARCHITECTURE: [arch] * len(batch_sizes), BATCH_SIZE: np.asarray(batch_sizes)})
+
+
+def feature_table(arch: Architecture, batch_sizes: Sequence[int], feature_set: str, stage: str) -> pd.DataFrame:
+    """`FEATURE_SETS[feature_set]` of `arch` at `batch_sizes` (one row each, in their order),
+    computed for the batch sizes not asked for before and kept with `arch`."""
+    kept = derived_values(arch)
+    key = ("features", feature_set, stage)
+    table = kept.get(key)
+    sizes = pd.Index(np.asarray(batch_sizes, dtype=np.int64))
+    if table is not None and table.index.equals(sizes):
+        return table
+    missing = sizes.difference(table.index) if table is not None else sizes.unique()
+    if len(missing):
+        new = FEATURE_SETS[feature_set](arch, missing.sort_values().tolist(), stage).set_axis(missing.sort_values())
+        table = new if table is None else pd.concat([table, new]).sort_index()
+        kept[key] = table
+    return table if table.index.equals(sizes) else table.loc[sizes]
+
+
+class FeatureTransformer(TransformerMixin, BaseEstimator):
+    """A query frame (`architecture`, `batch_size` and any other columns, ignored) to the
+    columns of `feature_set` for `stage`, one row per query, in the query's order."""
+
+    def __init__(self, feature_set: str = "network", stage: str = "training") -> None:
+        self.feature_set = feature_set
+        self.stage = stage
+
+    def fit(self, X: pd.DataFrame, y: Any = None) -> FeatureTransformer:  # noqa: N803 (scikit-learn's names)
+        """Record the feature names (those the later steps are fitted on)."""
+        self.feature_names_out_ = np.asarray(self.transform(X).columns, dtype=object)
+        return self
+
+    def transform(self, X: pd.DataFrame) -> pd.DataFrame:  # noqa: N803
+        """The feature rows of the queries, index 0..n-1."""
+        if not isinstance(X, pd.DataFrame) or not {ARCHITECTURE, BATCH_SIZE} <= set(X.columns):
+            raise ValueError(f"FeatureTransformer needs a query frame with columns '{ARCHITECTURE}' and "
+                             f"'{BATCH_SIZE}' (perf4sight.features.queries)")
+        if self.feature_set not in FEATURE_SETS:
+            raise ValueError(f"feature_set '{self.feature_set}' is not one of {', '.join(FEATURE_SETS)}")
+        archs = X[ARCHITECTURE].to_numpy()
+        sizes = X[BATCH_SIZE].to_numpy()
+        first = archs[0] if len(archs) else None
+        if all(arch is first for arch in archs):  # one network: the usual query
+            return self._table(first, sizes).reset_index(drop=True)
+        ids = np.fromiter(map(id, archs), dtype=np.uint64, count=len(archs))
+        _, where, which = np.unique(ids, return_index=True, return_inverse=True)
+        blocks, order = [], []
+        for group, index in enumerate(where):
+            rows = np.flatnonzero(which == group)
+            blocks.append(self._table(archs[index], sizes[rows]))
+            order.append(rows)
+        table = pd.concat(blocks, ignore_index=True)
+        return table.iloc[np.argsort(np.concatenate(order), kind="stable")].reset_index(drop=True)
+
+    def _table(self, arch: Any, sizes: np.ndarray) -> pd.DataFrame:
+        if not isinstance(arch, Architecture):
+            raise ValueError(f"FeatureTransformer: '{ARCHITECTURE}' holds a {type(arch).__name__}, not an Architecture")
+        return feature_table(arch, sizes, self.feature_set, self.stage)
+
+    def get_feature_names_out(self, input_features: Any = None) -> np.ndarray:
+        """The feature columns, as fitted."""
+        check_is_fitted(self)
+        return self.feature_names_out_
