@@ -22,13 +22,13 @@ from torch import nn
 
 from .backends import Backend, MemoryFigures
 from .contention import CpuElsewhere
-from .errors import ArgumentError
+from .errors import ArgumentError, ConfigError
 from .recipe import DEFAULT_RECIPE, PRECISIONS, TRAIN_ALL, TRAIN_CLASSIFIER, Recipe, precision_problem, trainable_problem
 from .test_config import ProfileTest
 
 __all__ = [
-    "SGD_OPTIONS", "OPTIMIZER_RUNS", "TestOutcome", "autocast", "checkpoint_blocks", "frozen_module_names",
-    "iteration", "make_optimizer", "prepare_model", "recipe_problems", "run_test",
+    "SGD_OPTIONS", "OPTIMIZER_RUNS", "TestOutcome", "autocast", "check_recipes", "checkpoint_blocks",
+    "frozen_module_names", "iteration", "make_optimizer", "prepare_model", "recipe_problems", "run_test",
 ]
 
 SGD_OPTIONS = {"lr": 0.1, "momentum": 0.9, "weight_decay": 5e-4}
@@ -119,7 +119,7 @@ def _iterate(test: ProfileTest, backend: Backend, load: Loader, iterations: int,
     device = backend.device
     model = network.module.to(device)
     inputs = torch.randn(test.bs, *network.input_size, device=device)
-    step = iteration(model, test.stage, inputs, network.num_classes)
+    step = iteration(model, test.stage, inputs, network.num_classes, test.recipe)
     if elsewhere is not None:
         with elsewhere:
             _timed(backend, step, iterations, warmup, times)
@@ -245,10 +245,11 @@ def _reads(args: Tuple[Any, ...], tensor: torch.Tensor) -> bool:
     return any(arg is tensor for arg in args)
 
 
-def recipe_problems(model: nn.Module, recipe: Recipe, example: Optional[torch.Tensor] = None) -> List[str]:
-    """Why `recipe` cannot train `model` (`trainable_problem`): a layer name the network
-    lacks, more checkpoint segments than it has blocks (counted on `example`, needed when
-    the recipe checkpoints). Empty when it can."""
+def recipe_problems(model: nn.Module, recipe: Recipe, example: Optional[torch.Tensor] = None,
+                    network: str = "the network") -> List[str]:
+    """Why `recipe` cannot train `model` (named `network` in the messages;
+    `trainable_problem`): a layer name it lacks, more checkpoint segments than it has
+    blocks (counted on `example`, needed when the recipe checkpoints). Empty when it can."""
     names = [name for name, _ in model.named_modules()]
     blocks = 0
     if recipe.checkpoint_segments:
@@ -256,7 +257,28 @@ def recipe_problems(model: nn.Module, recipe: Recipe, example: Optional[torch.Te
             raise ValueError("checkpointing needs an example input to find the network's blocks")
         blocks = max(1, len(checkpoint_blocks(model, example)))
     trainable = _first_trained(model, recipe.trainable) or TRAIN_ALL
-    return trainable_problem(trainable, names, blocks, recipe.checkpoint_segments)
+    return trainable_problem(trainable, names, blocks, recipe.checkpoint_segments, network)
+
+
+def check_recipes(tests: Sequence[ProfileTest], load: Loader, device_type: str) -> None:
+    """Refuse, before any test, a recipe the device (`precision_problem`) or a test's network
+    (`recipe_problems`) cannot run: such a test would fail without measuring anything, and
+    its failure, journalled, would never be retried. Each network that a recipe names a
+    layer of or checkpoints is built once, by `load`. ConfigError names the test config's model."""
+    needs_network: Dict[Tuple[str, str, str], List[ProfileTest]] = {}
+    for test in tests:
+        problem = precision_problem(test.recipe.precision, device_type)
+        if problem:
+            raise ConfigError("test config: model {}: {}".format(test.model, problem))
+        if test.recipe.trainable not in (TRAIN_ALL, TRAIN_CLASSIFIER) or test.recipe.checkpoint_segments:
+            needs_network.setdefault((test.model, test.dataset, test.net_name), []).append(test)
+    for (model, _, net_name), group in needs_network.items():
+        network = load(group[0])
+        example = torch.randn(_DRY_RUN_BS, *network.input_size)
+        for recipe in dict.fromkeys(test.recipe for test in group):
+            problems = recipe_problems(network.module, recipe, example, network=net_name)
+            if problems:
+                raise ConfigError("test config: model {}: {}".format(model, problems[0]))
 
 
 def prepare_model(model: nn.Module, recipe: Recipe, example: Optional[torch.Tensor] = None) -> nn.Module:
