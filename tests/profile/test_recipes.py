@@ -4,6 +4,7 @@ one line before anything runs."""
 
 from __future__ import annotations
 
+import configparser
 import subprocess
 import sys
 from pathlib import Path
@@ -12,7 +13,7 @@ import pandas as pd
 import pytest
 
 from perf4sight.cli import main
-from perf4sight.config import ProfileSettings
+from perf4sight.config import ProfileSettings, load_config
 from perf4sight.device.definitions import MEMORY
 from perf4sight.device.logs import GT_COLUMNS, read_gt
 from perf4sight.device.recipe import DEFAULT_RECIPE, RECIPE_COLUMNS, Recipe
@@ -20,6 +21,7 @@ from perf4sight.errors import ArgumentError, ConfigError, LogFormatError
 from perf4sight.fit.logs import read_logs
 from perf4sight.profile import profile_campaign, read_test_config
 from perf4sight.profile.campaign import check_settings
+from perf4sight.profile.test_config import network_recipes
 from perf4sight.profile.test_config import test_config_text as section_text
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -162,3 +164,46 @@ def test_a_log_without_recipe_columns_reads_as_the_default_recipe(tmp_path: Path
     path.write_text("passed|mem_used|bs|model|optimizer\nTrue|1.0|2|m.py|lion\n")
     with pytest.raises(LogFormatError, match=r"resnet18_0-gt\.csv: line 2 optimizer: unknown value 'lion'"):
         read_gt(path, ["mem_used"])
+
+
+EXAMPLE = ROOT / "examples" / "cpu_recipes.ini"
+LAST_STAGES = {"resnet18": "layer4", "resnet50": "layer4", "mobilenetv2": "features.14", "squeezenet": "features.12",
+               "alexnet": "features.6", "vgg11": "features.16", "googlenet": "inception5a", "mnasnet": "layers.12"}
+
+
+def test_the_recipe_example_profiles_the_grid_on_the_held_out_networks() -> None:
+    """examples/cpu_recipes.ini: cpu_heldout.ini's networks, every value of the grid (sgd / adam
+    / adamw x fp32 / bf16 x all / classifier / the last stage x no checkpointing / 4 segments),
+    each network's last stage a layer it has, 4 segments no more than its blocks."""
+    settings = load_config(EXAMPLE).profile
+    assert settings.network == load_config(ROOT / "examples" / "cpu_heldout.ini").profile.network
+    for network in settings.network:
+        assert set(network_recipes(settings, network)) == {
+            Recipe(o, p, t, c) for o in ("sgd", "adam", "adamw") for p in ("fp32", "amp-bf16")
+            for t in ("all", "classifier", LAST_STAGES[network]) for c in (0, 4)}
+    check_settings(settings)
+
+
+@pytest.mark.slow
+def test_a_tiny_recipe_example_runs_end_to_end(tmp_path: Path) -> None:
+    """The example cut to one network, two recipes and two batch sizes, pruned, profiled and
+    logged through `perf4sight run`."""
+    parser = configparser.ConfigParser()
+    parser.read(EXAMPLE)
+    for section in ("create_network_dataset", "profile"):
+        for key in parser[section]:
+            if parser[section][key].startswith("out/recipes"):
+                parser[section][key] = parser[section][key].replace("out/recipes", str(tmp_path))
+    parser["create_network_dataset"].update(networks="['squeezenet']", pruning_perc="[0]")
+    parser["profile"].update(network="['squeezenet']", bs="[2, 4]", optimizer="['adamw']", precision="['amp-bf16']",
+                             trainable="['all', 'squeezenet:features.12']", checkpoint_segments="[4]",
+                             iterations="1")
+    config = tmp_path / "tiny.ini"
+    with config.open("w") as handle:
+        parser.write(handle)
+    assert main(["--quiet", "run", "--config", str(config)]) == 0
+    for variable in ("memory", "latency"):
+        gt = pd.read_csv(tmp_path / "logs" / variable / "squeezenet_0-gt.csv", sep="|")
+        assert gt["passed"].all(), gt["error"]
+        assert sorted(zip(gt["trainable"], gt["bs"])) == [("all", 2), ("all", 4), ("features.12", 2), ("features.12", 4)]
+        assert set(gt["optimizer"]) == {"adamw"} and set(gt["checkpoint_segments"]) == {4}

@@ -245,19 +245,14 @@ def _reads(args: Tuple[Any, ...], tensor: torch.Tensor) -> bool:
     return any(arg is tensor for arg in args)
 
 
-def recipe_problems(model: nn.Module, recipe: Recipe, example: Optional[torch.Tensor] = None,
+def recipe_problems(model: nn.Module, recipe: Recipe, blocks: Sequence[str] = (),
                     network: str = "the network") -> List[str]:
     """Why `recipe` cannot train `model` (named `network` in the messages;
     `trainable_problem`): a layer name it lacks, more checkpoint segments than it has
-    blocks (counted on `example`, needed when the recipe checkpoints). Empty when it can."""
+    `blocks` (`checkpoint_blocks`; needed when the recipe checkpoints). Empty when it can."""
     names = [name for name, _ in model.named_modules()]
-    blocks = 0
-    if recipe.checkpoint_segments:
-        if example is None:
-            raise ValueError("checkpointing needs an example input to find the network's blocks")
-        blocks = max(1, len(checkpoint_blocks(model, example)))
     trainable = _first_trained(model, recipe.trainable) or TRAIN_ALL
-    return trainable_problem(trainable, names, blocks, recipe.checkpoint_segments, network)
+    return trainable_problem(trainable, names, max(1, len(blocks)), recipe.checkpoint_segments, network)
 
 
 def check_recipes(tests: Sequence[ProfileTest], load: Loader, device_type: str) -> None:
@@ -274,9 +269,11 @@ def check_recipes(tests: Sequence[ProfileTest], load: Loader, device_type: str) 
             needs_network.setdefault((test.model, test.dataset, test.net_name), []).append(test)
     for (model, _, net_name), group in needs_network.items():
         network = load(group[0])
-        example = torch.randn(_DRY_RUN_BS, *network.input_size)
-        for recipe in dict.fromkeys(test.recipe for test in group):
-            problems = recipe_problems(network.module, recipe, example, network=net_name)
+        recipes = dict.fromkeys(test.recipe for test in group)
+        blocks = checkpoint_blocks(network.module, torch.randn(_DRY_RUN_BS, *network.input_size)) \
+            if any(recipe.checkpoint_segments for recipe in recipes) else []
+        for recipe in recipes:
+            problems = recipe_problems(network.module, recipe, blocks, network=net_name)
             if problems:
                 raise ConfigError("test config: model {}: {}".format(model, problems[0]))
 
@@ -295,15 +292,19 @@ def prepare_model(model: nn.Module, recipe: Recipe, example: Optional[torch.Tens
     and its module names stay as they are. ArgumentError for what the recipe cannot do
     with this network (`recipe_problems`).
     """
-    problems = recipe_problems(model, recipe, example)
+    blocks: List[str] = []
+    if recipe.checkpoint_segments:
+        if example is None:
+            raise ValueError("checkpointing needs an example input to find the network's blocks")
+        blocks = checkpoint_blocks(model, example)
+    problems = recipe_problems(model, recipe, blocks)
     if problems:
         raise ArgumentError(problems[0])
     for name in frozen_module_names(model, recipe):
         for param in _module(model, name).parameters(recurse=False):
             param.requires_grad_(False)
     if recipe.checkpoint_segments:
-        assert example is not None  # recipe_problems asks for it
-        modules = [_module(model, name) for name in checkpoint_blocks(model, example)]
+        modules = [_module(model, name) for name in blocks]
         size = len(modules) // recipe.checkpoint_segments
         for start in range(0, size * (recipe.checkpoint_segments - 1), size):
             _checkpoint_segment(modules[start:start + size], recipe, example.device.type)
