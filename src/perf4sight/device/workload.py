@@ -378,10 +378,12 @@ def iteration(model: nn.Module, stage: str, inputs: torch.Tensor, num_classes: i
     recipe's optimizer over the trained parameters.
 
     Gradients are cleared with `zero_grad(set_to_none=True)` on every PyTorch: PyTorch 2's
-    default, which the current measurements ran, where PyTorch 1.10's default zeroed them in
-    place. The clearing comes after the forward pass, so the previous step's gradients are
-    held through the forward pass either way; to None, the backward pass stores each new
-    gradient where in place it added it to the old one.
+    default, which every measurement on a current PyTorch ran, where PyTorch 1.10's default
+    zeroed them in place. The clearing comes after the forward pass, so the previous step's
+    gradients are held through the forward pass either way; to None, the backward pass
+    stores each new gradient where in place it computed it and added it to the old one, so
+    on PyTorch 1.10 the peak is one layer's gradient lower than the original's (9.5 MiB of
+    ResNet-18's 162 MiB at batch size 8 on the CPU).
     """
     device_type = inputs.device.type
     with autocast(recipe, device_type):  # refuses a precision the device lacks, before anything runs
