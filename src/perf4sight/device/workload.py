@@ -305,7 +305,7 @@ def prepare_model(model: nn.Module, recipe: Recipe, example: Optional[torch.Tens
             param.requires_grad_(False)
     if recipe.checkpoint_segments:
         modules = [_module(model, name) for name in blocks]
-        size = len(modules) // recipe.checkpoint_segments
+        size = max(1, len(modules) // recipe.checkpoint_segments)  # 1 for a network without a chain: none
         for start in range(0, size * (recipe.checkpoint_segments - 1), size):
             _checkpoint_segment(modules[start:start + size], recipe, example.device.type)
     return model
@@ -321,8 +321,8 @@ def _module(model: nn.Module, name: str) -> nn.Module:
 def _checkpoint_segment(modules: Sequence[nn.Module], recipe: Recipe, device_type: str) -> None:
     """Make the first of `modules` run all of them as one checkpointed segment, the others
     pass their input through (a segment no backward pass reaches, frozen and fed a
-    tensor needing no gradient, just runs). The segment runs under the recipe's autocast itself, as
-    PyTorch 1.10's recomputation restores CUDA's autocast only. A segment whose input
+    tensor needing no gradient, just runs). The segment runs under the recipe's autocast
+    itself, as PyTorch 1.10's recomputation restores CUDA's autocast only. A segment whose input
     needs no gradient but that holds trained parameters takes an empty tensor that does,
     so that its output does too and the backward pass reaches them. A segment that starts
     with an in-place module (a ReLU) works on a copy of its input: the input is what the
@@ -330,7 +330,6 @@ def _checkpoint_segment(modules: Sequence[nn.Module], recipe: Recipe, device_typ
     forwards = [module.forward for module in modules]
     trained = any(p.requires_grad for module in modules for p in module.parameters())
     needs_grad = torch.empty(0, requires_grad=True)
-
     in_place = bool(getattr(modules[0], "inplace", False))
 
     def run(x: torch.Tensor, *_: torch.Tensor) -> torch.Tensor:
@@ -386,8 +385,7 @@ def iteration(model: nn.Module, stage: str, inputs: torch.Tensor, num_classes: i
     ResNet-18's 162 MiB at batch size 8 on the CPU).
     """
     device_type = inputs.device.type
-    with autocast(recipe, device_type):  # refuses a precision the device lacks, before anything runs
-        pass
+    autocast(recipe, device_type)  # refuses a precision the device lacks when called: before anything runs
     if stage == "inference":
         model.eval()
 
