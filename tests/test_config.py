@@ -60,6 +60,17 @@ def test_valid_config_is_typed(tmp_path: Path) -> None:
     assert config.fingerprint.evaluate is False
 
 
+def test_the_profile_recipe_keys_are_lists_defaulting_to_the_default_recipe(tmp_path: Path) -> None:
+    config = load_config(write(tmp_path, "[profile]\noptimizer = adamw\ncheckpoint_segments = [0, 4]\n"
+                                         "trainable = ['all', 'resnet18:layer4']\n"))
+    assert config.profile.optimizer == ["adamw"]  # a bare word is a one-element list
+    assert config.profile.checkpoint_segments == [0, 4]
+    assert config.profile.trainable == ["all", "resnet18:layer4"]
+    assert config.profile.precision == ["fp32"]
+    with pytest.raises(ConfigError, match=r"\[profile\] checkpoint_segments: expected int, got 'four'$"):
+        load_config(write(tmp_path, "[profile]\ncheckpoint_segments = ['four']\n"))
+
+
 def test_sections_are_optional(tmp_path: Path) -> None:
     config = load_config(write(tmp_path, "[profile]\nbs = [8]\n"))
     assert config.sections() == ["profile"]

@@ -15,6 +15,10 @@ from perf4sight.pipeline import STAGE_CHECKS, check_section
 @pytest.mark.parametrize(("name", "settings", "message"), [
     ("create_network_dataset", NetworkDatasetSettings(networks=[]), "networks: no network given"),
     ("profile", ProfileSettings(device="tpu"), "device: unknown device 'tpu'"),
+    ("profile", ProfileSettings(network=["resnet18"], local_model_loc=Path("m"), optimizer=["lion"]),
+     "optimizer: unknown value 'lion'"),
+    ("profile", ProfileSettings(network=["resnet18"], local_model_loc=Path("m"), trainable=["layer9"]),
+     "trainable: no layer 'layer9' in resnet18"),
     ("fingerprint", FingerprintSettings(train_nets=["resnet18"], train_logs=[0], pruned_models_storedir=Path("s"),
                                         model_storedir=Path("m"), stage="tarining"),
      "stage: 'tarining' is not one of training, inference"),

@@ -27,6 +27,7 @@ from typing import Any, Union
 
 from perf4sight.device.checks import read_ini
 from perf4sight.device.definitions import TEST_VARIABLES
+from perf4sight.device.recipe import DEFAULT_RECIPE
 from perf4sight.errors import ArgumentError, ConfigError, clip
 
 __all__ = [
@@ -79,6 +80,13 @@ class ProfileSettings:
     profile_variables: list[str] = field(default_factory=lambda: list(TEST_VARIABLES))
     local_model_loc: Path | None = None
     device_model_loc: Path | None = None
+    # the training recipes (`perf4sight.device.recipe`), one list per recipe key; the tests are
+    # their product, as of the other lists. A `trainable` item `network:layer` is that
+    # network's only (the first trained layer's name differs from network to network).
+    optimizer: list[str] = field(default_factory=lambda: [DEFAULT_RECIPE.optimizer])
+    precision: list[str] = field(default_factory=lambda: [DEFAULT_RECIPE.precision])
+    trainable: list[str] = field(default_factory=lambda: [DEFAULT_RECIPE.trainable])
+    checkpoint_segments: list[int] = field(default_factory=lambda: [DEFAULT_RECIPE.checkpoint_segments])
     # the original's two halves: make the test config (host), run it (device)
     create_config: bool = True
     run_profiling: bool = True

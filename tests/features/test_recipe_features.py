@@ -266,3 +266,12 @@ def test_a_specs_lifetimes_under_a_recipe_are_its_bases_scaled(recipe):
     assert arch.lifetimes["training"].same_events(fresh)
     plain = load_architecture(str(TX2_SPEC), needs=Detail.LIFETIMES)
     assert not plain.lifetimes["training"].same_events(fresh)
+
+
+def test_inference_features_follow_only_the_precision():
+    """Inference trains nothing: its features under a recipe are those under the recipe's
+    precision alone (`Recipe.for_stage`), as the profiler runs it."""
+    recipe = Recipe(optimizer="adamw", trainable="layer4", precision="amp-bf16", checkpoint_segments=4)
+    full = _table("resnet18", recipe, "inference")
+    assert full.equals(_table("resnet18", recipe.for_stage("inference"), "inference"))
+    assert not full.equals(_table("resnet18", Recipe(), "inference"))

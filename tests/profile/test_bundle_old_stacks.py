@@ -43,11 +43,12 @@ warmup = 0
 
 
 def _bundle(root: Path, *, networks: list[str], levels: list[int], bs: list[int], stages: list[str],
-            variables: tuple[str, ...] = ("memory", "latency")) -> Path:
-    """`perf4sight profile bundle` of these specs (made by [create_network_dataset]) and tests."""
+            variables: tuple[str, ...] = ("memory", "latency"), recipe: str = "") -> Path:
+    """`perf4sight profile bundle` of these specs (made by [create_network_dataset]) and tests,
+    with the [profile] recipe keys `recipe` (none: the default recipe)."""
     config = root / "config.ini"
     config.write_text(CONFIG.format(root=root, networks=networks, levels=levels, bs=bs, stages=stages,
-                                    variables=list(variables)))
+                                    variables=list(variables)) + recipe)
     assert main(["--quiet", "profile", "bundle", "--config", str(config), "--out", str(root / "bundle")]) == 0
     return root / "bundle"
 
@@ -66,6 +67,16 @@ def fit_bundle(tmp_path_factory: pytest.TempPathFactory) -> Path:
     memory and latency: 16 tests."""
     return _bundle(tmp_path_factory.mktemp("fit"), networks=["squeezenet", "resnet18"], levels=[0, 50], bs=[2, 4],
                    stages=["training"])
+
+
+@pytest.fixture(scope="module")
+def recipe_bundle(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """resnet18 at 0 %, batch sizes 2 and 4, training memory and latency, under two recipes:
+    adam + bf16 autocast + the classifier + 2 checkpointed segments, and adamw + bf16 from layer4
+    on: 16 tests."""
+    return _bundle(tmp_path_factory.mktemp("recipe"), networks=["resnet18"], levels=[0], bs=[2, 4],
+                   stages=["training"], recipe="optimizer = ['adam', 'adamw']\nprecision = ['amp-bf16']\n"
+                                               "trainable = ['classifier', 'layer4']\ncheckpoint_segments = [2]\n")
 
 
 @pytest.fixture(scope="module")
@@ -157,3 +168,18 @@ def test_logs_of_the_oldest_stack_are_fingerprinted(oldest_stack: OldStack, fit_
     assert main(["--quiet", "fingerprint", "--config", str(config)]) == 0
     stored = sorted(p.name for p in (tmp_path / "fitted").iterdir())
     assert any("mem_used" in name for name in stored) and any("latency" in name for name in stored), stored
+
+
+def test_recipes_profile_under_the_oldest_stack(oldest_stack: OldStack, recipe_bundle: Path, tmp_path: Path) -> None:
+    """Adam/AdamW, bf16 autocast on the CPU, frozen layers and checkpointed segments under
+    Python 3.6 + torch 1.10.2: every test passes and its row records its recipe."""
+    log_dir = tmp_path / "logs"
+    _run(oldest_stack, recipe_bundle, log_dir)
+    tests = _check_layout(recipe_bundle, log_dir, oldest_stack)
+    assert len(tests) == 16
+    for variable in ("memory", "latency"):
+        gt = _gt(log_dir, variable, "resnet18_0")
+        assert gt["passed"].all(), gt["error"]
+        assert sorted(zip(gt["optimizer"], gt["trainable"], gt["bs"])) == sorted(
+            (o, t, b) for o in ("adam", "adamw") for t in ("classifier", "layer4") for b in (2, 4))
+        assert set(gt["precision"]) == {"amp-bf16"} and set(gt["checkpoint_segments"]) == {2}

@@ -74,6 +74,7 @@ class Backend:
     """One kind of device; chosen by name from BACKENDS."""
 
     name = ""
+    device_type = "cuda"  # the torch device type its tensors live on (autocast's `device_type`)
 
     def __init__(self, *, gpu_id: int = 0) -> None:
         self.gpu_id = gpu_id
@@ -113,6 +114,7 @@ class CpuBackend(Backend):
     """The host CPU: latency by perf_counter, memory as the worker's resident peak minus idle."""
 
     name = "cpu"
+    device_type = "cpu"
 
     def __init__(self, **kwargs: Any) -> None:
         super().__init__(**kwargs)

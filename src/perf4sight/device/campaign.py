@@ -14,17 +14,17 @@ from pathlib import Path
 from typing import Any, Callable, Dict, List, Optional, Sequence
 
 from . import console as plain_console
-from .backends import backend_name
+from .backends import BACKENDS, backend_name
 from .definitions import is_positive_int
 from .contention import BUSY_ELSEWHERE_WARNING
 from .environment import environment_record, write_environment
 from .errors import ArgumentError
 from .lock import LogFolderLock
 from .logs import LogRow, append_gt_row, append_row, journal_path, read_journal, write_gt
-from .models import check_model_files
+from .models import check_model_files, import_loader
 from .test_config import ProfileTest
 from .worker import WorkerCrashed, WorkerProcess
-from .workload import TestOutcome
+from .workload import TestOutcome, check_recipes
 
 __all__ = ["TestResult", "CampaignSummary", "check_run", "profile_campaign"]
 
@@ -98,14 +98,17 @@ def profile_campaign(
 
     `loader` names the function that builds a test's model in the worker
     (`module:function`; None: standalone model files, `models.load_model_file`);
-    `check_models` refuses, before any test, models that loader cannot build; `console`
+    `check_models` refuses, before any test, models that loader cannot build, and
+    `check_recipes` recipes the device or a test's network cannot run; `console`
     has `info`, `warn`, `print_table` and `progress` (`console.py`).
     """
     check_run(iterations, warmup, memory_limit_mib)
     backend = backend_name(device)
     log_dir = Path(log_dir)
     # checked before the log folder is made or locked: a bad model is one line, nothing written
-    check_models(_todo(tests, _recorded(tests, log_dir, repair=False) if save else {}))
+    todo = _todo(tests, _recorded(tests, log_dir, repair=False) if save else {})
+    check_models(todo)
+    check_recipes(todo, import_loader(loader), BACKENDS[backend].device_type)
     if not save:
         return _run(tests, {}, log_dir, backend, gpu_id, iterations, warmup, till_first_fail, False,
                     memory_limit_mib, loader, console)

@@ -7,7 +7,9 @@ campaign reads to skip recorded tests. `<model>-gt.csv` beside it gets the same 
 named `stage`: appended after each journalled row, and rewritten from the journal when a
 campaign resumes.
 
-Columns beyond the original's: `mem_context` (MiB of runtime context in mem_used),
+Columns beyond the original's: the test's training recipe (`RECIPE_COLUMNS`, last in
+the `-gt.csv`; in the journal, keys of `params`), so that one folder holds several
+recipes (a log without them ran the default recipe, and reads as such), `mem_context` (MiB of runtime context in mem_used),
 `latency_iters_ms` (each timed iteration, a list literal), `cpu_elsewhere` (the share of
 the host's CPU other processes took while a latency test was timed; empty when too short
 to tell, `contention`), `status` (`ok`; `error` for
@@ -31,6 +33,7 @@ from .checks import parse_decimal
 from .definitions import MAX_BATCH_SIZE, is_positive_int
 from .errors import LogFormatError, clip
 from .files import write_text
+from .recipe import RECIPE_COLUMNS, Recipe
 from .test_config import ProfileTest
 
 __all__ = [
@@ -57,14 +60,15 @@ COLUMNS: Dict[str, List[str]] = {
     "latency": ["passed", "latency", "latency_iters_ms", "cpu_elsewhere", "status", "error", "params"],
 }
 GT_COLUMNS: Dict[str, List[str]] = {
-    "memory": ["passed"] + _MEMORY_FIGURES + _PARAM_COLUMNS + ["mem_context", "status", "error"],
-    "latency": ["passed", "latency"] + _PARAM_COLUMNS + ["latency_iters_ms", "cpu_elsewhere", "status", "error"],
+    "memory": ["passed"] + _MEMORY_FIGURES + _PARAM_COLUMNS + ["mem_context", "status", "error"] + list(RECIPE_COLUMNS),
+    "latency": ["passed", "latency"] + _PARAM_COLUMNS + ["latency_iters_ms", "cpu_elsewhere", "status", "error"]
+    + list(RECIPE_COLUMNS),
 }
 # The columns that hold a Python literal (a number, a list, the `params` dict); `bs` holds a
 # decimal numeral; every other column holds text as written (names, the outcome, and any
 # column of another tool).
 LITERAL_COLUMNS = frozenset(_MEMORY_FIGURES + ["latency", "mem_context", "latency_iters_ms", "cpu_elsewhere",
-                                               "params"])
+                                               "params", "checkpoint_segments"])
 # The spellings of "no value" in a literal column, compared stripped and lower-cased: the
 # original wrote None (and -1), pandas writes nan, other tools null or nothing.
 MISSING = frozenset(["", "none", "nan", "null", "-1"])
@@ -115,9 +119,10 @@ def read_journal(path: Path, *, repair: bool = False) -> List[LogRow]:
 def read_gt(path: Path, targets: Sequence[str]) -> Tuple[List[str], List[LogRow]]:
     """The header and rows of a `-gt.csv` (ours or the original's), each field read by
     `parse_field`. Every row is checked against what fingerprinting relies on: a batch
-    size, a model and, on a passed row, a number for each of `targets` (a failed row,
-    usually out of memory, may leave them missing: None). LogFormatError names the file and
-    line of the first problem."""
+    size, a model, a known recipe and, on a passed row, a number for each of `targets` (a
+    failed row, usually out of memory, may leave them missing: None). The recipe columns
+    are always there, the default recipe's values where the log has none (the original's).
+    LogFormatError names the file and line of the first problem."""
     path = Path(path)
     lines = _decode(path.read_bytes(), path).splitlines()
     if not lines:
@@ -147,8 +152,9 @@ def read_gt(path: Path, targets: Sequence[str]) -> Tuple[List[str], List[LogRow]
             number_ok = isinstance(value, (int, float)) and not isinstance(value, bool)
             if not (number_ok or value is None) or (row["passed"] and not (number_ok and math.isfinite(value))):
                 raise LogFormatError("{}: {}={}, expected a number".format(where, target, clip(repr(text[target]))))
+        row.update(Recipe.from_columns(row, where=where, error=LogFormatError).columns())
         rows.append(row)
-    return header, rows
+    return header + [column for column in RECIPE_COLUMNS if column not in header], rows
 
 
 def _decode(data: bytes, path: Path) -> str:
@@ -253,9 +259,11 @@ def append_gt_row(path: Path, test_var: str, row: LogRow) -> None:
 
 
 def _gt_line(row: LogRow, columns: List[str]) -> str:
-    """A journal row with `params` expanded into `columns` and `exec_stage` named `stage`."""
+    """A journal row with `params` expanded into `columns` (with the recipe's, the default
+    for a row of the original) and `exec_stage` named `stage`."""
     params = row["params"]
     expanded = dict(row)
+    expanded.update(ProfileTest.from_params(params).recipe.columns())
     expanded.update((k, v) for k, v in params.items() if k != "exec_stage")
     expanded["stage"] = params["exec_stage"]
     return SEPARATOR.join(_field(expanded.get(c)) for c in columns)

@@ -13,7 +13,7 @@ every parameter trained, nothing recomputed.
 Plain data, the standard library only (it runs on the device, Python 3.6).
 """
 
-from typing import Dict, List, NamedTuple, Sequence, Type
+from typing import Dict, List, Mapping, NamedTuple, Sequence, Type
 
 from .errors import ArgumentError, clip
 
@@ -102,6 +102,19 @@ class Recipe(NamedTuple):
         """The recipe's log columns (`RECIPE_COLUMNS`) with its values."""
         return dict(zip(RECIPE_COLUMNS, self))
 
+    @classmethod
+    def from_columns(cls, values: Mapping[str, object], where: str = "recipe",
+                     error: Type[Exception] = ArgumentError) -> "Recipe":
+        """The recipe of a log row or a test's params: a column that is absent or None
+        (a log of the original, which ran the default) takes the default's value; checked
+        by `check_recipe`."""
+        given = {key: values[key] for key in RECIPE_COLUMNS if values.get(key) is not None}
+        return check_recipe(DEFAULT_RECIPE._replace(**given), where, error)
+
+    def for_stage(self, stage: str) -> "Recipe":
+        """What of the recipe a stage runs: inference trains nothing, so only its precision counts."""
+        return self if stage == "training" else Recipe(precision=self.precision)
+
 
 DEFAULT_RECIPE = Recipe()
 # A log row's recipe, in columns after the original tool's (a log without them ran the default).
@@ -110,22 +123,24 @@ RECIPE_COLUMNS = Recipe._fields
 
 def check_recipe(recipe: Recipe, where: str = "recipe", error: Type[Exception] = ArgumentError) -> Recipe:
     """`recipe` if each of its values is known (a layer name is checked against a network
-    where one is built, `trainable_problem`); else `error` naming `where` and the key."""
+    where one is built, `trainable_problem`); else `error` naming `where` (none when empty)
+    and the key."""
+    prefix = where + " " if where else ""
     checks = (
         ("optimizer", recipe.optimizer, OPTIMIZERS),
         ("precision", recipe.precision, PRECISIONS),
     )
     for key, value, known in checks:
         if value not in known:
-            raise error("{} {}: unknown value {}; expected one of {}".format(
-                where, key, clip(repr(value)), ", ".join(known)))
+            raise error("{}{}: unknown value {}; expected one of {}".format(
+                prefix, key, clip(repr(value)), ", ".join(known)))
     if not isinstance(recipe.trainable, str) or not recipe.trainable.strip():
-        raise error("{} trainable: {} is not '{}', '{}' or a layer name".format(
-            where, clip(repr(recipe.trainable)), TRAIN_ALL, TRAIN_CLASSIFIER))
+        raise error("{}trainable: {} is not '{}', '{}' or a layer name".format(
+            prefix, clip(repr(recipe.trainable)), TRAIN_ALL, TRAIN_CLASSIFIER))
     segments = recipe.checkpoint_segments
     if isinstance(segments, bool) or not isinstance(segments, int) or segments < 0:
-        raise error("{} checkpoint_segments: {} is not 0 (none) or a positive integer".format(
-            where, clip(repr(segments))))
+        raise error("{}checkpoint_segments: {} is not 0 (none) or a positive integer".format(
+            prefix, clip(repr(segments))))
     return recipe
 
 
@@ -138,7 +153,7 @@ def precision_problem(precision: str, device_type: str) -> str:
 
 
 def trainable_problem(trainable: str, module_names: Sequence[str], n_blocks: int = 0,
-                      segments: int = 0) -> List[str]:
+                      segments: int = 0, network: str = "the network") -> List[str]:
     """Why a recipe cannot train a network whose modules are `module_names` (qualified,
     in registration order) and which has `n_blocks` top-level blocks: a layer name that is
     not one of its modules, or more checkpoint segments than blocks. Empty when it can."""
@@ -146,8 +161,9 @@ def trainable_problem(trainable: str, module_names: Sequence[str], n_blocks: int
     if trainable not in (TRAIN_ALL, TRAIN_CLASSIFIER) and trainable not in module_names:
         near = [name for name in module_names if name.startswith(trainable.split(".")[0])]
         near = (near or [name for name in module_names if name and "." not in name])[:8]  # else the top level
-        problems.append("trainable: no layer {} in the network{}".format(
-            clip(repr(trainable)), "; layers there include " + ", ".join(near) if near else ""))
+        problems.append("trainable: no layer {} in {}{}".format(
+            clip(repr(trainable)), network, "; layers there include " + ", ".join(near) if near else ""))
     if segments > n_blocks > 0:
-        problems.append("checkpoint_segments: {} segments, the network has {} top-level blocks".format(segments, n_blocks))
+        problems.append("checkpoint_segments: {} segments, {} has {} top-level blocks".format(
+            segments, network, n_blocks))
     return problems

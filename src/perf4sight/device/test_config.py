@@ -2,8 +2,12 @@
 
 It keeps the original tool's .ini layout (a section per network with the list keys
 `test_var`, `bs`, `dataset`, `net_name`, `exec_stage`, `model`) so that a config made
-by either tool runs on the other. It is made on the host (`perf4sight.profile`) and
-read here, on the device.
+by either tool runs on the other. A section may add the training recipe's list keys
+(`RECIPE_COLUMNS`: `optimizer`, `precision`, `trainable`, `checkpoint_segments`), which
+the original's reader ignores; the tests are the product of every list, recipes
+included, and a section without them runs the default recipe. An inference test runs
+only its recipe's precision (`Recipe.for_stage`). It is made on the host
+(`perf4sight.profile`) and read here, on the device.
 """
 
 import ast
@@ -15,6 +19,7 @@ from typing import Any, Dict, List, NamedTuple, Tuple, Union
 from .checks import read_ini
 from .definitions import DATASETS, STAGES, TEST_VARIABLES, check_batch_sizes, check_choices
 from .errors import ConfigError
+from .recipe import DEFAULT_RECIPE, RECIPE_COLUMNS, Recipe
 
 __all__ = ["ProfileTest", "read_test_config"]
 
@@ -22,7 +27,7 @@ KEYS = ("test_var", "bs", "dataset", "net_name", "exec_stage", "model")
 
 
 class ProfileTest(NamedTuple):
-    """One test: a model at one batch size, stage and variable."""
+    """One test: a model at one batch size, stage, variable and training recipe."""
 
     test_var: str
     bs: int
@@ -30,6 +35,7 @@ class ProfileTest(NamedTuple):
     net_name: str
     stage: str
     model: str
+    recipe: Recipe = DEFAULT_RECIPE
 
     @property
     def log_name(self) -> str:
@@ -37,18 +43,19 @@ class ProfileTest(NamedTuple):
         return Path(self.model.split(":")[0]).stem
 
     @property
-    def key(self) -> Tuple[str, int, str, str, str, str]:
+    def key(self) -> Tuple[str, int, str, str, str, str, Recipe]:
         """What identifies the test in a log, for resuming."""
-        return (self.test_var, self.bs, self.dataset, self.net_name, self.stage, self.model)
+        return (self.test_var, self.bs, self.dataset, self.net_name, self.stage, self.model, self.recipe)
 
     @property
-    def group(self) -> Tuple[str, str, str, str, str]:
+    def group(self) -> Tuple[str, str, str, str, str, Recipe]:
         """Tests that differ only in batch size (the unit of `till_first_fail`)."""
-        return (self.model, self.net_name, self.dataset, self.stage, self.test_var)
+        return (self.model, self.net_name, self.dataset, self.stage, self.test_var, self.recipe)
 
     def params(self) -> Dict[str, Any]:
-        """The original's `params` dict, keys in its order."""
-        return {
+        """The original's `params` dict, keys in its order, then, for a recipe other than
+        the default (which the original's runs are), the recipe's (`RECIPE_COLUMNS`)."""
+        params = {
             "test_var": self.test_var,
             "bs": self.bs,
             "dataset": self.dataset,
@@ -56,10 +63,14 @@ class ProfileTest(NamedTuple):
             "exec_stage": self.stage,
             "model": self.model,
         }
+        if not self.recipe.is_default:
+            params.update(self.recipe.columns())
+        return params
 
     @classmethod
     def from_params(cls, params: Dict[str, Any]) -> "ProfileTest":
-        """Inverse of `params()`; raises KeyError/ValueError on a malformed dict."""
+        """Inverse of `params()` (the original's dict, without a recipe, is the default
+        recipe's); raises KeyError/ValueError on a malformed dict."""
         return cls(
             test_var=str(params["test_var"]),
             bs=int(params["bs"]),
@@ -67,6 +78,7 @@ class ProfileTest(NamedTuple):
             net_name=str(params["net_name"]),
             stage=str(params["exec_stage"]),
             model=str(params["model"]),
+            recipe=Recipe.from_columns(params, where="params", error=ValueError),
         )
 
 
@@ -78,25 +90,32 @@ def read_test_config(path: Union[str, Path]) -> List[ProfileTest]:
         raise ConfigError("{}: no sections; expected one per network".format(path))
     tests: List[ProfileTest] = []
     for name in parser.sections():
-        values = _read_section(parser[name], where="{} [{}]".format(path, name))
-        for dataset, net_name, model, stage, test_var in itertools.product(
+        where = "{} [{}]".format(path, name)
+        values = _read_section(parser[name], where=where)
+        recipes = [Recipe.from_columns(dict(zip(RECIPE_COLUMNS, combination)), where=where, error=ConfigError)
+                   for combination in itertools.product(*(values[key] for key in RECIPE_COLUMNS))]
+        for dataset, net_name, model, stage, test_var, recipe in itertools.product(
             values["dataset"], values["net_name"], values["model"],
-            values["exec_stage"], values["test_var"],
+            values["exec_stage"], values["test_var"], recipes,
         ):
             tests.extend(
-                ProfileTest(test_var, bs, dataset, net_name, stage, model)
+                ProfileTest(test_var, bs, dataset, net_name, stage, model, recipe.for_stage(stage))
                 for bs in sorted(set(values["bs"]))
             )
     return list(dict.fromkeys(tests))
 
 
 def _read_section(section: configparser.SectionProxy, *, where: str) -> Dict[str, List[Any]]:
-    unknown = [k for k in section if k not in KEYS]
+    known = KEYS + RECIPE_COLUMNS
+    unknown = [k for k in section if k not in known]
     if unknown:
-        raise ConfigError("{}: unknown key '{}'; known keys: {}".format(where, unknown[0], ", ".join(KEYS)))
+        raise ConfigError("{}: unknown key '{}'; known keys: {}".format(where, unknown[0], ", ".join(known)))
     values: Dict[str, List[Any]] = {}
-    for key in KEYS:
+    for key in known:
         if key not in section:
+            if key in RECIPE_COLUMNS:  # the original's sections: the default recipe
+                values[key] = [getattr(DEFAULT_RECIPE, key)]
+                continue
             raise ConfigError("{}: missing key '{}'".format(where, key))
         try:
             value = ast.literal_eval(section[key].strip())

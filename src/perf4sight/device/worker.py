@@ -108,7 +108,7 @@ class WorkerProcess:
 
         if not self.alive:
             self.start()
-        request = {"test": dict(test._asdict()), "iterations": iterations, "warmup": warmup}
+        request = {"test": test.params(), "iterations": iterations, "warmup": warmup}
         assert self._proc is not None and self._proc.stdin is not None
         try:
             self._proc.stdin.write((json.dumps(request) + "\n").encode())
@@ -243,7 +243,7 @@ def main(argv: Optional[List[str]] = None) -> int:
         for line in sys.stdin:
             request = json.loads(line)
             outcome = run_test(
-                ProfileTest(**request["test"]), backend, load,
+                ProfileTest.from_params(request["test"]), backend, load,
                 iterations=request["iterations"], warmup=request["warmup"],
             )
             results.write(json.dumps(outcome.to_json()) + "\n")

@@ -20,13 +20,14 @@ import pandas as pd
 from perf4sight import console
 from perf4sight.device.definitions import Quantity
 from perf4sight.device.logs import GT_SUFFIX, REQUIRED_COLUMNS, read_gt
+from perf4sight.device.recipe import RECIPE_COLUMNS
 from perf4sight.errors import DataNotFoundError, LogFormatError
 
 __all__ = ["REQUIRED_COLUMNS", "gt_log_path", "find_logs", "read_gt_log", "read_logs"]
 
-# The columns that tell one test from another, where the log has them: a second row with
-# the same values is the same test measured again.
-TEST_COLUMNS = ("model", "bs", "stage", "dataset")
+# The columns that tell one test from another, where the log has them (the recipe's always:
+# `read_gt` fills them): a second row with the same values is the same test measured again.
+TEST_COLUMNS = ("model", "bs", "stage", "dataset") + RECIPE_COLUMNS
 
 
 def gt_log_path(log_dir: str | Path, net: str, level: int | str) -> Path:

@@ -12,7 +12,7 @@ from perf4sight.device.backends import backend_name
 from perf4sight.device.campaign import CampaignSummary, check_run
 from perf4sight.device.campaign import profile_campaign as device_campaign
 from perf4sight.device.test_config import ProfileTest, read_test_config
-from perf4sight.profile.models import LOADER, check_models
+from perf4sight.profile.models import LOADER, check_models, check_network_recipes
 from perf4sight.profile.test_config import check_test_config_keys, create_test_config
 
 __all__ = ["check_settings", "profile_campaign", "run_test_config", "profile_from_settings"]
@@ -28,9 +28,11 @@ def check_settings(settings: ProfileSettings, *, test_config: bool | None = None
     """The profile stage's check: refuse values that would stop it part-way (a config's
     earlier stages would have run for nothing). The keys of the test config to be made are
     checked when `test_config` is True (by default, when the settings list networks and
-    `create_config` is on), then the run keys. ArgumentError names the key."""
+    `create_config` is on), the recipes against their networks among them, then the run
+    keys. ArgumentError names the key."""
     if test_config if test_config is not None else bool(settings.network and settings.create_config):
         check_test_config_keys(settings)
+        check_network_recipes(settings)
     backend_name(settings.device)
     check_run(settings.iterations, settings.warmup, settings.memory_limit_mib)
 

@@ -10,14 +10,16 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from perf4sight.device.errors import ConfigError
+from perf4sight.device.errors import ArgumentError, ConfigError
 from perf4sight.device.models import test_shape
+from perf4sight.device.recipe import TRAIN_ALL, TRAIN_CLASSIFIER, Recipe
 from perf4sight.device.test_config import ProfileTest
 
 if TYPE_CHECKING:
+    from perf4sight.config import ProfileSettings
     from perf4sight.networks import LoadedNetwork
 
-__all__ = ["LOADER", "check_models", "load_test_model", "model_source"]
+__all__ = ["LOADER", "check_models", "check_network_recipes", "load_test_model", "model_source"]
 
 LOADER = f"{__name__}:load_test_model"
 
@@ -62,3 +64,32 @@ def check_models(tests: Sequence[ProfileTest]) -> None:
             raise ConfigError(f"test config: model file not found: {path}")
         if path.suffix == ".json":
             spec_architecture(read_spec(path))
+
+
+def check_network_recipes(settings: ProfileSettings) -> None:
+    """Refuse a `trainable` layer a [profile] network lacks, or more checkpoint segments than
+    it has blocks (`workload.recipe_problems`), before anything runs: checked on each network
+    that is a torchvision name (its pruned variants keep its layers and blocks), built on the
+    meta device at its own input size (the blocks do not depend on it, and nothing is
+    computed). The device checks the test config's own models again when a campaign starts
+    (`workload.check_recipes`)."""
+    import torch
+
+    from perf4sight.device.workload import checkpoint_blocks, recipe_problems
+    from perf4sight.networks import known_networks
+    from perf4sight.networks.registry import build_torchvision, default_input_size
+    from perf4sight.profile.test_config import network_recipes
+
+    for network in settings.network:
+        needs = dict.fromkeys(Recipe(trainable=r.trainable, checkpoint_segments=r.checkpoint_segments)
+                              for r in network_recipes(settings, network)
+                              if r.trainable not in (TRAIN_ALL, TRAIN_CLASSIFIER) or r.checkpoint_segments)
+        if not needs or network not in known_networks():
+            continue
+        module = build_torchvision(network, num_classes=10, device="meta")
+        blocks = checkpoint_blocks(module, torch.empty(2, *default_input_size(network), device="meta")) \
+            if any(recipe.checkpoint_segments for recipe in needs) else []
+        for recipe in needs:
+            problems = recipe_problems(module, recipe, blocks, network=network)
+            if problems:
+                raise ArgumentError(problems[0])

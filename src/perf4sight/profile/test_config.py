@@ -8,16 +8,22 @@ on the device (`device_model_loc`).
 
 from __future__ import annotations
 
+import itertools
 import re
 from collections.abc import Sequence
 from pathlib import Path
 
 from perf4sight.config import ProfileSettings
+from perf4sight.device.backends import BACKENDS, backend_name
 from perf4sight.device.definitions import DATASETS, STAGES, TEST_VARIABLES, check_batch_sizes, check_choices
+from perf4sight.device.recipe import DEFAULT_RECIPE, RECIPE_COLUMNS, Recipe, check_recipe, precision_problem
 from perf4sight.errors import ArgumentError
 from perf4sight.files import write_text
 
-__all__ = ["check_test_config_keys", "create_test_config", "find_model_files", "network_models", "test_config_text"]
+__all__ = [
+    "check_test_config_keys", "create_test_config", "find_model_files", "network_models", "network_recipe_lists",
+    "network_recipes", "test_config_text",
+]
 
 _MODEL_SUFFIXES = (".py", ".json")
 
@@ -54,6 +60,52 @@ def check_test_config_keys(settings: ProfileSettings) -> None:
     check_batch_sizes(settings.bs, "bs")
     if settings.local_model_loc is None:
         raise ArgumentError("local_model_loc: needed to find the models of the test config")
+    check_recipe_keys(settings)
+
+
+def check_recipe_keys(settings: ProfileSettings) -> None:
+    """Refuse recipe values no network can run: an unknown optimizer or precision, a
+    `network:layer` of a network not listed, a network left without a `trainable` value,
+    and, when the settings run the tests, a precision their device lacks (fp16 off CUDA).
+    Layer names and segment counts are checked against the networks (`models.check_network_recipes`)."""
+    for item in settings.trainable:
+        network, named, layer = item.partition(":")
+        if named and (network not in settings.network or not layer):
+            raise ArgumentError(f"trainable: {item!r} names no layer of a [profile] network "
+                                f"({', '.join(settings.network)}); write network:layer")
+    for network in settings.network:
+        lists = network_recipe_lists(settings, network)
+        if not lists["trainable"]:
+            raise ArgumentError(f"trainable: no value for network {network}; every item names another network")
+        for recipe in network_recipes(settings, network):
+            check_recipe(recipe, where="")
+    if settings.run_profiling:
+        device_type = BACKENDS[backend_name(settings.device)].device_type
+        for precision in settings.precision:
+            problem = precision_problem(precision, device_type)
+            if problem:
+                raise ArgumentError(problem)
+
+
+def network_recipe_lists(settings: ProfileSettings, network: str) -> dict[str, list]:
+    """The recipe lists (`RECIPE_COLUMNS`) of `network`'s test config section: [profile]'s,
+    with a `trainable` item `network:layer` kept (as `layer`) for its own network only."""
+    trainable = []
+    for item in settings.trainable:
+        owner, named, layer = item.partition(":")
+        if not named:
+            trainable.append(item)
+        elif owner == network:
+            trainable.append(layer)
+    lists = {key: list(getattr(settings, key)) for key in RECIPE_COLUMNS}
+    lists["trainable"] = trainable
+    return lists
+
+
+def network_recipes(settings: ProfileSettings, network: str) -> list[Recipe]:
+    """Every recipe `network` is profiled with: the product of its recipe lists."""
+    lists = network_recipe_lists(settings, network)
+    return [Recipe(*values) for values in itertools.product(*(lists[key] for key in RECIPE_COLUMNS))]
 
 
 def network_models(settings: ProfileSettings, local: Path) -> dict[str, list[Path]]:
@@ -93,9 +145,15 @@ def test_config_text(settings: ProfileSettings, models: dict[str, Sequence[str]]
 
 
 def _section_text(network: str, settings: ProfileSettings, models: Sequence[str]) -> str:
+    """The network's section: the original's keys, then the recipe keys that are not the
+    default recipe's alone (a section without them runs the default)."""
     head = "model= ["
     model_lines = ",\n".join(
         (head if i == 0 else " " * len(head)) + repr(m) for i, m in enumerate(models)
+    )
+    recipe_lines = "".join(
+        f"{key}= {values!r}\n" for key, values in network_recipe_lists(settings, network).items()
+        if values != [getattr(DEFAULT_RECIPE, key)]
     )
     return (
         f"[{network.upper()}]\n"
@@ -105,4 +163,5 @@ def _section_text(network: str, settings: ProfileSettings, models: Sequence[str]
         f"net_name= {[network]!r}\n"
         f"exec_stage= {list(settings.stage)!r}\n"
         f"{model_lines}]\n"
+        f"{recipe_lines}"
     )
