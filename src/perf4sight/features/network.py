@@ -30,7 +30,7 @@ from perf4sight.features.inputs import checked_batch_sizes, needs
 from perf4sight.features.terms import Role, Term, TermSet
 
 __all__ = [
-    "KIND_GROUPS", "LAYER_GROUPS", "MEMORY_PARTS", "NETWORK_TERMS", "STREAM_TERMS", "PARAMETER_STREAM_FACTOR", "network_features", "layer_group",
+    "EXACT_COLUMNS", "KIND_GROUPS", "LAYER_GROUPS", "MEMORY_PARTS", "NETWORK_TERMS", "STREAM_TERMS", "PARAMETER_STREAM_FACTOR", "network_features", "layer_group",
     "networks_per_group", "group_column",
 ]
 
@@ -383,6 +383,11 @@ _MEMORY_TERMS = (
     Term("optimizer", {_OPTIMIZER_TEMP: 1.0}, "bytes", Role.OPTIMIZER),
     _LIBRARY,
 )
+# Amounts of the parameters' state and the optimizer's temporaries, known exactly whatever
+# the recipe: a query beyond the training runs' range in them (Adam's state and its two
+# temporaries, say, after SGD's) extrapolates no fitted rate (a bigger network is still told
+# by its `param_bytes`).
+EXACT_COLUMNS = (_PARAM_STATE, _WEIGHT_COPIES, _GRADIENTS, _OPTIMIZER_STATE, _OPTIMIZER_TEMP)
 # What a memory prediction is made of, for its breakdown: the exact amounts of the features
 # (the weights, with autocast's copies of them; the gradients; the optimizer's state) and what
 # autograd saves for the backward pass, the part of the fitted activations known exactly.

@@ -424,7 +424,8 @@ def _quantity(target: str) -> Quantity:
 
 
 def memory_breakdown(regressor: Any, features: pd.DataFrame) -> dict[str, np.ndarray]:
-    """What a fitted memory model's demand (MiB per row of `features`) is made of: the
+    """What a fitted memory model's demand (MiB per row of `features`, the feature table its
+    first step computed) is made of: the
     runtime (its fixed footprints), the exact amounts of `MEMORY_PARTS` (weights,
     gradients, optimizer state), the activations it holds split into what autograd saves
     and the rest (workspace, the allocator's cache, the optimizer's temporary where it is
@@ -432,7 +433,7 @@ def memory_breakdown(regressor: Any, features: pd.DataFrame) -> dict[str, np.nda
     solver = regressor[-1]
     if not isinstance(solver, MemorySolver):
         raise ValueError(f"a breakdown needs a physical memory model, not a {type(solver).__name__}")
-    amounts = _Amounts.split(regressor[:-1].transform(features), solver.roles)
+    amounts = _Amounts.split(regressor[1:-1].transform(features), solver.roles)  # the steps after the features
     runtime = solver.intercept_ + solver.library_mib_ * amounts.uses_library
     unfloored = _unfloored(solver.intercept_, solver.coef_, solver.library_mib_, amounts)
     parts = {name: features[list(columns)].to_numpy(dtype=float).sum(axis=1) / _MIB

@@ -22,7 +22,7 @@ from perf4sight.device.definitions import LATENCY, MEMORY, QUANTITIES, check_bat
 from perf4sight.device.recipe import DEFAULT_RECIPE, Recipe
 from perf4sight.errors import DataNotFoundError, UsageError
 from perf4sight.features import FEATURE_SETS, queries, recipe_extrapolation
-from perf4sight.features.network import group_column
+from perf4sight.features.network import EXACT_COLUMNS, group_column
 from perf4sight.fit import FittedModel, load_model
 
 __all__ = ["Predictor", "MEMORY_BOUND", "MAX_SEARCH_BATCH", "BudgetError"]
@@ -188,7 +188,8 @@ class Predictor:
 
 def _outside_range(model: FittedModel, arch: Architecture, batch: np.ndarray, features: pd.DataFrame) -> np.ndarray:
     """True where the batch size lies outside what the model was fitted on, or the parameter
-    count or any feature exceeds it: a bigger network, or a kind of layer it never saw.
+    count or any feature exceeds it (but the exact amounts of the parameters' state,
+    `EXACT_COLUMNS`): a bigger network, or a kind of layer it never saw.
     `features` holds the model's feature columns (`CalibratedModel.features`)."""
     ranges = model.metadata.get("training_ranges", {})
     outside = np.zeros(len(batch), dtype=bool)
@@ -197,7 +198,8 @@ def _outside_range(model: FittedModel, arch: Architecture, batch: np.ndarray, fe
         outside |= (batch < low) | (batch > high)
     if "params" in ranges and arch.params > ranges["params"][1]:
         outside |= True
-    highest = np.array([ranges.get(name, (0.0, np.inf))[1] for name in features.columns.tolist()], dtype=float)
+    highest = np.array([np.inf if name in EXACT_COLUMNS else ranges.get(name, (0.0, np.inf))[1]
+                        for name in features.columns.tolist()], dtype=float)
     outside |= (features.to_numpy(dtype=float) > highest * (1 + 1e-9)).any(axis=1)
     return outside
 
