@@ -60,7 +60,8 @@ def test_what_is_kept_goes_with_the_architecture():
     key = id(arch)
     family_key(arch)
     feature_table(arch, [1, 2], "network", "training")
-    assert set(derived_values(arch)) == {"family", ("features", "network", "training")}
+    assert {key if isinstance(key, str) else key[:3] for key in derived_values(arch)} == {
+        "family", ("features", "network", "training")}
     del arch
     gc.collect()
     assert key not in _KEPT

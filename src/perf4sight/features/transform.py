@@ -49,27 +49,33 @@ FEATURE_SETS: dict[str, FeatureFunction] = {
 
 def queries(arch: Architecture, batch_sizes: Sequence[int]) -> pd.DataFrame:
     """The query frame of one architecture at each batch size."""
-    return pd.DataFrame({ARCHITECTURE: [arch] * len(batch_sizes), BATCH_SIZE: np.asarray(batch_sizes)})
+    archs = np.empty(len(batch_sizes), dtype=object)
+    archs[:] = [arch] * len(batch_sizes)  # an object array as is: pandas infers nothing from it
+    return pd.DataFrame({ARCHITECTURE: archs, BATCH_SIZE: np.asarray(batch_sizes)}, copy=False)
 
 
 def feature_table(arch: Architecture, batch_sizes: Sequence[int], feature_set: str, stage: str) -> pd.DataFrame:
-    """`FEATURE_SETS[feature_set]` of `arch` at `batch_sizes` (one row each, in their order),
-    computed for the batch sizes not asked for before and kept with `arch`."""
+    """`FEATURE_SETS[feature_set]` of `arch` at `batch_sizes` (one row each, in their order,
+    index 0..n-1), computed for the batch sizes not asked for before and kept with `arch`;
+    the same list of batch sizes asked again is the same table."""
     kept = derived_values(arch)
-    key = ("features", feature_set, stage)
-    table = kept.get(key)
-    sizes = pd.Index(np.asarray(batch_sizes, dtype=np.int64))
-    if table is not None and table.index.equals(sizes):
-        return table
-    missing = sizes.difference(table.index) if table is not None else sizes.unique()
-    if len(missing):
-        new = FEATURE_SETS[feature_set](arch, missing.sort_values().tolist(), stage).set_axis(missing.sort_values())
-        table = new if table is None else pd.concat([table, new]).sort_index()
-        kept[key] = table
-    return table if table.index.equals(sizes) else table.loc[sizes]
+    sizes = tuple(np.asarray(batch_sizes, dtype=np.int64).tolist())
+    asked = ("features", feature_set, stage, sizes)
+    if asked not in kept:
+        key = ("features", feature_set, stage)
+        table, rows = kept.get(key, (None, {}))  # every row computed so far, and each batch size's row
+        missing = sorted(set(sizes) - rows.keys())
+        if missing:
+            new = FEATURE_SETS[feature_set](arch, missing, stage)
+            rows = {**rows, **{size: len(rows) + index for index, size in enumerate(missing)}}
+            table = new if table is None else pd.concat([table, new], ignore_index=True)
+            kept[key] = (table, rows)
+        order = [rows[size] for size in sizes]
+        kept[asked] = table if order == list(range(len(table))) else table.iloc[order].reset_index(drop=True)
+    return kept[asked]
 
 
-class FeatureTransformer(TransformerMixin, BaseEstimator):
+class FeatureTransformer(TransformerMixin, BaseEstimator, auto_wrap_output_keys=None):
     """A query frame (`architecture`, `batch_size` and any other columns, ignored) to the
     columns of `feature_set` for `stage`, one row per query, in the query's order."""
 
@@ -93,7 +99,7 @@ class FeatureTransformer(TransformerMixin, BaseEstimator):
         sizes = X[BATCH_SIZE].to_numpy()
         first = archs[0] if len(archs) else None
         if all(arch is first for arch in archs):  # one network: the usual query
-            return self._table(first, sizes).reset_index(drop=True)
+            return self._table(first, sizes)
         ids = np.fromiter(map(id, archs), dtype=np.uint64, count=len(archs))
         _, where, which = np.unique(ids, return_index=True, return_inverse=True)
         blocks, order = [], []

@@ -196,7 +196,7 @@ class CalibratedModel(BaseEstimator):
         when none was measured): the prediction times the held-out ratio, the calibrated
         one where the prediction was calibrated, never below the prediction."""
         check_is_fitted(self, "regressor_")
-        predicted = self.regressor_.predict(X)
+        predicted = self._regressor_predict(X)
         if calibrate:
             predicted, calibrated = self.calibration_.apply(query_rows(X), predicted)
         else:
@@ -207,6 +207,14 @@ class CalibratedModel(BaseEstimator):
             return predicted, None
         in_family = self.bound_["calibrated_ratio"] or self.bound_["ratio"]
         return predicted, predicted * np.maximum(1.0, np.where(calibrated, in_family, self.bound_["ratio"]))
+
+    def _regressor_predict(self, X: pd.DataFrame) -> np.ndarray:  # noqa: N803
+        """The regressor's prediction: its steps in order, as `Pipeline.predict` runs them
+        (without its metadata routing, which costs as much as a prediction of one network)."""
+        *transforms, (_, last) = self.regressor_.steps
+        for _, step in transforms:
+            X = step.transform(X)  # noqa: N806
+        return last.predict(X)
 
     def calibrated(self, X: pd.DataFrame) -> np.ndarray:  # noqa: N803
         """Which rows `predict` corrects: those of a profiled family."""

@@ -124,6 +124,16 @@ def _checked_fit_data(estimator: BaseEstimator, X: Any, y: Any, sample_weight: A
     return X[kept], y[kept], np.sqrt(weight[kept] / weight[kept].mean())
 
 
+def _amounts(estimator: BaseEstimator, X: Any) -> np.ndarray:  # noqa: N803
+    """X checked for a fitted solver's prediction: scikit-learn's checks, but for the term
+    design's own output (finite floats of the fitted width, no feature names fitted), which
+    passes as it is: a prediction costs little more than those checks."""
+    if (type(X) is np.ndarray and X.dtype == np.float64 and X.ndim == 2 and X.shape[1] == estimator.n_features_in_
+            and not hasattr(estimator, "feature_names_in_") and np.isfinite(X).all()):
+        return X
+    return validate_data(estimator, X, reset=False)
+
+
 def _term_names(estimator: BaseEstimator, n_columns: int) -> list[str]:
     names = list(estimator.terms) if estimator.terms is not None else [f"x{i}" for i in range(n_columns)]
     if len(names) != n_columns:
@@ -279,7 +289,7 @@ class MemorySolver(RegressorMixin, BaseEstimator):
     def predict_demand(self, X: Any) -> np.ndarray:  # noqa: N803
         """What each row asks for, before the capacity caps what is measured."""
         check_is_fitted(self)
-        return self.demand(_Amounts.split(validate_data(self, X, reset=False), self.roles))
+        return self.demand(_Amounts.split(_amounts(self, X), self.roles))
 
     def predict(self, X: Any) -> np.ndarray:  # noqa: N803
         """What would be measured: the demand capped at the capacity."""
@@ -363,14 +373,14 @@ class LatencySolver(RegressorMixin, BaseEstimator):
     def predict(self, X: Any) -> np.ndarray:  # noqa: N803
         """The latency of each row of term amounts."""
         check_is_fitted(self)
-        return self.demand(validate_data(self, X, reset=False))
+        return self.demand(_amounts(self, X))
 
     def capacity_mib(self) -> float:
         """A latency model learns no memory capacity: infinite."""
         return np.inf
 
 
-class TermDesign(TransformerMixin, BaseEstimator):
+class TermDesign(TransformerMixin, BaseEstimator, auto_wrap_output_keys=None):
     """Feature columns to term amounts: the terms of `term_set` (a `TERM_SETS` name) for
     the model of `target` (`mem_used_mib`: amounts in MiB, or `latency_ms`), one column
     per term, named by `get_feature_names_out`."""
