@@ -9,6 +9,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import numpy as np
 import pandas as pd
 import pytest
 
@@ -18,6 +19,7 @@ from perf4sight.device.definitions import MEMORY
 from perf4sight.device.logs import GT_COLUMNS, read_gt
 from perf4sight.device.recipe import DEFAULT_RECIPE, RECIPE_COLUMNS, Recipe
 from perf4sight.errors import ArgumentError, ConfigError, LogFormatError
+from perf4sight.fit import ArchitectureCatalog, CalibratedModel, build_dataset, load_model, save_model
 from perf4sight.fit.logs import read_logs
 from perf4sight.profile import profile_campaign, read_test_config
 from perf4sight.profile.campaign import check_settings
@@ -140,6 +142,20 @@ def test_one_log_folder_holds_several_recipes_and_resumes_each(tmp_path: Path, m
     assert len(frame) == 8 and frame[list(RECIPE_COLUMNS)].drop_duplicates().shape[0] == 4
     again = profile_campaign(tests, log_dir=log_dir, device="cpu", iterations=1, warmup=0)
     assert again.passed + again.failed == 0
+
+    # the fit: each run's architecture under its own recipe, the recipes kept with the model
+    data = build_dataset(frame, target=MEMORY.name, feature_set="network", stage="training",
+                         catalog=ArchitectureCatalog(model_dir))
+    recipes = data.recipes()
+    assert len(recipes) == 4 and {r.optimizer for r in recipes} == {"sgd", "adam"}
+    assert all(arch.recipe == recipe for arch, *recipe in data.rows[["architecture", *RECIPE_COLUMNS]].itertuples(
+        index=False, name=None) for recipe in [Recipe(*recipe)])
+    state = data.features["optimizer_state_bytes"] / data.features["gradient_bytes"]
+    np.testing.assert_array_equal(state, np.where(data.rows["optimizer"] == "adam", 2.0, 1.0))
+    assert data.rows["family"].nunique() == 4  # corrections measured under one recipe correct no other
+    model = CalibratedModel("physical", MEMORY.name).fit(data.rows, data.target)
+    save_model(model, storedir=tmp_path / "fitted", stage="training", target=MEMORY.name, dataset=data)
+    assert set(load_model(tmp_path / "fitted", stage="training", target=MEMORY.name).recipes) == set(recipes)
 
 
 def test_a_recipe_the_model_cannot_run_is_refused_before_the_campaign(tmp_path: Path, model_dir: Path) -> None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import json
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -12,6 +13,7 @@ from perf4sight import console
 from perf4sight.cli.prune import parse_input_size, parse_levels
 from perf4sight.device.checks import parse_decimal
 from perf4sight.device.definitions import check_batch_sizes
+from perf4sight.device.recipe import DEFAULT_RECIPE, OPTIMIZERS, PRECISIONS, RECIPE_COLUMNS, Recipe, check_recipe
 from perf4sight.errors import UsageError, clip
 
 if TYPE_CHECKING:
@@ -34,7 +36,36 @@ def _input_size(text: str | None) -> tuple[int, ...] | None:
     return tuple(parse_input_size(text)) if text else None
 
 
+def _recipes(optimizer: str, precision: str, trainable: str, segments: str) -> list[Recipe]:
+    """The training recipes of the recipe options, each a comma-separated list: every
+    combination of their values, checked (a layer name is checked against the network)."""
+    values = {key: [part.strip() for part in text.split(",")]
+              for key, text in (("optimizer", optimizer), ("precision", precision), ("trainable", trainable),
+                                ("checkpoint_segments", segments))}
+    counts = [parse_decimal(part) for part in values["checkpoint_segments"]]
+    if None in counts:
+        raise UsageError(f"--checkpoint-segments: expected comma-separated integers, got {clip(repr(segments))}")
+    values["checkpoint_segments"] = counts
+    return [check_recipe(Recipe(*combination), "", UsageError)
+            for combination in itertools.product(*(values[key] for key in RECIPE_COLUMNS))]
+
+
+# The recipe options `predict` and `plan` share: comma lists, every combination answered.
+_OPTIMIZER = typer.Option(DEFAULT_RECIPE.optimizer, "--optimizer",
+                          help=f"Optimizer: {', '.join(OPTIMIZERS)} (comma-separated: each).")
+_PRECISION = typer.Option(DEFAULT_RECIPE.precision, "--precision",
+                          help=f"Precision: {', '.join(PRECISIONS)} (comma-separated: each).")
+_TRAINABLE = typer.Option(DEFAULT_RECIPE.trainable, "--trainable",
+                          help="What is trained: all, classifier, or the first trained layer's name, e.g. layer4 "
+                               "(comma-separated: each).")
+_SEGMENTS = typer.Option(str(DEFAULT_RECIPE.checkpoint_segments), "--checkpoint-segments",
+                         help="Activation checkpointing: 0 (none) or a number of segments (comma-separated: each).")
+
+
 def _show(table: pd.DataFrame, *, title: str, as_json: bool) -> None:
+    """The table (JSON records with `--json`): a row per batch size and recipe, with notes;
+    what an extrapolated recipe rests on, once per recipe; and the memory's breakdown, where
+    asked for, as a table of its own."""
     from perf4sight.device.definitions import LATENCY, MEMORY
     from perf4sight.predict import MEMORY_BOUND
 
@@ -44,8 +75,10 @@ def _show(table: pd.DataFrame, *, title: str, as_json: bool) -> None:
     names = {MEMORY.name: "memory (MiB)", MEMORY_BOUND: "memory bound (MiB)", LATENCY.name: "latency (ms)",
              "epoch_s": "epoch (s)", "images_per_s": "images/s", "batch_size": "batch size",
              "level_reached": "level reached", "fits_device": "fits device"}
+    # the breakdown's parts: every other column in MiB
+    parts = [c for c in table.columns if c.endswith("_mib") and c not in (MEMORY.name, MEMORY_BOUND)]
     notes = [c for c in ("calibrated", "extrapolated") if c in table.columns]
-    columns = [c for c in table.columns if c not in (*notes, "extrapolated_layers")]
+    columns = [c for c in table.columns if c not in (*notes, *parts, "extrapolated_layers", "extrapolated_recipe")]
 
     def note(row: pd.Series, column: str) -> str:  # the layer groups an extrapolation is for
         layers = row.get("extrapolated_layers") if column == "extrapolated" else ""
@@ -54,6 +87,15 @@ def _show(table: pd.DataFrame, *, title: str, as_json: bool) -> None:
     rows = [[row[c] for c in columns] + [", ".join(note(row, c) for c in notes if row[c])]
             for _, row in table.iterrows()]
     console.print_table(title, [names.get(c, c) for c in columns] + ["note"], rows)
+    if "extrapolated_recipe" in table.columns:
+        for recipe, why in table[["recipe", "extrapolated_recipe"]].drop_duplicates().itertuples(index=False):
+            if why:
+                console.warn(f"{recipe}: extrapolated: {why}")
+    if parts:
+        keys = [c for c in ("batch_size", "recipe", "level") if c in table.columns]
+        console.print_table("what the memory is made of (MiB)", [names.get(c, c) for c in keys]
+                            + [c.removesuffix("_mib").replace("_", " ") for c in parts],
+                            table[keys + parts].values.tolist())
 
 
 def register(app: typer.Typer) -> None:
@@ -71,9 +113,17 @@ def register(app: typer.Typer) -> None:
         stage: str = typer.Option("training", "--stage", help="training or inference."),
         input_size: str | None = typer.Option(None, "--input-size", help="C,H,W, e.g. 3,224,224."),
         num_classes: int | None = typer.Option(None, "--num-classes"),
+        optimizer: str = _OPTIMIZER,
+        precision: str = _PRECISION,
+        trainable: str = _TRAINABLE,
+        segments: str = _SEGMENTS,
+        breakdown: bool = typer.Option(False, "--breakdown", help="Add what the memory is made of (MiB): runtime, "
+                                       "weights, gradients, optimizer state, saved activations, workspace/cache."),
         as_json: bool = typer.Option(False, "--json", help="Print JSON records instead of a table."),
     ) -> None:
-        """Predicted memory and latency per iteration of NET at each batch size."""
+        """Predicted memory and latency per iteration of NET at each batch size, per training recipe."""
+        import pandas as pd
+
         from perf4sight.predict import MAX_SEARCH_BATCH, Predictor, parse_memory_mib
 
         if max_batch_size and budget is None:
@@ -82,17 +132,22 @@ def register(app: typer.Typer) -> None:
             raise UsageError("--bs and --max-batch-size: give one (the search tries every batch size itself)")
         if not max_batch_size and (budget is not None or bound):
             raise UsageError(f"{'--budget' if budget is not None else '--bound'} needs --max-batch-size")
+        recipes = _recipes(optimizer, precision, trainable, segments)
+        sizes = None if max_batch_size else _batch_sizes(bs if bs is not None else _DEFAULT_BATCH_SIZES)
         predictor = Predictor.load(models, stage=stage)
-        options = {"input_size": _input_size(input_size), "num_classes": num_classes}
+        options = {"input_size": _input_size(input_size), "num_classes": num_classes, "dataset_size": dataset_size,
+                   "breakdown": breakdown}
         if max_batch_size:
             assert budget is not None
-            row = predictor.max_batch_size(net, parse_memory_mib(budget), dataset_size=dataset_size, bound=bound,
-                                           **options)
-            _show(row.to_frame().T, title=f"{net}: largest batch size within {budget}", as_json=as_json)
-            if row["batch_size"] >= MAX_SEARCH_BATCH:
+            rows = [predictor.max_batch_size(net, parse_memory_mib(budget), bound=bound, recipe=recipe, **options)
+                    for recipe in recipes]
+            _show(pd.DataFrame(rows).reset_index(drop=True), title=f"{net}: largest batch size within {budget}",
+                  as_json=as_json)
+            if any(row["batch_size"] >= MAX_SEARCH_BATCH for row in rows):
                 console.warn(f"every batch size up to {MAX_SEARCH_BATCH}, the largest searched, is predicted to fit")
             return
-        table = predictor.predict(net, _batch_sizes(bs if bs is not None else _DEFAULT_BATCH_SIZES), dataset_size=dataset_size, **options)
+        table = pd.concat([predictor.predict(net, sizes, recipe=recipe, **options) for recipe in recipes],
+                          ignore_index=True)
         _show(table, title=f"{net}: predicted {stage} cost on this device", as_json=as_json)
 
     @app.command("plan")
@@ -107,9 +162,14 @@ def register(app: typer.Typer) -> None:
         seed: int = typer.Option(0, "--seed"),
         input_size: str | None = typer.Option(None, "--input-size", help="C,H,W, e.g. 3,224,224."),
         num_classes: int | None = typer.Option(None, "--num-classes"),
+        optimizer: str = _OPTIMIZER,
+        precision: str = _PRECISION,
+        trainable: str = _TRAINABLE,
+        segments: str = _SEGMENTS,
         as_json: bool = typer.Option(False, "--json"),
     ) -> None:
-        """Pruned variants of NET that fit the budget, ranked by predicted throughput."""
+        """Pruned variants of NET (and training recipes, given several) that fit the budget, ranked by
+        predicted throughput."""
         from perf4sight.predict import Predictor, parse_duration_ms, parse_memory_mib, plan_variants
 
         table = plan_variants(
@@ -123,5 +183,6 @@ def register(app: typer.Typer) -> None:
             seed=seed,
             input_size=_input_size(input_size),
             num_classes=num_classes,
+            recipes=_recipes(optimizer, precision, trainable, segments),
         )
         _show(table, title=f"{net}: feasible pruned variants within {budget}", as_json=as_json)

@@ -30,7 +30,7 @@ from perf4sight.features.inputs import checked_batch_sizes, needs
 from perf4sight.features.terms import Role, Term, TermSet
 
 __all__ = [
-    "KIND_GROUPS", "LAYER_GROUPS", "NETWORK_TERMS", "STREAM_TERMS", "PARAMETER_STREAM_FACTOR", "network_features", "layer_group",
+    "EXACT_COLUMNS", "KIND_GROUPS", "LAYER_GROUPS", "MEMORY_PARTS", "NETWORK_TERMS", "STREAM_TERMS", "PARAMETER_STREAM_FACTOR", "network_features", "layer_group",
     "networks_per_group", "group_column",
 ]
 
@@ -81,6 +81,12 @@ _CHANNEL_TILE = 64
 _PARAM_TRAFFIC = "param_traffic_bytes"
 _CONV_WEIGHT_TRAFFIC = "conv_weight_traffic_bytes"
 _PARAM_STATE = "param_state_bytes"
+# The parts of `_PARAM_STATE`, for a prediction's breakdown (`MEMORY_PARTS`).
+_PARAMS = "param_bytes"
+_WEIGHT_COPIES = "weight_copy_bytes"
+_GRADIENTS = "gradient_bytes"
+_OPTIMIZER_STATE = "optimizer_state_bytes"
+_SAVED = "saved_bytes"
 _OPTIMIZER_TEMP = "optimizer_temp_bytes"
 _OUTPUTS = "output_bytes"
 _ACTIVATION_PEAK = "activation_peak_bytes"
@@ -203,21 +209,25 @@ def network_features(arch: Architecture, batch_sizes: Sequence[int], stage: str 
     rounded = np.where(big > _LARGE_ALLOC_BYTES, _round_up(big, _SEGMENT_BYTES), big).sum(axis=1)
     trained_params = [layer.params for layer in layers if layer.trained and training]
 
+    # the copies of the weights autograd keeps in autocast's dtype
+    weight_copies = float(sum(layer.saved_param_bytes for layer in layers)) if training else 0.0
     columns: dict[str, np.ndarray | float] = {
         "batch_size": bs,
-        "param_bytes": param_bytes,
+        _PARAMS: param_bytes,
         _PARAM_TRAFFIC: param_traffic,
         # convolution kernels reorder (or transform) their weights, once per kernel
         _CONV_WEIGHT_TRAFFIC: float((weight_bytes * layer_passes)[conv].sum()),
         # weights (fp32 master weights under autocast), the trained ones' gradients and
         # optimizer state, and the copies of the weights autograd keeps in autocast's dtype
-        _PARAM_STATE: (param_bytes + (1 + optimizer.state_buffers) * trainable_bytes
-                       + (float(sum(layer.saved_param_bytes for layer in layers)) if training else 0.0)),
+        _PARAM_STATE: param_bytes + (1 + optimizer.state_buffers) * trainable_bytes + weight_copies,
+        _WEIGHT_COPIES: weight_copies,
+        _GRADIENTS: trainable_bytes,
+        _OPTIMIZER_STATE: optimizer.state_buffers * trainable_bytes,
         # the optimizer's temporaries for one parameter at a time: the largest trained layer's
         _OPTIMIZER_TEMP: float(optimizer.temporaries * max(trained_params, default=0) * dtype),
         "buffer_bytes": float(arch.buffer_bytes),
         "input_bytes": bs * math.prod(arch.input_size) * dtype,
-        "saved_bytes": bs * kept.sum() + saved_fixed,
+        _SAVED: bs * kept.sum() + saved_fixed,
         "saved_segment_bytes": rounded + saved_fixed,
         _OUTPUTS: bs * fresh_outputs,
         _ACTIVATION_PEAK: peak,
@@ -373,6 +383,20 @@ _MEMORY_TERMS = (
     Term("optimizer", {_OPTIMIZER_TEMP: 1.0}, "bytes", Role.OPTIMIZER),
     _LIBRARY,
 )
+# Amounts of the parameters' state and the optimizer's temporaries, known exactly whatever
+# the recipe: a query beyond the training runs' range in them (Adam's state and its two
+# temporaries, say, after SGD's) extrapolates no fitted rate (a bigger network is still told
+# by its `param_bytes`).
+EXACT_COLUMNS = (_PARAM_STATE, _WEIGHT_COPIES, _GRADIENTS, _OPTIMIZER_STATE, _OPTIMIZER_TEMP)
+# What a memory prediction is made of, for its breakdown: the exact amounts of the features
+# (the weights, with autocast's copies of them; the gradients; the optimizer's state) and what
+# autograd saves for the backward pass, the part of the fitted activations known exactly.
+MEMORY_PARTS = {
+    "weights": (_PARAMS, _WEIGHT_COPIES),
+    "gradients": (_GRADIENTS,),
+    "optimizer_state": (_OPTIMIZER_STATE,),
+    "saved_activations": (_SAVED,),
+}
 # Latency (ms): GEMM work with the output channels padded to whole tiles (the steps pruned
 # widths cause), bytes moved (every layer's, and the parameters' passes), kernel launches.
 # Depthwise and grouped convolutions run kernels of their own, whose cost per byte or

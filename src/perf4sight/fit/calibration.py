@@ -35,6 +35,7 @@ from perf4sight.device.definitions import MEMORY
 from perf4sight.features import ARCHITECTURE, BATCH_SIZE
 from perf4sight.fit.bound import held_out_ratio
 from perf4sight.fit.methods import METHODS, fit_method
+from perf4sight.fit.physical import memory_breakdown
 
 __all__ = ["CalibratedModel", "FamilyCalibration", "query_rows"]
 
@@ -216,6 +217,16 @@ class CalibratedModel(BaseEstimator):
         """The feature columns the regressor computes for the queries (its first step)."""
         check_is_fitted(self, "regressor_")
         return self.regressor_[0].transform(X)
+
+    def breakdown(self, X: pd.DataFrame) -> pd.DataFrame:  # noqa: N803
+        """What each row's predicted memory is made of (MiB, `memory_breakdown`'s parts as
+        `<part>_mib`), and `adjustment_mib`: what the family correction and the device's
+        capacity change, so that the parts sum to the prediction."""
+        check_is_fitted(self, "regressor_")
+        parts = memory_breakdown(self.regressor_, self.features(X))
+        table = pd.DataFrame({f"{name}_mib": values for name, values in parts.items()})
+        table["adjustment_mib"] = self.predict(X) - table.sum(axis=1).to_numpy()
+        return table
 
     def capacity_mib(self) -> float:
         """The device memory the regressor learned (infinite when it learned none)."""

@@ -11,6 +11,7 @@ for the models' own feature step (`perf4sight.features.feature_table`).
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath, PureWindowsPath
 from typing import Any
@@ -21,6 +22,7 @@ import pandas as pd
 from perf4sight import console
 from perf4sight.architecture import Architecture, Detail, family_key
 from perf4sight.device.definitions import DATASETS, dataset_load_options
+from perf4sight.device.recipe import DEFAULT_RECIPE, RECIPE_COLUMNS, Recipe
 from perf4sight.errors import DataNotFoundError, LogFormatError
 from perf4sight.features import ARCHITECTURE, BATCH_SIZE, FEATURE_SETS, feature_table
 from perf4sight.networks import load_architecture
@@ -38,26 +40,28 @@ def architecture_name(model: str) -> str:
 
 class ArchitectureCatalog:
     """Architectures of a pruned-models folder by name, each loaded once for each detail a
-    feature set needs (`FeatureFunction.needs`): a spec's layer table for the paper's
-    features reads the file and builds nothing, which the traced description would."""
+    feature set needs (`FeatureFunction.needs`) and each training recipe: a spec's layer
+    table for the paper's features reads the file and builds nothing, which the traced
+    description would."""
 
     def __init__(self, storedir: str | Path) -> None:
         self.storedir = Path(storedir)
-        self._cache: dict[tuple[str, str, Detail, str], Architecture | None] = {}
+        self._cache: dict[tuple[str, str, Detail, str, Recipe], Architecture | None] = {}
 
     def get(self, name: str, dataset: str = "spec", *, needs: Detail = Detail.LAYERS,
-            stage: str = "training") -> Architecture | None:
-        """The architecture called `name` as `dataset` (a `DATASETS` key) runs it, holding
-        `needs` (for `stage`), or None when the folder has no file for it."""
-        key = (name, dataset, needs, stage if needs is Detail.LIFETIMES else "")
+            stage: str = "training", recipe: Recipe = DEFAULT_RECIPE) -> Architecture | None:
+        """The architecture called `name` as `dataset` (a `DATASETS` key) runs it under
+        `recipe`, holding `needs` (for `stage`), or None when the folder has no file for it."""
+        key = (name, dataset, needs, stage if needs is Detail.LIFETIMES else "", recipe)
         if key not in self._cache:
-            self._cache[key] = self._load(name, dataset, needs, stage)
+            self._cache[key] = self._load(name, dataset, needs, stage, recipe)
         return self._cache[key]
 
-    def _load(self, name: str, dataset: str, needs: Detail, stage: str) -> Architecture | None:
+    def _load(self, name: str, dataset: str, needs: Detail, stage: str, recipe: Recipe) -> Architecture | None:
         for path in (self.storedir / f"{name}.json", self.storedir / f"{name}.py"):
             if path.is_file():
-                return load_architecture(path, needs=needs, stage=stage, **dataset_load_options(dataset))
+                return load_architecture(path, needs=needs, stage=stage, recipe=recipe,
+                                         **dataset_load_options(dataset))
         return None
 
 
@@ -66,8 +70,9 @@ class Dataset:
     """Aligned rows: `rows` (the query frame a model is fitted on, X), `target` (y) and
     `features` (the feature set's columns of those rows).
 
-    `rows` has architecture (the `Architecture`), net, model, batch_size, params, family
-    (`family_key`) and measured, for the fit, reports, training ranges and calibration.
+    `rows` has architecture (the `Architecture`, under the run's recipe), net, model,
+    batch_size, params, family (`family_key`), measured and the recipe's columns
+    (`RECIPE_COLUMNS`), for the fit, reports, training ranges and calibration.
     """
 
     features: pd.DataFrame
@@ -78,6 +83,10 @@ class Dataset:
     def __len__(self) -> int:
         return len(self.target)
 
+    def recipes(self) -> list[Recipe]:
+        """The distinct training recipes of the runs, in the order they first appear."""
+        return [_recipe(values) for values in self.rows[list(RECIPE_COLUMNS)].drop_duplicates().itertuples(index=False)]
+
     def select(self, mask: Any) -> Dataset:
         """The rows where the boolean `mask` is true, index reset."""
         mask = np.asarray(mask, dtype=bool)
@@ -87,6 +96,12 @@ class Dataset:
             rows=self.rows[mask].reset_index(drop=True),
             stage=self.stage,
         )
+
+
+def _recipe(values: Sequence[Any]) -> Recipe:
+    """The recipe of a log row's `RECIPE_COLUMNS` values (numpy's integers made ints)."""
+    optimizer, precision, trainable, segments = values
+    return Recipe(str(optimizer), str(precision), str(trainable), int(segments))
 
 
 def _datasets(logs: pd.DataFrame) -> pd.Series:
@@ -121,10 +136,11 @@ def build_dataset(
     logs = logs.assign(arch_name=logs["model"].map(architecture_name), dataset=_datasets(logs))
     needs = FEATURE_SETS[feature_set].needs
     blocks, kept, missing = [], [], []
-    groups = list(logs.groupby(["arch_name", "dataset"], sort=False))
+    groups = list(logs.groupby(["arch_name", "dataset", *RECIPE_COLUMNS], sort=False))
     with console.progress(f"{target} rows, '{feature_set}' features", len(groups)) as bar:
-        for (name, dataset), group in groups:
-            arch = catalog.get(name, dataset, needs=needs, stage=stage)
+        for (name, dataset, *values), group in groups:
+            recipe = _recipe(values).for_stage(stage)
+            arch = catalog.get(name, dataset, needs=needs, stage=stage, recipe=recipe)
             if arch is None:
                 missing.append((name, len(group)))
             else:
@@ -133,9 +149,10 @@ def build_dataset(
             bar.advance(name)
     if missing:
         skipped = sum(count for _, count in missing)
-        names = ", ".join(name for name, _ in missing[:5]) + (", ..." if len(missing) > 5 else "")
+        absent = list(dict.fromkeys(name for name, _ in missing))  # once each, whatever its recipes
+        names = ", ".join(absent[:5]) + (", ..." if len(absent) > 5 else "")
         console.warn(
-            f"skipped {skipped} log rows of {len(missing)} architectures not found in {catalog.storedir} "
+            f"skipped {skipped} log rows of {len(absent)} architectures not found in {catalog.storedir} "
             f"(as <name>.json or <name>.py): {names}"
         )
     if not kept:
@@ -156,6 +173,7 @@ def build_dataset(
             "params": rows["params"].astype(int),
             "family": rows["family"],
             "measured": rows[target].astype(float),
+            **{column: rows[column] for column in RECIPE_COLUMNS},
         }),
         stage=stage,
     )

@@ -52,9 +52,10 @@ from sklearn.utils.validation import _check_sample_weight, check_is_fitted, chec
 from perf4sight.device.definitions import MEMORY, QUANTITIES, Quantity
 from perf4sight.errors import ConfigError
 from perf4sight.features import TERM_SETS
+from perf4sight.features.network import MEMORY_PARTS
 from perf4sight.features.terms import Role, Term
 
-__all__ = ["MemorySolver", "LatencySolver", "TermDesign", "physical_steps", "term_design"]
+__all__ = ["MemorySolver", "LatencySolver", "TermDesign", "memory_breakdown", "physical_steps", "term_design"]
 
 _MIB = float(1 << 20)
 # Sharpness of the smooth corners at the memory floor and capacity: a p-norm of this
@@ -420,6 +421,28 @@ def _quantity(target: str) -> Quantity:
             return quantity
     known = ", ".join(quantity.name for quantity in QUANTITIES)
     raise ConfigError(f"unknown target '{target}'; known: {known}")
+
+
+def memory_breakdown(regressor: Any, features: pd.DataFrame) -> dict[str, np.ndarray]:
+    """What a fitted memory model's demand (MiB per row of `features`, the feature table its
+    first step computed) is made of: the
+    runtime (its fixed footprints), the exact amounts of `MEMORY_PARTS` (weights,
+    gradients, optimizer state), the activations it holds split into what autograd saves
+    and the rest (workspace, the allocator's cache, the optimizer's temporary where it is
+    the larger), and what the device's floor adds; they sum to the demand."""
+    solver = regressor[-1]
+    if not isinstance(solver, MemorySolver):
+        raise ValueError(f"a breakdown needs a physical memory model, not a {type(solver).__name__}")
+    amounts = _Amounts.split(regressor[1:-1].transform(features), solver.roles)  # the steps after the features
+    runtime = solver.intercept_ + solver.library_mib_ * amounts.uses_library
+    unfloored = _unfloored(solver.intercept_, solver.coef_, solver.library_mib_, amounts)
+    parts = {name: features[list(columns)].to_numpy(dtype=float).sum(axis=1) / _MIB
+             for name, columns in MEMORY_PARTS.items()}
+    saved = parts.pop("saved_activations")
+    held = unfloored - runtime - sum(parts.values())
+    parts["saved_activations"] = np.minimum(saved, np.maximum(held, 0.0))
+    parts["workspace_cache"] = held - parts["saved_activations"]
+    return {"runtime": runtime, **parts, "floor": solver.demand(amounts) - unfloored}
 
 
 def physical_steps(term_set: str, target: str) -> list[tuple[str, BaseEstimator]]:

@@ -38,6 +38,7 @@ from sklearn.pipeline import Pipeline
 from pydantic import BaseModel, ConfigDict, Field, StringConstraints, ValidationError, model_validator
 from torch import nn
 
+from perf4sight.device.recipe import Recipe
 from perf4sight.errors import ArgumentError, DataNotFoundError, FittedModelError, clip
 from perf4sight.features import FEATURE_SETS
 from perf4sight.features.network import networks_per_group
@@ -53,8 +54,8 @@ __all__ = ["FittedModel", "library_versions", "stored_model_path", "save_model",
 # 7: one object, the `CalibratedModel`, holds the family corrections and the bound, and the
 # physical models hold their fitted solver (`solver_`); 8: targets named with their units
 # (`training_mem_used_mib.skops`); 9: the regressor is a pipeline from a query frame (its features,
-# term design and solver)
-_FORMAT = 9
+# term design and solver); 10: the training recipes the runs fitted on (`recipes`)
+_FORMAT = 10
 # The attribute of a stored model that names what it was fitted for (`_identity`).
 _IDENTITY = "perf4sight_identity_"
 # Versions that must match for a stored model to be used: the estimator's internals
@@ -115,6 +116,15 @@ class _MethodChoice(_Strict):
     reason: str
 
 
+class _Recipe(_Strict):
+    """A training recipe as `Recipe.columns` writes it."""
+
+    optimizer: _Name
+    precision: _Name
+    trainable: _Name
+    checkpoint_segments: Annotated[int, Field(ge=0)]
+
+
 class _Metadata(_Strict):
     """What `save_model` writes beside a model, every field checked at load: a tampered or
     damaged file is refused in one line instead of failing deep inside a prediction."""
@@ -133,6 +143,7 @@ class _Metadata(_Strict):
     training_ranges: dict[str, Annotated[list[_Finite], Field(min_length=2, max_length=2)]]
     versions: dict[str, str]
     feature_probe: Annotated[list[Annotated[list[_Finite], Field(min_length=1)]], Field(min_length=1)]
+    recipes: Annotated[list[_Recipe], Field(min_length=1)]
     sha256: Annotated[str, StringConstraints(pattern=r"^[0-9a-f]{64}$")]
 
 
@@ -169,11 +180,16 @@ def _validate(schema: type[_Strict], data: dict[str, Any], path: Path) -> None:
 
 @dataclass(frozen=True)
 class FittedModel:
-    """A loaded model with its metadata (the training ranges and layer groups, for the
-    predictor's extrapolation checks)."""
+    """A loaded model with its metadata (the training ranges, layer groups and recipes, for
+    the predictor's extrapolation checks)."""
 
     estimator: CalibratedModel
     metadata: dict[str, Any]
+
+    @property
+    def recipes(self) -> list[Recipe]:
+        """The training recipes of the runs the model was fitted on."""
+        return [Recipe(**columns) for columns in self.metadata["recipes"]]
 
 
 def _ranges(dataset: Dataset) -> dict[str, list[float]]:
@@ -261,6 +277,8 @@ def save_model(model: CalibratedModel, *, storedir: str | Path, stage: str, targ
         "training_ranges": _ranges(dataset),
         "versions": library_versions(),
         "feature_probe": _feature_probe(feature_set, stage),
+        # the recipes the training runs ran: what a prediction under another one extrapolates from
+        "recipes": [recipe.columns() for recipe in dataset.recipes()],
         "sha256": _sha256(path.read_bytes()),
     }
     write_text(path.with_suffix(".json"), json.dumps(metadata, indent=2) + "\n")

@@ -2,7 +2,9 @@
 
 The paper's stated use of perf4sight: prune a network at many levels, predict each
 variant at the largest batch size that fits the memory budget (and a latency limit per
-iteration), and rank the feasible ones by predicted throughput.
+iteration), and rank the feasible ones by predicted throughput; given several training
+recipes, each variant under each of them (which recipe and batch size fit the budget with
+the best throughput).
 """
 
 from __future__ import annotations
@@ -14,6 +16,7 @@ from typing import Any
 import pandas as pd
 
 from perf4sight import console
+from perf4sight.device.recipe import DEFAULT_RECIPE, Recipe
 from perf4sight.errors import UsageError
 from perf4sight.predict.predictor import BudgetError, Predictor
 
@@ -32,9 +35,11 @@ def plan_variants(
     seed: int = 0,
     input_size: Sequence[int] | None = None,
     num_classes: int | None = None,
+    recipes: Sequence[Recipe] = (DEFAULT_RECIPE,),
 ) -> pd.DataFrame:
-    """Feasible pruned variants, best predicted throughput (images per second) first; with
-    `bound`, a variant's batch size is chosen by its memory bound (`Predictor.max_batch_size`)."""
+    """Feasible pruned variants under each of `recipes`, best predicted throughput (images
+    per second) first; with `bound`, a variant's batch size is chosen by its memory bound
+    (`Predictor.max_batch_size`)."""
     from perf4sight.networks import ChannelPruner, load_network
 
     if not levels:
@@ -43,20 +48,22 @@ def plan_variants(
     pruner = ChannelPruner(loaded.module, input_size=loaded.input_size, mode=mode, seed=seed, name=loaded.name)
     rows = []
     infeasible: list[tuple[float, BudgetError]] = []
-    with console.progress("planning", total=len(levels)) as bar:
+    with console.progress("planning", total=len(levels) * len(recipes)) as bar:
         for level in levels:
             pruned = pruner.prune(level, meta=True)  # shapes are all a prediction needs
-            arch = dataclasses.replace(
-                predictor.describe(pruned.module, input_size=loaded.input_size, num_classes=loaded.num_classes),
-                name=f"{loaded.name}_{level:g}",
-            )
-            bar.advance(f"level {level:g}")
-            try:
-                best = predictor.max_batch_size(arch, budget_mib, max_latency_ms=max_latency_ms, bound=bound)
-            except BudgetError as exc:
-                infeasible.append((level, exc))
-                continue
-            rows.append({"level": level, "level_reached": round(pruned.level, 2), "params": pruned.params, **best})
+            for recipe in recipes:
+                arch = dataclasses.replace(
+                    predictor.describe(pruned.module, recipe=recipe, input_size=loaded.input_size,
+                                       num_classes=loaded.num_classes),
+                    name=f"{loaded.name}_{level:g}",
+                )
+                bar.advance(f"level {level:g}, {recipe.label()}")
+                try:
+                    best = predictor.max_batch_size(arch, budget_mib, max_latency_ms=max_latency_ms, bound=bound)
+                except BudgetError as exc:
+                    infeasible.append((level, exc))
+                    continue
+                rows.append({"level": level, "level_reached": round(pruned.level, 2), "params": pruned.params, **best})
     limits = "the budget" + (" and the latency limit" if max_latency_ms is not None else "")
     if not rows:
         level, reason = max(infeasible, key=lambda item: item[0])  # the smallest variant
@@ -64,7 +71,7 @@ def plan_variants(
                           f"at level {level:g}, {reason}")
     if infeasible:
         console.info(f"{len(infeasible)} variant(s) do not fit {limits}: levels "
-                     f"{', '.join(f'{level:g}' for level, _ in infeasible)}")
+                     f"{', '.join(dict.fromkeys(f'{level:g}' for level, _ in infeasible))}")
     table = pd.DataFrame(rows)
     table["batch_size"] = table["batch_size"].astype(int)
     return table.sort_values("images_per_s", ascending=False, ignore_index=True)

@@ -19,9 +19,10 @@ import pandas as pd
 
 from perf4sight.architecture import Architecture, Detail
 from perf4sight.device.definitions import LATENCY, MEMORY, QUANTITIES, check_batch_sizes, check_stage, is_positive_int
+from perf4sight.device.recipe import DEFAULT_RECIPE, Recipe
 from perf4sight.errors import DataNotFoundError, UsageError
-from perf4sight.features import FEATURE_SETS, queries
-from perf4sight.features.network import group_column
+from perf4sight.features import FEATURE_SETS, queries, recipe_extrapolation
+from perf4sight.features.network import EXACT_COLUMNS, group_column
 from perf4sight.fit import FittedModel, load_model
 
 __all__ = ["Predictor", "MEMORY_BOUND", "MAX_SEARCH_BATCH", "BudgetError"]
@@ -60,27 +61,32 @@ class Predictor:
             raise DataNotFoundError(f"no fitted {stage} models in {directory}; run `perf4sight fingerprint` first")
         return cls(models=models, stage=stage)
 
-    def describe(self, network: Any, **load_options: Any) -> Architecture:
-        """The architecture of `network` (anything the network loader accepts, or an Architecture)."""
+    def describe(self, network: Any, *, recipe: Recipe = DEFAULT_RECIPE, **load_options: Any) -> Architecture:
+        """The architecture of `network` (anything the network loader accepts) trained under
+        `recipe`, or `network` itself when it is an Architecture (under its own recipe)."""
         if isinstance(network, Architecture):
             return network
         from perf4sight.networks import load_architecture
 
         # what the models' feature sets need, and never less than every layer traced
         needs = max(Detail.LAYERS, *(FEATURE_SETS[m.metadata["feature_set"]].needs for m in self.models.values()))
-        return load_architecture(network, needs=needs, stage=self.stage, **load_options)
+        return load_architecture(network, needs=needs, stage=self.stage, recipe=recipe.for_stage(self.stage),
+                                 **load_options)
 
     def predict(
         self,
         network: Any,
         batch_sizes: Sequence[int],
         *,
+        recipe: Recipe = DEFAULT_RECIPE,
         dataset_size: int | None = None,
+        breakdown: bool = False,
         **load_options: Any,
     ) -> pd.DataFrame:
         """One row per batch size: the predicted memory (`mem_used_mib`) and latency per
-        iteration (`latency_ms`) of the models loaded, and with `dataset_size` the time per
-        epoch (s); `mem_bound_mib` (when fingerprinting could leave a network out) the memory
+        iteration (`latency_ms`) of the models loaded for training under `recipe` (the
+        `recipe` column names it), and with `dataset_size` the time per epoch (s); with
+        `breakdown`, what the memory is made of (`CalibratedModel.breakdown`'s `<part>_mib`); `mem_bound_mib` (when fingerprinting could leave a network out) the memory
         that held-out networks' runs stayed under (95 % of them; for a calibrated prediction,
         held-out levels of its family), never below the prediction; `fits_device` (when the
         memory model learned the device's capacity) whether training fits on the profiled
@@ -89,13 +95,16 @@ class Predictor:
         `extrapolated` marks rows outside the fitted range (a batch size outside the profiled
         range, a bigger network than any profiled, or, for a network of a family not profiled, a
         layer group that fewer than two of the training networks held, which
-        `extrapolated_layers` names: its cost was fitted on one network or tied to another's)."""
+        `extrapolated_layers` names: its cost was fitted on one network or tied to another's;
+        or a recipe that changes what no profiled recipe showed, which `extrapolated_recipe`
+        names with the recipe to profile to calibrate it: `recipe_extrapolation`)."""
         sizes = check_batch_sizes(batch_sizes, "batch sizes", UsageError)
         if dataset_size is not None and not is_positive_int(dataset_size):
             raise UsageError(f"dataset size {dataset_size!r}: expected a positive number of images per epoch")
-        arch = self.describe(network, **load_options)
+        arch = self.describe(network, recipe=recipe, **load_options)
         batch = np.asarray(sizes)
-        columns: dict[str, np.ndarray] = {"batch_size": batch}
+        columns: dict[str, np.ndarray] = {"batch_size": batch,
+                                          "recipe": np.full(len(sizes), arch.recipe.label(), dtype=object)}
         extrapolated = np.zeros(len(sizes), dtype=bool)
         calibrated = False
         unseen: set[str] = set()  # layer groups the models saw in too few networks
@@ -111,6 +120,13 @@ class Predictor:
             if column == MEMORY.name and np.isfinite(model.estimator.capacity_mib()):
                 # the device's own out-of-memory boundary, learned from its failed runs
                 columns["fits_device"] = model.estimator.predict_fits(query)
+            if column == MEMORY.name and breakdown:
+                parts = model.estimator.breakdown(query)
+                columns.update({name: parts[name].to_numpy() for name in parts.columns})
+        if breakdown and MEMORY.name not in self.models:
+            raise DataNotFoundError("--breakdown needs a memory model; fingerprint memory first")
+        profiled = {recipe for model in self.models.values() for recipe in model.recipes}
+        unknown = [str(item) for item in recipe_extrapolation(arch.recipe, profiled)]
         if LATENCY.name in columns:
             if dataset_size is not None:
                 columns["epoch_s"] = np.ceil(dataset_size / batch) * columns[LATENCY.name] / 1e3
@@ -118,8 +134,9 @@ class Predictor:
         columns["calibrated"] = np.full(len(sizes), calibrated)
         if calibrated:  # its family's own runs were fitted on, whatever its layers
             unseen.clear()
-        columns["extrapolated"] = extrapolated | bool(unseen)
+        columns["extrapolated"] = extrapolated | bool(unseen) | bool(unknown)
         columns["extrapolated_layers"] = np.full(len(sizes), ", ".join(sorted(unseen)))
+        columns["extrapolated_recipe"] = np.full(len(sizes), "; ".join(unknown))
         return pd.DataFrame(columns)
 
     def max_batch_size(
@@ -171,7 +188,8 @@ class Predictor:
 
 def _outside_range(model: FittedModel, arch: Architecture, batch: np.ndarray, features: pd.DataFrame) -> np.ndarray:
     """True where the batch size lies outside what the model was fitted on, or the parameter
-    count or any feature exceeds it: a bigger network, or a kind of layer it never saw.
+    count or any feature exceeds it (but the exact amounts of the parameters' state,
+    `EXACT_COLUMNS`): a bigger network, or a kind of layer it never saw.
     `features` holds the model's feature columns (`CalibratedModel.features`)."""
     ranges = model.metadata.get("training_ranges", {})
     outside = np.zeros(len(batch), dtype=bool)
@@ -180,7 +198,8 @@ def _outside_range(model: FittedModel, arch: Architecture, batch: np.ndarray, fe
         outside |= (batch < low) | (batch > high)
     if "params" in ranges and arch.params > ranges["params"][1]:
         outside |= True
-    highest = np.array([ranges.get(name, (0.0, np.inf))[1] for name in features.columns.tolist()], dtype=float)
+    highest = np.array([np.inf if name in EXACT_COLUMNS else ranges.get(name, (0.0, np.inf))[1]
+                        for name in features.columns.tolist()], dtype=float)
     outside |= (features.to_numpy(dtype=float) > highest * (1 + 1e-9)).any(axis=1)
     return outside
 
