@@ -43,7 +43,15 @@ from perf4sight import console
 from perf4sight.device.definitions import LATENCY, MEMORY, QUANTITIES
 from perf4sight.device.recipe import DEFAULT_RECIPE, RECIPE_COLUMNS, TRAIN_ALL, TRAIN_CLASSIFIER, Recipe
 from perf4sight.features import ARCHITECTURE
-from perf4sight.fit import BOUND_QUANTILE, DEFAULT_METHOD, METHODS, ArchitectureCatalog, mape_pct, read_logs
+from perf4sight.fit import (
+    BOUND_QUANTILE,
+    DEFAULT_METHOD,
+    METHODS,
+    ArchitectureCatalog,
+    architecture_name,
+    mape_pct,
+    read_logs,
+)
 from tx2_accuracy import fit_chosen, method_datasets, profiled
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -87,7 +95,7 @@ def _evaluate(method: str, logs_dir: Path, nets: tuple[str, ...], levels: tuple[
         masks = {CASES[0]: trained_net & recipes.map(lambda recipe: recipe.is_default).to_numpy(),
                  CASES[1]: trained_net}
         evaluated = ~trained_net
-        elsewhere = _cpu_elsewhere(logs, rows, recipes)
+        elsewhere = _cpu_elsewhere(logs, rows)
         bound_quantile = BOUND_QUANTILE if target is MEMORY else None
         for case, mask in masks.items():
             chosen, model = fit_chosen(method, {m: d.select(mask) for m, d in full.items()}, target.name,
@@ -104,17 +112,15 @@ def _evaluate(method: str, logs_dir: Path, nets: tuple[str, ...], levels: tuple[
     return {case: pd.concat(frames, ignore_index=True) for case, frames in out.items()}
 
 
-def _cpu_elsewhere(logs: pd.DataFrame, rows: pd.DataFrame, recipes: pd.Series) -> np.ndarray:
+def _cpu_elsewhere(logs: pd.DataFrame, rows: pd.DataFrame) -> np.ndarray:
     """Each dataset row's `cpu_elsewhere` from its log row (NaN where the log has none)."""
     if "cpu_elsewhere" not in logs.columns:
         return np.full(len(rows), np.nan)
-    keyed = logs[logs["passed"]].assign(
-        recipe=[Recipe.from_columns(values) for values in logs.loc[logs["passed"], list(RECIPE_COLUMNS)].to_dict("records")],
-        model_name=logs.loc[logs["passed"], "model"].map(lambda model: Path(model).stem))
-    share = keyed.set_index(["model_name", "bs", "recipe"])["cpu_elsewhere"].astype(float)
-    share = share[~share.index.duplicated()]
-    keys = pd.MultiIndex.from_arrays([rows["model"], rows["batch_size"], recipes])
-    return share.reindex(keys).to_numpy()
+    keys = ["model", "batch_size", *RECIPE_COLUMNS]
+    passed = logs[logs["passed"]]
+    shares = passed.assign(model=passed["model"].map(architecture_name), batch_size=passed["bs"])
+    shares = shares[[*keys, "cpu_elsewhere"]].drop_duplicates(keys)
+    return rows[keys].merge(shares, on=keys, how="left")["cpu_elsewhere"].astype(float).to_numpy()
 
 
 def _error_pct(frame: pd.DataFrame) -> tuple[float, float]:

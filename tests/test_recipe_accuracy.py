@@ -1,5 +1,6 @@
-"""The recipe benchmark's own arithmetic: how runs group by recipe, the largest batch size
-within a budget, and a clean exit where its logs are absent."""
+"""The recipe benchmark's own arithmetic (how runs group by recipe, the largest batch size
+within a budget, a clean exit where its logs are absent) and the re-measuring of disturbed
+latency tests that its profiling runs on a shared machine."""
 
 from __future__ import annotations
 
@@ -33,3 +34,20 @@ def test_largest_batch_size_within_each_budget() -> None:
 def test_absent_logs_are_skipped_with_a_word(tmp_path: Path, capsys) -> None:
     assert recipe_accuracy.main(["--logs", str(tmp_path / "logs"), "--models", str(tmp_path)]) == 0
     assert "nothing to benchmark" in capsys.readouterr().out
+
+
+def test_disturbed_latency_tests_are_forgotten_and_the_rest_kept(tmp_path: Path) -> None:
+    import remeasure_disturbed
+    from perf4sight.device.logs import GT_SUFFIX, append_row, read_gt, read_journal
+
+    journal = tmp_path / "latency" / "net_0.csv"
+    for bs, share in ((4, 0.01), (8, 0.5), (16, None)):
+        params = {"test_var": "latency", "bs": bs, "dataset": "spec", "net_name": "net", "exec_stage": "training",
+                  "model": "models/net_0.json"}
+        append_row(journal, "latency", {"passed": True, "status": "ok", "params": params, "latency": 10.0 * bs,
+                                        "latency_iters_ms": [10.0 * bs] * 2, "cpu_elsewhere": share})
+    assert remeasure_disturbed.forget_disturbed(journal) == 1
+    assert [row["params"]["bs"] for row in read_journal(journal)] == [4, 16]
+    _, rows = read_gt(journal.with_name("net_0" + GT_SUFFIX), ["latency"])
+    assert [row["bs"] for row in rows] == [4, 16]
+    assert remeasure_disturbed.forget_disturbed(journal) == 0
