@@ -121,20 +121,21 @@ def candidates(method: str, target: str) -> tuple[str, ...]:
     return candidate_methods(target) if method == DEFAULT_METHOD else (method,)
 
 
-def _datasets(method: str, logs: pd.DataFrame, target: str, catalog: ArchitectureCatalog, stage: str,
-              passed_only: bool = True) -> dict[str, Dataset]:
+def method_datasets(method: str, logs: pd.DataFrame, target: str, catalog: ArchitectureCatalog, stage: str,
+                    passed_only: bool = True) -> dict[str, Dataset]:
     """The runs of `logs` in the feature set of each method `method` fits."""
     return {m: build_dataset(logs, target=target, feature_set=METHODS[m].feature_set, stage=stage,
                              catalog=catalog, passed_only=passed_only)
             for m in candidates(method, target)}
 
 
-def _fit(method: str, trained_on: dict[str, Dataset], target: str) -> tuple[str, CalibratedModel]:
+def fit_chosen(method: str, trained_on: dict[str, Dataset], target: str,
+               bound_quantile: float | None = None) -> tuple[str, CalibratedModel]:
     """The method fitted (for `default`, the one chosen on `trained_on`, as fingerprinting
-    chooses) and its model."""
+    chooses) and its model (with the memory bound at `bound_quantile` if given)."""
     chosen = choose_method(trained_on, target).chosen if method == DEFAULT_METHOD else method
     data = trained_on[chosen]
-    return chosen, CalibratedModel(chosen, target, data.stage).fit(data.rows, data.target)
+    return chosen, CalibratedModel(chosen, target, data.stage, bound_quantile=bound_quantile).fit(data.rows, data.target)
 
 
 def evaluate_method(
@@ -148,11 +149,11 @@ def evaluate_method(
     fitted: dict[tuple[str, str], dict[str, str]] = {}
     for target in QUANTITIES:
         logs = read_logs(data.nets, data.levels, [data.logs / target.kind], [target])
-        full = _datasets(method, logs, target.name, catalog, stage)
+        full = method_datasets(method, logs, target.name, catalog, stage)
         rows = next(iter(full.values())).rows
         for case, net, train, evaluation in data.cases():
             train_mask, eval_mask = _mask(rows, train), _mask(rows, evaluation)
-            chosen, model = _fit(method, {m: d.select(train_mask) for m, d in full.items()}, target.name)
+            chosen, model = fit_chosen(method, {m: d.select(train_mask) for m, d in full.items()}, target.name)
             evaluated = full[chosen].select(eval_mask)
             predicted = model.predict(evaluated.rows, calibrate=calibrate)
             results.setdefault((case, net), {})[target.name] = mape_pct(evaluated.target, predicted)
@@ -177,7 +178,7 @@ def memory_boundary(
     """
     logs = read_logs(data.nets, data.levels, [data.logs / MEMORY.kind], [MEMORY])
     passed = set(zip(logs.loc[logs["passed"], "model"].map(architecture_name), logs.loc[logs["passed"], "bs"]))
-    full = _datasets(method, logs, MEMORY.name, catalog, stage, passed_only=False)
+    full = method_datasets(method, logs, MEMORY.name, catalog, stage, passed_only=False)
     out = {}
     for case, net, train_levels, evaluation in data.cases():
         chosen = fitted[(case, net)][MEMORY.name]
