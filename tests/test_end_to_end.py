@@ -168,3 +168,13 @@ def test_every_section_is_checked_before_any_stage_runs(tmp_path: Path, capsys: 
     assert main(["run", "--config", str(config)]) == 2
     assert f"{config}: {message}" in capsys.readouterr().err  # the file, then what is wrong in it
     assert not (tmp_path / "specs").exists()  # nothing pruned for a run that could not finish
+
+
+@pytest.mark.slow
+def test_the_readme_python_example_runs_as_written(run_dir: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    example = (ROOT / "README.md").read_text().split("```python\n", 1)[1].split("```", 1)[0]
+    assert example.count('"out/demo/fitted"') == 1  # the demo's models, here this run's
+    exec(compile(example.replace('"out/demo/fitted"', repr(str(run_dir / "fitted"))), "README.md", "exec"), {})
+    printed = capsys.readouterr().out
+    assert "layers," in printed and "level reached" in printed
+    assert "adamw, amp-bf16, train layer4" in printed and "optimizer_state_mib" in printed

@@ -19,6 +19,7 @@ _EXPORTS = {
     "STAGES": "perf4sight.device.definitions",
     "QUANTITIES": "perf4sight.device.definitions",
     "DATASETS": "perf4sight.device.definitions",
+    "Recipe": "perf4sight.device.recipe",
     "load_config": "perf4sight.config",
     "run_config": "perf4sight.pipeline",
     "Architecture": "perf4sight.architecture",

@@ -121,3 +121,4 @@ def test_a_bad_recipe_is_one_line_and_exit_2(models: Path, options: list[str], m
     assert main(["predict", "--models", str(models), "--net", "resnet18", *options]) == 2
     err = capsys.readouterr().err.strip()
     assert err.startswith(message) and "\n" not in err, err
+

@@ -100,7 +100,7 @@ def _ints(value: Any, length: int | None = None, *, low: int = 1) -> bool:
     """Whether `value` is a non-empty list of integers of at least `low` (of `length`, if given)."""
     if not isinstance(value, list) or not value or (length is not None and len(value) != length):
         return False
-    return all(isinstance(v, int) and not isinstance(v, bool) and v >= low for v in value)
+    return all(type(v) is int and v >= low for v in value)  # JSON's ints (a bool is no int here)
 
 
 # A keyword argument's value in a spec: a plain number, flag or word of modest size (an
