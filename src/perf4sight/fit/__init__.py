@@ -1,7 +1,7 @@
 """Fitting: datasets built from profiling logs, regression methods, stored models, evaluation."""
 
 from perf4sight.fit.bound import BOUND_QUANTILE, held_out_ratio
-from perf4sight.fit.calibration import CalibratedModel, FamilyCalibration, query_rows
+from perf4sight.fit.calibration import Answer, CalibratedModel, FamilyCalibration, query_rows
 from perf4sight.fit.choice import MethodChoice, choose_method
 from perf4sight.fit.dataset import ArchitectureCatalog, Dataset, architecture_name, build_dataset
 from perf4sight.fit.fingerprint import fingerprint_device
@@ -23,6 +23,7 @@ from perf4sight.fit.report import mape_pct, summarise
 from perf4sight.fit.store import FittedModel, load_model, save_model, stored_model_path
 
 __all__ = [
+    "Answer",
     "ArchitectureCatalog",
     "CalibratedModel",
     "CANDIDATE_METHODS",

@@ -23,7 +23,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 import pandas as pd
@@ -37,7 +37,7 @@ from perf4sight.fit.bound import held_out_ratio
 from perf4sight.fit.methods import METHODS, fit_method
 from perf4sight.fit.physical import memory_breakdown
 
-__all__ = ["CalibratedModel", "FamilyCalibration", "query_rows"]
+__all__ = ["Answer", "CalibratedModel", "FamilyCalibration", "query_rows"]
 
 
 @dataclass(frozen=True)
@@ -153,8 +153,25 @@ def query_rows(X: pd.DataFrame) -> dict[str, Any]:  # noqa: N803 (scikit-learn's
     """Each query's family (`family_key`), parameter count and batch size: what the
     corrections are looked up by."""
     archs = X[ARCHITECTURE].tolist()
-    return {"family": [family_key(arch) for arch in archs], "params": [arch.params for arch in archs],
-            "batch_size": X[BATCH_SIZE].to_numpy()}
+    first = archs[0] if archs else None
+    if all(arch is first for arch in archs):  # one network: the usual query
+        family, params = [family_key(first)] * len(archs), [first.params] * len(archs)
+    else:
+        family, params = [family_key(arch) for arch in archs], [arch.params for arch in archs]
+    return {"family": family, "params": params, "batch_size": X[BATCH_SIZE].to_numpy()}
+
+
+class Answer(NamedTuple):
+    """What one prediction of a query frame yields, each computed once: the predicted target
+    per row (`CalibratedModel.predict`), the memory bound (None when none was measured),
+    which rows were calibrated, whether each fits in the device's memory (None for a model
+    that learns no capacity) and the feature columns the regressor computed."""
+
+    predicted: np.ndarray
+    bound: np.ndarray | None
+    calibrated: np.ndarray
+    fits: np.ndarray | None
+    features: pd.DataFrame
 
 
 class CalibratedModel(BaseEstimator):
@@ -193,28 +210,32 @@ class CalibratedModel(BaseEstimator):
                 return_bound: bool = False) -> np.ndarray | tuple[np.ndarray, np.ndarray | None]:
         """The predicted target per row, corrected where its family was profiled (unless
         `calibrate` is False); with `return_bound`, also the memory bound per row (None
-        when none was measured): the prediction times the held-out ratio, the calibrated
-        one where the prediction was calibrated, never below the prediction."""
+        when none was measured): `answer`'s."""
+        answer = self.answer(X, calibrate=calibrate)
+        return (answer.predicted, answer.bound) if return_bound else answer.predicted
+
+    def answer(self, X: pd.DataFrame, *, calibrate: bool = True) -> Answer:  # noqa: N803
+        """Everything a prediction yields (`Answer`): the regressor's steps run once, as
+        `Pipeline.predict` runs them (without its metadata routing, which costs as much as a
+        prediction of one network); the bound is the prediction times the held-out ratio,
+        the calibrated one where the prediction was calibrated, never below the prediction."""
         check_is_fitted(self, "regressor_")
-        predicted = self._regressor_predict(X)
+        (_, transformer), *middle, (_, solver) = self.regressor_.steps
+        features = transformer.transform(X)
+        design = features
+        for _, step in middle:
+            design = step.transform(design)
+        predicted = solver.predict(design)
+        fits = solver.predict_demand(design) <= solver.capacity_mib() if hasattr(solver, "predict_demand") else None
         if calibrate:
             predicted, calibrated = self.calibration_.apply(query_rows(X), predicted)
         else:
             calibrated = np.zeros(len(predicted), dtype=bool)
-        if not return_bound:
-            return predicted
-        if self.bound_ is None:
-            return predicted, None
-        in_family = self.bound_["calibrated_ratio"] or self.bound_["ratio"]
-        return predicted, predicted * np.maximum(1.0, np.where(calibrated, in_family, self.bound_["ratio"]))
-
-    def _regressor_predict(self, X: pd.DataFrame) -> np.ndarray:  # noqa: N803
-        """The regressor's prediction: its steps in order, as `Pipeline.predict` runs them
-        (without its metadata routing, which costs as much as a prediction of one network)."""
-        *transforms, (_, last) = self.regressor_.steps
-        for _, step in transforms:
-            X = step.transform(X)  # noqa: N806
-        return last.predict(X)
+        bound = None
+        if self.bound_ is not None:
+            in_family = self.bound_["calibrated_ratio"] or self.bound_["ratio"]
+            bound = predicted * np.maximum(1.0, np.where(calibrated, in_family, self.bound_["ratio"]))
+        return Answer(predicted, bound, calibrated, fits, features)
 
     def calibrated(self, X: pd.DataFrame) -> np.ndarray:  # noqa: N803
         """Which rows `predict` corrects: those of a profiled family."""
@@ -243,8 +264,8 @@ class CalibratedModel(BaseEstimator):
 
     def predict_fits(self, X: pd.DataFrame) -> np.ndarray:  # noqa: N803
         """Whether each row fits in the device's memory (a memory model with a capacity)."""
-        check_is_fitted(self, "regressor_")
-        solver = self.regressor_[-1]
-        if not hasattr(solver, "predict_demand"):
-            raise ValueError(f"predict_fits needs a memory model that learns a capacity, not a {type(solver).__name__}")
-        return solver.predict_demand(self.regressor_[:-1].transform(X)) <= solver.capacity_mib()
+        fits = self.answer(X, calibrate=False).fits
+        if fits is None:
+            raise ValueError(f"predict_fits needs a memory model that learns a capacity, not a "
+                             f"{type(self.regressor_[-1]).__name__}")
+        return fits

@@ -110,16 +110,16 @@ class Predictor:
         unseen: set[str] = set()  # layer groups the models saw in too few networks
         query = queries(arch, sizes)
         for column, model in self.models.items():
-            columns[column], bound = model.estimator.predict(query, return_bound=True)
-            features = model.estimator.features(query)  # computed by the prediction, kept with `arch`
-            calibrated |= bool(model.estimator.calibrated(query).all())
-            if column == MEMORY.name and bound is not None:
-                columns[MEMORY_BOUND] = bound
-            extrapolated |= _outside_range(model, arch, batch, features)
-            unseen.update(_rare_groups(model, features))
-            if column == MEMORY.name and np.isfinite(model.estimator.capacity_mib()):
+            answer = model.estimator.answer(query)
+            columns[column] = answer.predicted
+            calibrated |= bool(answer.calibrated.all())
+            if column == MEMORY.name and answer.bound is not None:
+                columns[MEMORY_BOUND] = answer.bound
+            extrapolated |= _outside_range(model, arch, batch, answer.features)
+            unseen.update(_rare_groups(model, answer.features))
+            if column == MEMORY.name and answer.fits is not None and np.isfinite(model.estimator.capacity_mib()):
                 # the device's own out-of-memory boundary, learned from its failed runs
-                columns["fits_device"] = model.estimator.predict_fits(query)
+                columns["fits_device"] = answer.fits
             if column == MEMORY.name and breakdown:
                 parts = model.estimator.breakdown(query)
                 columns.update({name: parts[name].to_numpy() for name in parts.columns})
@@ -215,4 +215,5 @@ def _rare_groups(model: FittedModel, features: pd.DataFrame) -> set[str]:
     held = model.metadata.get("layer_groups") or {}
     enough = min(_NETWORKS_PER_GROUP, len(model.metadata.get("train_nets", ())))
     counts = {group: group_column(group, "count") for group, nets in held.items() if nets < enough}
-    return {group for group, column in counts.items() if column in features and features[column].iloc[0] > 0}
+    first = dict(zip(features.columns.tolist(), features.to_numpy()[0].tolist())) if counts and len(features) else {}
+    return {group for group, column in counts.items() if first.get(column, 0) > 0}
