@@ -176,6 +176,21 @@ def test_a_recipe_the_network_or_device_cannot_run_is_refused(recipe: Recipe, de
         workload.iteration(_resnet18(), "training", _inputs(), 10, recipe)
 
 
+@pytest.mark.parametrize(("capability", "refused"), [((6, 2), True), ((7, 5), True), ((8, 0), False), ((9, 0), False)])
+def test_bf16_autocast_needs_a_gpu_with_bfloat16_kernels(monkeypatch: pytest.MonkeyPatch, capability: tuple[int, int],
+                                                         refused: bool) -> None:
+    """A TX2 (6.2) or a Turing card (7.5) has no bfloat16 kernels; an Ampere (8.0) or a Hopper (9.0) GPU has."""
+    monkeypatch.setattr(torch.cuda, "get_device_capability", lambda device=None: capability)
+    problem = workload.device_precision_problem("amp-bf16", "cuda")
+    assert (problem == "precision amp-bf16 needs a GPU with bfloat16 kernels (compute capability 8.0 or newer), "
+            "not {}.{}".format(*capability)) if refused else problem == ""
+    assert workload.device_precision_problem("amp-fp16", "cuda") == ""  # every CUDA GPU computes in fp16
+    assert workload.device_precision_problem("amp-bf16", "cpu") == ""
+    if refused:
+        with pytest.raises(ArgumentError, match="bfloat16 kernels"):
+            workload.autocast(Recipe(precision="amp-bf16"), "cuda")
+
+
 def test_recipes_run_under_python_36_and_torch_1_10(oldest_stack: OldStack, tmp_path: Path) -> None:
     """The device package alone, under the oldest stack: adam + bf16 autocast + classifier
     + 2 checkpointed segments, and every parameter trained with checkpointing and bf16."""

@@ -134,10 +134,25 @@ def _timed(backend: Backend, step: Callable[[], None], iterations: int, warmup: 
     times.extend(backend.time_ms(step) for _ in range(iterations))
 
 
+def device_precision_problem(precision: str, device_type: str) -> str:
+    """Why this machine's device of type `device_type` cannot compute in `precision`:
+    `precision_problem`'s reasons, and bf16 autocast on a GPU without bfloat16 kernels
+    (compute capability below 8.0: a TX2, a Xavier, a Turing card), where PyTorch would
+    emulate or refuse them. Empty when it can."""
+    problem = precision_problem(precision, device_type)
+    if problem or device_type != "cuda" or PRECISIONS[precision].autocast_dtype != "bfloat16":
+        return problem
+    major, minor = torch.cuda.get_device_capability()
+    if major < 8:
+        return "precision {} needs a GPU with bfloat16 kernels (compute capability 8.0 or newer), not {}.{}".format(
+            precision, major, minor)
+    return ""
+
+
 def autocast(recipe: Recipe, device_type: str) -> ContextManager[Any]:
     """The recipe's autocast on `device_type` (`cuda`, `cpu`) as a context manager: a no-op
-    for fp32; ArgumentError for a precision the device cannot run (fp16 off CUDA)."""
-    problem = precision_problem(recipe.precision, device_type)
+    for fp32; ArgumentError for a precision the device cannot run (`device_precision_problem`)."""
+    problem = device_precision_problem(recipe.precision, device_type)
     if problem:
         raise ArgumentError(problem)
     dtype = PRECISIONS[recipe.precision].autocast_dtype
@@ -256,13 +271,13 @@ def recipe_problems(model: nn.Module, recipe: Recipe, blocks: Sequence[str] = ()
 
 
 def check_recipes(tests: Sequence[ProfileTest], load: Loader, device_type: str) -> None:
-    """Refuse, before any test, a recipe the device (`precision_problem`) or a test's network
+    """Refuse, before any test, a recipe the device (`device_precision_problem`) or a test's network
     (`recipe_problems`) cannot run: such a test would fail without measuring anything, and
     its failure, journalled, would never be retried. Each network that a recipe names a
     layer of or checkpoints is built once, by `load`. ConfigError names the test config's model."""
     needs_network: Dict[Tuple[str, str, str], List[ProfileTest]] = {}
     for test in tests:
-        problem = precision_problem(test.recipe.precision, device_type)
+        problem = device_precision_problem(test.recipe.precision, device_type)
         if problem:
             raise ConfigError("test config: model {}: {}".format(test.model, problem))
         if test.recipe.trainable not in (TRAIN_ALL, TRAIN_CLASSIFIER) or test.recipe.checkpoint_segments:
