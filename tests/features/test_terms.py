@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 
 from perf4sight.architecture import Detail
+from perf4sight.device.recipe import Recipe
 from perf4sight.features import FEATURE_SETS, FEATURE_TERMS
 from perf4sight.features.network import LAYER_GROUPS, NETWORK_TERMS, STREAM_TERMS, group_column
 from perf4sight.features.terms import Role, Term, TermSet, report_only
@@ -33,9 +34,10 @@ def test_every_term_weighs_columns_its_feature_set_computes(tables, feature_set,
         design = term_design(table, declared)
         assert design.shape == (2, len(declared)), kind
         # every term of this network holds something (it has every kind the terms weigh but
-        # grouped convolutions), and grows with the batch size or stays as it is
+        # grouped convolutions, and the default recipe computes nothing under autocast), and
+        # grows with the batch size or stays as it is
         held = {term.name for term, column in zip(declared, design.T) if column.any()}
-        assert held == {term.name for term in declared} - {"grouped"}
+        assert held == {term.name for term in declared} - {"grouped", "autocast_gemm"}
         assert (design[1] >= design[0]).all()
     # the rest of the columns feed no model: the batch size, the amounts kept for reading
     # and the layer counts (the predictor's check of the training ranges and layer groups)
@@ -79,3 +81,18 @@ def test_term_sets_refuse_ties_to_nothing_and_names_twice():
         TermSet("test", memory=(traffic, traffic), latency=())
     with pytest.raises(ValueError, match="no columns"):
         Term("empty", {}, "bytes", Role.EXACT)
+
+
+@pytest.mark.parametrize("terms", [NETWORK_TERMS, STREAM_TERMS])
+def test_autocast_moves_the_gemm_work_to_its_own_term(terms: TermSet) -> None:
+    """Under bf16 autocast the same GEMM work is the `autocast_gemm` term's (tied to the GEMM
+    rate until a recipe with autocast is fitted on), none of it left at the fp32 rate."""
+    designs = {}
+    for precision in ("fp32", "amp-bf16"):
+        arch = load_architecture("resnet18", input_size=(3, 32, 32), num_classes=10, recipe=Recipe(precision=precision))
+        design = term_design(FEATURE_SETS["network"](arch, [2, 8], "training"), terms.latency)
+        designs[precision] = dict(zip([term.name for term in terms.latency], design.T))
+    assert (designs["fp32"]["gemm"] > 0).all() and not designs["fp32"]["autocast_gemm"].any()
+    np.testing.assert_array_equal(designs["amp-bf16"]["autocast_gemm"], designs["fp32"]["gemm"])
+    assert not designs["amp-bf16"]["gemm"].any()
+    assert {term.name: term.tie for term in terms.latency}["autocast_gemm"] == "gemm"

@@ -84,11 +84,11 @@ def test_a_kind_no_training_network_has_takes_its_ties_rate(latency_dataset):
     without = fit_method("physical", rest.rows, rest.target, "latency_ms")[-1]
     terms = list(without.terms_)
     ties = {term.name: term.tie for term in NETWORK_TERMS.latency if term.tie is not None}
-    assert set(without.tied_terms_) == set(ties) == {"depthwise", "grouped"}
+    assert set(without.tied_terms_) == set(ties) == {"depthwise", "grouped", "autocast_gemm"}
     for kind, tie in ties.items():
         assert without.coef_[terms.index(kind)] == without.coef_[terms.index(tie)]
     with_depthwise = fit_method("physical", latency_dataset.rows, latency_dataset.target, "latency_ms")[-1]
-    assert with_depthwise.tied_terms_ == ["grouped"]
+    assert with_depthwise.tied_terms_ == ["grouped", "autocast_gemm"]
     # the H200's depthwise kernels cost several times the traffic rate per byte
     assert with_depthwise.coef_[terms.index("depthwise")] > 3 * with_depthwise.coef_[terms.index("traffic")]
 
@@ -102,7 +102,8 @@ def test_latency_chooses_between_one_rate_and_a_rate_per_stream_of_bytes(latency
         assert choice.errors[method] == pytest.approx(held_out_error(method, latency_dataset, "latency_ms")[0])
     assert choice.chosen == min(choice.errors, key=lambda m: (choice.errors[m], m != "physical"))
     streams = fit_method("streams", latency_dataset.rows, latency_dataset.target, "latency_ms")[-1]
-    assert set(streams.terms_) == {"gemm", "gemm_traffic", "memory_bound_traffic", "launches", "depthwise", "grouped"}
+    assert set(streams.terms_) == {"gemm", "gemm_traffic", "memory_bound_traffic", "launches", "depthwise", "grouped",
+                                   "autocast_gemm"}
 
 
 @pytest.mark.slow

@@ -13,6 +13,7 @@ import pytest
 from sklearn.pipeline import Pipeline
 from torch import nn
 
+from perf4sight.device.recipe import Recipe
 from perf4sight.features import FEATURE_SETS
 from perf4sight.features.network import NETWORK_TERMS
 from perf4sight.features.terms import Role
@@ -101,8 +102,10 @@ def test_latency_recovers_each_rate_and_ties_an_absent_kind(rows):
     measured = _latency(rows, 3.0, rates)
     model = _model("latency_ms").fit(rows.drop(columns="net"), measured)
     fitted = dict(zip(model[-1].terms_, model[-1].coef_))
-    # no network has grouped (not depthwise) convolutions: their rate is the GEMMs'
-    assert model[-1].tied_terms_ == ["grouped"] and fitted["grouped"] == fitted["gemm"]
+    # no network has grouped (not depthwise) convolutions, nor runs under autocast: their
+    # rates are the GEMMs'
+    assert model[-1].tied_terms_ == ["grouped", "autocast_gemm"]
+    assert fitted["grouped"] == fitted["gemm"] == fitted["autocast_gemm"]
     for name in ("gemm", "traffic", "launches", "depthwise"):
         assert fitted[name] == pytest.approx(rates[name], rel=1e-6), name
     assert model[-1].intercept_ == pytest.approx(3.0, rel=1e-6)
@@ -111,7 +114,7 @@ def test_latency_recovers_each_rate_and_ties_an_absent_kind(rows):
     plain = rows[_amount(rows, "depthwise", "latency") == 0]
     without = _model("latency_ms").fit(plain.drop(columns="net"), _latency(plain, 3.0, rates))
     fitted = dict(zip(without[-1].terms_, without[-1].coef_))
-    assert without[-1].tied_terms_ == ["depthwise", "grouped"]
+    assert without[-1].tied_terms_ == ["depthwise", "grouped", "autocast_gemm"]
     assert fitted["depthwise"] == fitted["traffic"] == pytest.approx(rates["traffic"], rel=1e-6)
 
 
@@ -124,3 +127,21 @@ def test_weights_count_networks_not_rows(rows):
     weight = (rows["net"].to_numpy() != 0).astype(float)
     model = _model("latency_ms").fit(rows.drop(columns="net"), spoiled, solver__sample_weight=weight)
     np.testing.assert_allclose(model.predict(rows.drop(columns="net")), measured, rtol=1e-6)
+
+
+def test_runs_under_autocast_give_the_16_bit_gemm_rate_its_own_value(rows):
+    """Half the networks also run under bf16 autocast, whose GEMMs take 3x the fp32 rate
+    (a CPU emulating bfloat16): the fit finds both rates, and every other one."""
+    bf16 = []
+    for index, (width, linear, depthwise) in enumerate([(8, True, False), (20, False, True), (28, False, False),
+                                                        (40, False, True)]):
+        arch = load_architecture(_net(width, linear=linear, depthwise=depthwise), input_size=(3, 24, 24),
+                                 recipe=Recipe(precision="amp-bf16"))
+        bf16.append(FEATURE_SETS["network"](arch, BATCH_SIZES, "training").assign(net=100 + index))
+    both = pd.concat([rows, *bf16], ignore_index=True)
+    rates = {"gemm": 2e-9, "autocast_gemm": 6e-9, "traffic": 5e-9, "launches": 0.05, "depthwise": 4e-8}
+    model = _model("latency_ms").fit(both.drop(columns="net"), _latency(both, 3.0, rates))
+    fitted = dict(zip(model[-1].terms_, model[-1].coef_))
+    assert model[-1].tied_terms_ == ["grouped"]
+    for name, rate in rates.items():
+        assert fitted[name] == pytest.approx(rate, rel=1e-6), name

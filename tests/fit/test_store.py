@@ -132,7 +132,7 @@ def test_another_library_version_is_refused(stored, tmp_path, edit_metadata):
 
 def test_an_older_storage_format_is_refused(stored, tmp_path, edit_metadata):
     edit_metadata(stored[1], lambda meta: meta.update(format=1))
-    with pytest.raises(FittedModelError, match="stored in format 1, this perf4sight reads format 10; fingerprint again"):
+    with pytest.raises(FittedModelError, match="stored in format 1, this perf4sight reads format 11; fingerprint again"):
         load_model(tmp_path, stage="training", target="latency_ms")
 
 
@@ -208,7 +208,7 @@ def test_a_model_file_that_is_not_skops_is_one_error(stored, tmp_path, content):
                                      "calibrated_ratio": None}), "bound_ratio: Extra inputs are not permitted"),
     (lambda m: m.update(family_residuals="abc"), "family_residuals: Extra inputs are not permitted"),
     (lambda m: m.update(training_ranges="zzz"), "training_ranges: Input should be a valid dictionary"),
-    (lambda m: m.update(format="10"), "stored in format '10', this perf4sight reads format 10"),
+    (lambda m: m.update(format="11"), "stored in format '11', this perf4sight reads format 11"),
     (lambda m: m.update(layer_groups="abc"), "layer_groups: Input should be a valid dictionary"),
     (lambda m: m.update(method_choice={"chosen": "replay", "errors": "x", "left_out": "network", "reason": ""}),
      "method_choice.errors: Input should be a valid dictionary"),

@@ -30,7 +30,7 @@ from perf4sight.features.inputs import checked_batch_sizes, needs
 from perf4sight.features.terms import Role, Term, TermSet
 
 __all__ = [
-    "EXACT_COLUMNS", "KIND_GROUPS", "LAYER_GROUPS", "MEMORY_PARTS", "NETWORK_TERMS", "STREAM_TERMS", "PARAMETER_STREAM_FACTOR", "network_features", "layer_group",
+    "AUTOCAST_TERMS", "EXACT_COLUMNS", "KIND_GROUPS", "LAYER_GROUPS", "MEMORY_PARTS", "NETWORK_TERMS", "STREAM_TERMS", "PARAMETER_STREAM_FACTOR", "network_features", "layer_group",
     "networks_per_group", "group_column",
 ]
 
@@ -88,6 +88,8 @@ _GRADIENTS = "gradient_bytes"
 _OPTIMIZER_STATE = "optimizer_state_bytes"
 _SAVED = "saved_bytes"
 _OPTIMIZER_TEMP = "optimizer_temp_bytes"
+# The GEMM work (`_GEMM_WORK`'s, padded) that autocast computes in its 16-bit dtype.
+_AUTOCAST_GEMM = "autocast_padded_flops"
 _OUTPUTS = "output_bytes"
 _ACTIVATION_PEAK = "activation_peak_bytes"
 _LAYERS = "layers"
@@ -242,6 +244,8 @@ def network_features(arch: Architecture, batch_sizes: Sequence[int], stage: str 
         columns[group_column(group, "padded_flops")] = bs * padded[mask].sum()
         columns[group_column(group, "bytes")] = bs * moved[mask].sum()
         columns[group_column(group, "count")] = float(mask.sum())
+    half = precision.autocast_dtype is not None
+    columns[_AUTOCAST_GEMM] = sum(columns[column] for column in _GEMM_WORK_COLUMNS) if half else bs * 0.0
     # a memory-bound layer reads and writes in its forward pass (again where recomputed)
     # and in its backward pass, where that runs
     bound_passes = 1.0 + recomputed + backward
@@ -404,8 +408,15 @@ MEMORY_PARTS = {
 # cost nothing beyond their neighbours' traffic, the H200's 9 times the traffic rate): each
 # has a rate of its own where the training networks hold such layers, and otherwise the rate
 # of what it is: depthwise convolutions move bytes, grouped ones are GEMMs.
-_GEMM_WORK = Term("gemm", {group_column(group, "padded_flops"): 1.0 for group in _GEMM_GROUPS
-                           if group not in (_DEPTHWISE, _GROUPED)}, "flops")
+# Under autocast that work runs in a 16-bit dtype, at a rate of its own (a GPU's tensor cores,
+# a CPU's bf16 instructions or their emulation): the GEMM term counts what runs in fp32 and
+# `autocast_gemm` the rest, at the GEMM rate until a profiled recipe with autocast shows its own.
+_GEMM_WORK_COLUMNS = tuple(group_column(group, "padded_flops") for group in _GEMM_GROUPS
+                           if group not in (_DEPTHWISE, _GROUPED))
+_GEMM_WORK = Term("gemm", {**dict.fromkeys(_GEMM_WORK_COLUMNS, 1.0), _AUTOCAST_GEMM: -1.0}, "flops")
+_AUTOCAST_GEMM_WORK = Term("autocast_gemm", {_AUTOCAST_GEMM: 1.0}, "flops", tie="gemm")
+# The latency terms whose rates only runs under autocast show.
+AUTOCAST_TERMS = (_AUTOCAST_GEMM_WORK.name,)
 _PARAMETER_PASSES = {_PARAM_TRAFFIC: PARAMETER_STREAM_FACTOR, _CONV_WEIGHT_TRAFFIC: 1.0}
 _LAUNCHES = Term("launches", {_LAYERS: 1.0}, "count")
 _GROUPED_WORK = Term("grouped", {group_column(_GROUPED, "padded_flops"): 1.0}, "flops", tie="gemm")
@@ -419,6 +430,7 @@ _LATENCY_TERMS = (
     _LAUNCHES,
     Term("depthwise", _DEPTHWISE_BYTES, "bytes", tie="traffic"),
     _GROUPED_WORK,
+    _AUTOCAST_GEMM_WORK,
 )
 NETWORK_TERMS = TermSet("network", memory=_MEMORY_TERMS, latency=_LATENCY_TERMS)
 # The same latency model with the bytes moved split by the kernels that move them, each at a
@@ -439,5 +451,6 @@ _STREAM_LATENCY_TERMS = (
     _LAUNCHES,
     Term("depthwise", _DEPTHWISE_BYTES, "bytes", tie="memory_bound_traffic"),
     _GROUPED_WORK,
+    _AUTOCAST_GEMM_WORK,
 )
 STREAM_TERMS = TermSet("streams", memory=_MEMORY_TERMS, latency=_STREAM_LATENCY_TERMS)

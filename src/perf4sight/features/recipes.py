@@ -16,15 +16,16 @@ from collections.abc import Iterable
 from typing import NamedTuple
 
 from perf4sight.device.recipe import DEFAULT_RECIPE, PRECISIONS, Recipe
-from perf4sight.features.network import NETWORK_TERMS, STREAM_TERMS
+from perf4sight.features.network import AUTOCAST_TERMS, NETWORK_TERMS, STREAM_TERMS
 from perf4sight.features.terms import Role
 
 __all__ = ["Extrapolation", "recipe_extrapolation"]
 
-# The latency terms whose rates are arithmetic (GEMM operations), per feature set's term sets.
+# The latency terms whose rates are arithmetic (GEMM operations), per feature set's term sets:
+# autocast's 16-bit GEMMs' (`AUTOCAST_TERMS`), and those in fp32.
 _ARITHMETIC_TERMS = tuple(dict.fromkeys(
     term.name for terms in (NETWORK_TERMS, STREAM_TERMS) for term in terms.latency
-    if term.unit == "flops" and term.role is Role.FITTED))
+    if term.unit == "flops" and term.role is Role.FITTED and term.name not in AUTOCAST_TERMS))
 
 
 class Extrapolation(NamedTuple):
@@ -50,7 +51,7 @@ def recipe_extrapolation(recipe: Recipe, profiled_recipes: Iterable[Recipe]) -> 
         dtype = PRECISIONS[recipe.precision].autocast_dtype or "float32"
         found.append(Extrapolation(
             f"{recipe.precision}: the rate of {dtype} GEMM arithmetic was never measured",
-            _ARITHMETIC_TERMS,
+            AUTOCAST_TERMS if PRECISIONS[recipe.precision].autocast_dtype else _ARITHMETIC_TERMS,
             DEFAULT_RECIPE._replace(precision=recipe.precision),
         ))
     return found
