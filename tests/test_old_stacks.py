@@ -24,6 +24,7 @@ def test_a_named_interpreter_of_another_version_is_refused(monkeypatch: pytest.M
         provide_stack("3.6", "1.10.2")
 
 
+@pytest.mark.slow
 def test_a_named_interpreter_with_that_torch_is_used_as_it_is(monkeypatch: pytest.MonkeyPatch) -> None:
     """The host's own Python and torch stand in for a ready old stack: no venv is made."""
     import torch

@@ -101,6 +101,7 @@ def _shapes(spec: dict) -> dict[str, LayerShape]:
     }
 
 
+@pytest.mark.slow
 def test_propagation_equals_a_rebuild_for_every_tx2_spec(tx2_dir: Path) -> None:
     templates: dict[str, object] = {}
     for path in sorted((tx2_dir / "models").glob("*.json")):

@@ -249,6 +249,7 @@ def _scaled_and_recorded(spec_path: Path, stage: str) -> tuple[Timeline, Timelin
     return _with_lifetimes(spec_path, stage).lifetimes[stage], _recorded(spec_path, stage)
 
 
+@pytest.mark.slow
 def test_a_pruned_variant_is_its_bases_recording_scaled(tmp_path, monkeypatch):
     create_network_dataset(NetworkDatasetSettings(
         networks=["resnet18", str(EXAMPLES / "model_files" / "mobilenet_like.py")], pruning_perc=[0, 50, 90],

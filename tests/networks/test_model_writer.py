@@ -44,6 +44,7 @@ print(json.dumps({
 """
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("network", ["resnet18", "mobilenet_v2", "googlenet"])
 def test_model_file_rebuilds_the_pruned_network_in_a_fresh_interpreter(network, tmp_path):
     pruned = prune_network(build_torchvision(network, num_classes=10, device="meta"), 40, input_size=(3, 32, 32), seed=3).module

@@ -35,6 +35,7 @@ def _describe(module: nn.Module, spec: dict) -> dict:
     )
 
 
+@pytest.mark.slow
 def test_every_tx2_spec_rebuilds_with_its_shapes_and_params(tx2_dir):
     paths = sorted((tx2_dir / "models").glob("*.json"))
     assert sorted({read_spec(p)["net"] for p in paths}) == ["googlenet", "mobilenetv2", "resnet18", "squeezenet"]

@@ -259,6 +259,7 @@ def test_worker_over_the_memory_limit_while_starting_stops_the_campaign(
         assert not log_dir.exists()
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("save", [True, False])
 def test_worker_that_does_not_start_in_time_stops_the_campaign(
     tmp_path: Path, model_dir: Path, write_test_config, monkeypatch: pytest.MonkeyPatch, save: bool

@@ -191,6 +191,7 @@ def test_bf16_autocast_needs_a_gpu_with_bfloat16_kernels(monkeypatch: pytest.Mon
             workload.autocast(Recipe(precision="amp-bf16"), "cuda")
 
 
+@pytest.mark.slow
 def test_recipes_run_under_python_36_and_torch_1_10(oldest_stack: OldStack, tmp_path: Path) -> None:
     """The device package alone, under the oldest stack: adam + bf16 autocast + classifier
     + 2 checkpointed segments, and every parameter trained with checkpointing and bf16."""

@@ -205,8 +205,11 @@ def network_features(arch: Architecture, batch_sizes: Sequence[int], stage: str 
         peak = (alive_saved + transient).max(axis=1) + saved_fixed
     else:
         peak = ((in_bytes + out_bytes + im2col)[None, :] * batch).max(axis=1)
-    # every output a layer allocates, again where its forward pass is recomputed
-    fresh_outputs = float(out_bytes[fresh].sum() + out_bytes[fresh & recomputed].sum())
+    # every output a layer allocates that the graph holds to the backward pass (in inference,
+    # every output): a frozen prefix frees its outputs as soon as the next layer has read them, and
+    # so does a checkpointed segment's first forward pass; its recomputation keeps them
+    graph = backward if training else np.ones(len(layers), dtype=bool)
+    fresh_outputs = float(out_bytes[fresh & graph].sum())
     big = kept[None, :] * batch
     rounded = np.where(big > _LARGE_ALLOC_BYTES, _round_up(big, _SEGMENT_BYTES), big).sum(axis=1)
     trained_params = [layer.params for layer in layers if layer.trained and training]
