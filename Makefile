@@ -1,6 +1,6 @@
 # Two entry points on a fresh machine: `make demo` (the main job) and `make test` (every test,
 # the slow end-to-end ones and those under old Python + PyTorch stacks included; the stacks are
-# made once under .stacks/). `make test-fast` leaves the slow ones out.
+# made once under .stacks/). `make test-fast` leaves the slow ones out, on every core (pytest-xdist).
 PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
@@ -23,7 +23,7 @@ test: $(STAMP)
 	$(BIN)/python -m pytest -q
 
 test-fast: $(STAMP)
-	$(BIN)/python -m pytest -q -m "not slow"
+	$(BIN)/python -m pytest -q -m "not slow" -n auto
 
 clean:
 	rm -rf $(VENV) out .stacks

@@ -57,6 +57,7 @@ def _keys(log_dir: Path) -> list[tuple]:
             for test_var in ("memory", "latency") for row in read_journal(log_dir / test_var / "squeezenet_0.csv")]
 
 
+@pytest.mark.slow
 def test_bundle_holds_what_the_device_needs(bundle: Path) -> None:
     device_modules = sorted(p.name for p in Path(perf4sight.device.__file__).parent.glob("*.py"))
     assert sorted(p.name for p in (bundle / "perf4sight_device").glob("*.py")) == device_modules
@@ -150,6 +151,7 @@ def test_bundle_killed_mid_way_resumes_with_one_row_per_test(bundle: Path, tmp_p
         assert len(gt) - 1 == len(read_journal(log_dir / test_var / "squeezenet_0.csv")) == 2
 
 
+@pytest.mark.slow
 def test_bundle_refuses_a_log_folder_in_use(bundle: Path, tmp_path: Path) -> None:
     log_dir = tmp_path / "logs"
     with LogFolderLock(log_dir):

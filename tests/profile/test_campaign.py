@@ -380,6 +380,7 @@ def test_a_spec_wider_than_its_base_stops_the_campaign_before_any_test(tmp_path:
     assert not log_dir.exists()
 
 
+@pytest.mark.slow
 def test_a_backend_error_names_its_argument_and_the_pipeline_adds_file_and_section(
     tmp_path: Path, model_dir: Path, write_test_config, capsys: pytest.CaptureFixture[str]
 ) -> None:

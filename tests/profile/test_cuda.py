@@ -14,6 +14,7 @@ from perf4sight.profile import profile_campaign, read_test_config
 needs_cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(torch.cuda.is_available(), reason="checks the error on a machine without CUDA")
 def test_cuda_device_without_cuda_is_a_config_error() -> None:
     with pytest.raises(ConfigError, match="device = cuda: CUDA is not available"), WorkerProcess("cuda") as worker:
