@@ -1,6 +1,7 @@
 # Two entry points on a fresh machine: `make demo` (the main job) and `make test` (every test,
 # the slow end-to-end ones and those under old Python + PyTorch stacks included; the stacks are
-# made once under .stacks/). `make test-fast` leaves the slow ones out, on every core (pytest-xdist).
+# made once under .stacks/). Both spread the tests over every core (pytest-xdist); `make test-fast`
+# leaves the slow ones out.
 PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
@@ -20,7 +21,7 @@ demo: $(STAMP)
 	$(BIN)/perf4sight run --config examples/cpu_demo.ini
 
 test: $(STAMP)
-	$(BIN)/python -m pytest -q
+	$(BIN)/python -m pytest -q -n auto
 
 test-fast: $(STAMP)
 	$(BIN)/python -m pytest -q -m "not slow" -n auto
