@@ -167,7 +167,17 @@ class _Recorder(TorchDispatchMode):
             self.alive.append(t)
 
     # module hooks -------------------------------------------------------------
+    # They read tensors' properties outside any torch function mode: under the empty batch's
+    # mode each read (requires_grad, element_size) would be dispatched through Python.
     def pre_hook(self, module: nn.Module, args: Any) -> None:
+        with torch._C.DisableTorchFunction():
+            self._enter(module, args)
+
+    def post_hook(self, module: nn.Module, args: Any, output: Any) -> Any:
+        with torch._C.DisableTorchFunction():
+            return self._leave(module, args, output)
+
+    def _enter(self, module: nn.Module, args: Any) -> None:
         self.stack.append(module)
         if id(module) in self.leaves:
             name = self.names.get(id(module), type(module).__name__)
@@ -180,7 +190,7 @@ class _Recorder(TorchDispatchMode):
             pending.grad_input = any(t.requires_grad for t in tensors)
             self.layers.append(pending)
 
-    def post_hook(self, module: nn.Module, args: Any, output: Any) -> Any:
+    def _leave(self, module: nn.Module, args: Any, output: Any) -> Any:
         if self.stack and self.stack[-1] is module:
             self.stack.pop()
         if not self.layers or self.layers[-1].module is not module:
