@@ -5,7 +5,10 @@ from __future__ import annotations
 import dataclasses
 import functools
 
+import pytest
+import torch
 from torch import nn
+from torch.utils._python_dispatch import TorchDispatchMode
 
 from perf4sight.architecture import (
     Detail,
@@ -15,6 +18,8 @@ from perf4sight.architecture import (
     with_layer_shapes,
     with_lifetimes,
 )
+from perf4sight.architecture import lifetimes
+from perf4sight.errors import NetworkError
 
 INPUT = (3, 8, 8)
 STAGES = ("training", "inference")
@@ -71,3 +76,54 @@ def test_a_stage_whose_lifetimes_cannot_be_scaled_is_left_to_be_recorded():
     fresh = record_timeline(functools.partial(_chain, 9), INPUT, 10, "training")
     assert recorded.lifetimes["training"].same_events(fresh)
     assert recorded.lifetimes["training"].scaling is not None  # recorded against the variant's own layers
+
+
+class _Branches(nn.Module):
+    """Layers of the same shapes, and ops outside them (a concatenation, a residual sum)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.stem = nn.Sequential(nn.Conv2d(3, 8, 3, padding=1), nn.BatchNorm2d(8), nn.ReLU())
+        self.left = nn.Sequential(nn.Conv2d(8, 4, 1), nn.BatchNorm2d(4), nn.ReLU())
+        self.right = nn.Sequential(nn.Conv2d(8, 4, 1), nn.BatchNorm2d(4), nn.ReLU())
+        self.head = nn.Sequential(nn.AdaptiveAvgPool2d(1), nn.Flatten(1), nn.Linear(8, 10))
+
+    def forward(self, x):
+        x = self.stem(x)
+        return self.head(torch.cat([self.left(x), self.right(x)], 1) + x)
+
+
+class _EveryKernel(TorchDispatchMode):
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        return func(*args, **(kwargs or {}))
+
+
+def test_outputs_made_again_instead_of_running_the_meta_kernels_change_no_event(monkeypatch):
+    arch = trace_architecture(_Branches(), INPUT, name="branches")
+    made = []
+    original = lifetimes._made
+    monkeypatch.setattr(lifetimes, "_made", lambda spec: made.append(spec) or original(spec))
+    known = lifetimes._record(_Branches().to("meta"), INPUT, 10, "training", 5, arch)
+    assert made  # the second iteration's ops, the second branch's
+    monkeypatch.setattr(lifetimes, "_KnownOutputs", _EveryKernel)
+    every = lifetimes._record(_Branches().to("meta"), INPUT, 10, "training", 5, arch)
+    assert known == every  # the same allocations and frees, attributed to the same layers
+    assert max(known.layers) == len(arch.layers) - 1
+
+
+class _Pairwise(nn.Module):
+    """A tensor of samples by samples: its size is not affine in the batch size."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.linear = nn.Linear(12, 10)
+
+    def forward(self, x):
+        flat = x.flatten(1)
+        return self.linear(torch.mm(torch.mm(flat, flat.t()), flat)[:, :12])
+
+
+@pytest.mark.parametrize("stage", STAGES)
+def test_sizes_not_affine_in_the_batch_size_are_refused(stage):
+    with pytest.raises(NetworkError, match="not affine in the batch size"):
+        record_timeline(_Pairwise, (3, 2, 2), 10, stage)

@@ -9,9 +9,11 @@ and the moment its last tensor dies. A saved-tensors hook keeps what autograd sa
 Python tensors, so that their lifetimes are seen too.
 
 Two iterations are recorded: the first creates the optimizer's momentum buffers, the
-second is what every later one repeats. Recorded at two batch sizes, each allocation's
-size is an affine function of the batch size (fixed bytes plus bytes per sample), so one
-recording serves every batch size. Device-specific temporaries (cuDNN workspaces, cuBLAS
+second is what every later one repeats. Each allocation's size is an affine function of
+the batch size (fixed bytes plus bytes per sample), so one recording serves every batch
+size: it is made at a batch size of 2**32, where a size's quotient by the batch size is its
+bytes per sample and the remainder its fixed bytes (the meta device allocates nothing, so
+any batch size costs the same). Device-specific temporaries (cuDNN workspaces, cuBLAS
 handles) are not seen: they are left to the fitted coefficients.
 
 A recording also notes which layer of the network's trace each allocation belongs to and
@@ -35,11 +37,10 @@ import numpy as np
 import torch
 from torch.optim.optimizer import register_optimizer_step_post_hook, register_optimizer_step_pre_hook
 from torch.overrides import TorchFunctionMode
-from torch.utils._python_dispatch import TorchDispatchMode
-from torch.utils._pytree import tree_flatten
+from torch.utils._python_dispatch import TorchDispatchMode, _disable_current_modes
 
 from perf4sight.architecture.ir import Architecture, Scaling, Timeline
-from perf4sight.architecture.trace import LayerWatch
+from perf4sight.architecture.trace import LayerWatch, tensors_in
 from perf4sight.device.recipe import DEFAULT_RECIPE, PRECISIONS, Recipe
 from perf4sight.errors import NetworkError
 
@@ -47,8 +48,10 @@ __all__ = ["ITERATIONS", "record_timeline", "resized", "with_lifetimes"]
 
 # The first iteration creates the momentum buffers; the second is the steady state.
 ITERATIONS = {"training": 2, "inference": 1}
-# The two batch sizes recorded (BatchNorm refuses one sample per channel in training).
-_RECORDED_BS = (2, 4)
+# The batch size recorded: above any allocation's fixed bytes, so that a size splits into
+# bytes per sample and fixed bytes; a size that does not split so is not affine in it.
+_RECORDED_BS = 1 << 32
+_MAX_BYTES_PER_SAMPLE = 1 << 30
 
 
 # What an allocation's size can follow in a layer of the traced architecture (columns of
@@ -113,6 +116,90 @@ def resized(timeline: Timeline, template: Architecture, variant: Architecture) -
     return Timeline(timeline.tensor, timeline.allocates, fixed, per_sample, scaling)
 
 
+# Argument values an op's outputs on the meta device may depend on, besides tensors' metadata.
+_PLAIN = (int, float, bool, str, type(None), torch.dtype, torch.device, torch.layout, torch.memory_format)
+_UNKNOWN = object()
+
+
+def _signature(value: Any) -> Any:
+    """What of an argument the meta kernels read (a tensor's metadata, a plain value), hashable;
+    None where something else might matter."""
+    if isinstance(value, torch.Tensor):
+        if value.device.type != "meta":
+            return None
+        return value.shape, value.stride(), value.dtype, value.storage_offset()
+    if isinstance(value, (list, tuple)):
+        items = tuple(_signature(item) for item in value)
+        return None if any(item is None and v is not None for item, v in zip(items, value)) else items
+    return (type(value), value) if isinstance(value, _PLAIN) else None
+
+
+def _template(out: Any) -> Any:
+    """How to make `out` again on the meta device: each tensor's shape, strides and dtype;
+    None when an empty tensor of those would differ (a storage shared, offset or larger)."""
+    tensors = [out] if isinstance(out, torch.Tensor) else list(out) if isinstance(out, (tuple, list)) else None
+    if tensors is None or not tensors:
+        return None
+    specs, storages = [], set()
+    for tensor in tensors:
+        if tensor is None:
+            specs.append(None)
+            continue
+        if type(tensor) is not torch.Tensor or tensor.storage_offset():
+            return None
+        storage = tensor.untyped_storage()
+        spec = (tuple(tensor.shape), tensor.stride(), tensor.dtype)
+        if storage._cdata in storages or _made(spec).untyped_storage().nbytes() != storage.nbytes():
+            return None
+        storages.add(storage._cdata)
+        specs.append(spec)
+    return (type(out) if not isinstance(out, torch.Tensor) else None), specs
+
+
+def _made(spec: tuple) -> torch.Tensor:
+    shape, stride, dtype = spec
+    with _disable_current_modes():  # unseen by the recorders, which see the op itself
+        return torch.empty_strided(shape, stride, dtype=dtype, device="meta")
+
+
+class _KnownOutputs(TorchDispatchMode):
+    """An op's outputs on the meta device, made again where the same op ran on the same
+    arguments before, without running its meta kernel (the bottom mode: the recorders
+    above it see every op).
+
+    A meta kernel computes only its outputs' shapes, strides and dtypes; many of PyTorch's
+    are Python decompositions (batch norm's, forward and backward, took half of a
+    recording), and an iteration repeats them: layers of the same shapes, and every op
+    again in the second iteration. Only ops that return new tensors are remembered (not
+    views, not in-place results), so that what they return is as new as it was.
+    """
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._known: dict[Any, Any] = {}
+        self._fresh: dict[Any, bool] = {}
+
+    def __torch_dispatch__(self, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
+        kwargs = kwargs or {}
+        fresh = self._fresh.get(func)
+        if fresh is None:
+            returns = func._schema.returns
+            fresh = self._fresh[func] = bool(returns) and all(r.alias_info is None for r in returns)
+        key = (func, _signature(args), _signature(tuple(sorted(kwargs.items())))) if fresh else None
+        if key is None or None in key:
+            return func(*args, **kwargs)
+        template = self._known.get(key, _UNKNOWN)
+        if template is _UNKNOWN:
+            out = func(*args, **kwargs)
+            template = self._known[key] = _template(out)
+            return out
+        if template is None:
+            return func(*args, **kwargs)
+        kind, specs = template
+        made = [None if spec is None else _made(spec) for spec in specs]
+        return made[0] if kind is None else kind(made)
+
+
 class _Recorder(TorchDispatchMode):
     """Notes every new storage an op returns, and when the last tensor on it dies; with a
     `watch`, also the layer of the traced architecture each storage belongs to (-1: none)."""
@@ -173,15 +260,15 @@ class _Recorder(TorchDispatchMode):
             self._inherited = next((self._live[key][2] for key in _storages(args) if key in self._live), -1)
         out = func(*args, **(kwargs or {}))
         seen: set[int] = set()
-        for tensor in tree_flatten(out)[0]:
-            if isinstance(tensor, torch.Tensor) and id(tensor) not in seen:
+        for tensor in tensors_in(out):
+            if id(tensor) not in seen:
                 seen.add(id(tensor))
                 self.note(tensor)
         return out
 
 
 def _storages(args: Any) -> list[int]:
-    return [t.untyped_storage()._cdata for t in tree_flatten(args)[0] if isinstance(t, torch.Tensor)]
+    return [t.untyped_storage()._cdata for t in tensors_in(args)]
 
 
 _MARK = "perf4sight_layer"
@@ -199,8 +286,8 @@ class _BackwardNodes(TorchFunctionMode):
     def __torch_function__(self, func, types, args=(), kwargs=None):  # noqa: ANN001
         out = func(*args, **(kwargs or {}))
         recorder = self.recorder
-        for tensor in tree_flatten(out)[0]:
-            node = tensor.grad_fn if isinstance(tensor, torch.Tensor) else None
+        for tensor in tensors_in(out):
+            node = tensor.grad_fn
             if node is not None and _MARK not in node.metadata:
                 self._mark(node, recorder.watch.layer())
                 for child, _ in node.next_functions:
@@ -239,21 +326,23 @@ def _run(module: torch.nn.Module, input_size: tuple[int, ...], num_classes: int,
          batch_size: int, arch: Architecture | None, recipe: Recipe) -> _Recording:
     from perf4sight.device.workload import iteration
 
-    if arch is None:
-        recorder, attributing = _Recorder(), contextlib.ExitStack()
-    else:
-        by_name: dict[str, int] = {}
-        for index, layer in enumerate(arch.layers):
-            by_name.setdefault(layer.name, index)
-        owners = {id(t): by_name.get(name, -1) for name, m in module.named_modules()
-                  for t in (*m._parameters.values(), *m._buffers.values()) if t is not None}
-        watch = LayerWatch(module)
-        recorder = _Recorder(watch, owners)
-        attributing = contextlib.ExitStack()
-        attributing.enter_context(watch)
-        attributing.enter_context(_BackwardNodes(recorder))
-        attributing.enter_context(_optimizer_phase(recorder))
-    with attributing, torch.autograd.graph.saved_tensors_hooks(lambda t: t, lambda t: t), recorder:
+    with contextlib.ExitStack() as modes:
+        modes.enter_context(_KnownOutputs())  # the bottom mode: the recorders see every op
+        if arch is None:
+            recorder = _Recorder()
+        else:
+            by_name: dict[str, int] = {}
+            for index, layer in enumerate(arch.layers):
+                by_name.setdefault(layer.name, index)
+            owners = {id(t): by_name.get(name, -1) for name, m in module.named_modules()
+                      for t in (*m._parameters.values(), *m._buffers.values()) if t is not None}
+            watch = LayerWatch(module)
+            recorder = _Recorder(watch, owners)
+            modes.enter_context(watch)
+            modes.enter_context(_BackwardNodes(recorder))
+            modes.enter_context(_optimizer_phase(recorder))
+        modes.enter_context(torch.autograd.graph.saved_tensors_hooks(lambda t: t, lambda t: t))
+        modes.enter_context(recorder)
         # Moving the model to the device allocates its parameters and buffers in this order.
         module._apply(lambda t: (recorder.note(t), t)[1])
         recorder.phase = "forward"
@@ -297,8 +386,7 @@ def _optimizer_phase(recorder: _Recorder) -> Iterator[None]:
 def record_timeline(build: Callable[[], torch.nn.Module], input_size: tuple[int, ...], num_classes: int,
                     stage: str, arch: Architecture | None = None, recipe: Recipe = DEFAULT_RECIPE) -> Timeline:
     """The timeline for `stage`, any batch size, of the network `build` makes on the meta
-    device trained under `recipe` (`arch.recipe` when `arch` is given), made afresh for each
-    recording (a used model holds gradients). With `arch`, the network's traced
+    device trained under `recipe` (`arch.recipe` when `arch` is given). With `arch`, the network's traced
     architecture, the timeline also says how its sizes follow the channels
     (`Timeline.scaling`), when every allocation of a layer follows one of the layer's
     quantities. Not under a checkpointing recipe, whose recomputations run outside the
@@ -310,30 +398,26 @@ def record_timeline(build: Callable[[], torch.nn.Module], input_size: tuple[int,
         raise NetworkError(f"the tensor lifetimes (the replay's) cannot be recorded under {recipe.precision}: "
                            "they are recorded on the meta device, where autocast does not run")
     attributed = arch if not recipe.checkpoint_segments else None
-
-    def record(batch_size: int) -> _Recording:
-        return _record(build().to("meta"), input_size, num_classes, stage, batch_size, attributed, recipe)
-
-    small, large = (record(bs) for bs in _RECORDED_BS)
-    pattern = [(number, allocates) for number, allocates, _ in small.events]
-    if pattern != [(number, allocates) for number, allocates, _ in large.events]:
-        raise NetworkError("tensor lifetimes differ between batch sizes; the allocator replay cannot scale them")
-    low = np.array([size for *_, size in small.events], dtype=np.int64)
-    high = np.array([size for *_, size in large.events], dtype=np.int64)
-    step = _RECORDED_BS[1] - _RECORDED_BS[0]
-    per_sample, remainder = np.divmod(high - low, step)
-    fixed = low - per_sample * _RECORDED_BS[0]
-    if remainder.any() or (per_sample < 0).any() or (fixed < 0).any():
-        raise NetworkError("tensor sizes are not affine in the batch size; the allocator replay cannot scale them")
+    not_affine = "tensor sizes are not affine in the batch size; the allocator replay cannot scale them"
+    try:
+        recording = _record(build().to("meta"), input_size, num_classes, stage, _RECORDED_BS, attributed, recipe)
+    except RuntimeError as exc:  # a size that grows faster than the batch size overflows
+        if "overflow" not in str(exc):
+            raise
+        raise NetworkError(not_affine) from exc
+    sizes = np.array([size for *_, size in recording.events], dtype=np.int64)
+    per_sample, fixed = np.divmod(sizes, _RECORDED_BS)
+    if (per_sample >= _MAX_BYTES_PER_SAMPLE).any():
+        raise NetworkError(not_affine)
     timeline = Timeline(
-        tensor=np.array([number for number, _ in pattern], dtype=np.int64),
-        allocates=np.array([allocates for _, allocates in pattern], dtype=bool),
+        tensor=np.array([number for number, _, _ in recording.events], dtype=np.int64),
+        allocates=np.array([allocates for _, allocates, _ in recording.events], dtype=bool),
         fixed_bytes=fixed,
         per_sample_bytes=per_sample,
     )
     if attributed is None:
         return timeline
-    scaling = _scaling(timeline, small.layers, small.backward, attributed)
+    scaling = _scaling(timeline, recording.layers, recording.backward, attributed)
     return Timeline(timeline.tensor, timeline.allocates, fixed, per_sample, scaling)
 
 

@@ -29,7 +29,7 @@ from perf4sight.device.recipe import DEFAULT_RECIPE, PRECISIONS, Recipe, precisi
 from perf4sight.device.workload import autocast, prepare_model
 from perf4sight.errors import NetworkError
 
-__all__ = ["LayerWatch", "module_kind", "output_shape", "trace_architecture"]
+__all__ = ["LayerWatch", "module_kind", "output_shape", "tensors_in", "trace_architecture"]
 
 # Batch sizes of the two tracing routes: zero samples on the CPU, else two on meta.
 _EMPTY_BATCH = 0
@@ -93,13 +93,14 @@ def _per_sample(shape: Sequence[int], batch: int) -> tuple[int, ...]:
     return shape[1:] if shape and shape[0] == batch else shape
 
 
-def _tensors(obj: Any) -> list[torch.Tensor]:
+def tensors_in(obj: Any) -> list[torch.Tensor]:
+    """The tensors in an op's arguments or outputs (nested lists, tuples and dicts), in order."""
     if isinstance(obj, torch.Tensor):
         return [obj]
     if isinstance(obj, (list, tuple)):
-        return [t for item in obj for t in _tensors(item)]
+        return [t for item in obj for t in tensors_in(item)]
     if isinstance(obj, dict):
-        return [t for item in obj.values() for t in _tensors(item)]
+        return [t for item in obj.values() for t in tensors_in(item)]
     return []
 
 
@@ -181,7 +182,7 @@ class _Recorder(TorchDispatchMode):
         self.stack.append(module)
         if id(module) in self.leaves:
             name = self.names.get(id(module), type(module).__name__)
-            tensors = _tensors(args)
+            tensors = tensors_in(args)
             ins = tuple(_per_sample(t.shape, self.batch) for t in tensors)
             # an instance attribute (or a class one); getattr of a missing attribute is slow
             inplace = bool(module.__dict__.get("inplace", getattr(type(module), "inplace", False)))
@@ -198,7 +199,7 @@ class _Recorder(TorchDispatchMode):
         pending = self.layers[-1]
         if self.batch == _EMPTY_BATCH:
             output = self._complete_empty_batch(pending, module, args, output)
-        outs = _tensors(output)
+        outs = tensors_in(output)
         if outs:
             pending.output = _per_sample(outs[0].shape, self.batch)
             pending.element_bytes = outs[0].element_size()
@@ -214,7 +215,7 @@ class _Recorder(TorchDispatchMode):
         standard deviation.
         """
         if isinstance(module, nn.modules.dropout._DropoutNd) and module.p > 0:
-            inputs = _tensors(args)
+            inputs = tensors_in(args)
             if inputs and output is inputs[0]:
                 if inputs[0].requires_grad:  # else autograd keeps nothing (a frozen prefix)
                     shape = _per_sample(inputs[0].shape, self.batch)
@@ -259,8 +260,8 @@ class _Recorder(TorchDispatchMode):
             self.ops += self.count_ops and _computes(func)
             return out
         op = func.overloadpacket.__name__
-        tensors = _tensors(args)
-        outs = _tensors(out)
+        tensors = tensors_in(args)
+        outs = tensors_in(out)
         if not _computes(func):
             if tensors and id(tensors[0]) in self.producer:
                 self._produce(outs, self.producer[id(tensors[0])])
@@ -371,7 +372,7 @@ class _EmptyBatch(TorchFunctionMode):
             if known and elements % known == 0:
                 return func(source, tuple(elements // known if s == -1 else s for s in sizes))
         if self.recorder is not None and func in _DROPOUTS and not self.recorder._in_leaf():
-            tensors = _tensors(args)
+            tensors = tensors_in(args)
             if tensors and tensors[0].numel() == 0:
                 raise _EmptyBatchUnfaithful(f"{func.__name__} called as a function")
         return func(*args, **kwargs)
@@ -427,7 +428,7 @@ def trace_architecture(
         trainable = sum(p.numel() for p in parameters if p.requires_grad)
         frozen = {id(m) for m in modules if any(not p.requires_grad for p in m._parameters.values() if p is not None)}
     buffers = sum(b.numel() * b.element_size() for b in _unique(modules, "_buffers"))
-    outs = _tensors(out)
+    outs = tensors_in(out)
     layers = []
     renumber = _layer_numbers(recorder.layers)
     default_bytes = torch.get_default_dtype().itemsize
@@ -673,7 +674,7 @@ def output_shape(model: nn.Module, input_size: Sequence[int], *, name: str = "")
     a trace finds it: no copy of the model, no arithmetic, its weights untouched."""
     with torch.no_grad():
         _, out, batch = _forward(model, list(model.named_modules()), input_size, record=False, name=name)
-    outs = _tensors(out)
+    outs = tensors_in(out)
     if not outs:
         raise NetworkError(f"{name or type(model).__name__.lower()}: returns no tensor")
     return _per_sample(outs[0].shape, batch)
