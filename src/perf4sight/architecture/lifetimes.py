@@ -398,7 +398,8 @@ def record_timeline(build: Callable[[], torch.nn.Module], input_size: tuple[int,
         raise NetworkError(f"the tensor lifetimes (the replay's) cannot be recorded under {recipe.precision}: "
                            "they are recorded on the meta device, where autocast does not run")
     attributed = arch if not recipe.checkpoint_segments else None
-    not_affine = "tensor sizes are not affine in the batch size; the allocator replay cannot scale them"
+    not_affine = ("tensor sizes are not affine in the batch size (or one sample's tensor exceeds 1 GiB); "
+                  "the allocator replay cannot scale them")
     try:
         recording = _record(build().to("meta"), input_size, num_classes, stage, _RECORDED_BS, attributed, recipe)
     except RuntimeError as exc:  # a size that grows faster than the batch size overflows
