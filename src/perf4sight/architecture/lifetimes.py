@@ -37,7 +37,7 @@ import numpy as np
 import torch
 from torch.optim.optimizer import register_optimizer_step_post_hook, register_optimizer_step_pre_hook
 from torch.overrides import TorchFunctionMode
-from torch.utils._python_dispatch import TorchDispatchMode, _disable_current_modes
+from torch.utils._python_dispatch import TorchDispatchMode
 
 from perf4sight.architecture.ir import Architecture, Scaling, Timeline
 from perf4sight.architecture.trace import LayerWatch, tensors_in
@@ -158,8 +158,7 @@ def _template(out: Any) -> Any:
 
 def _made(spec: tuple) -> torch.Tensor:
     shape, stride, dtype = spec
-    with _disable_current_modes():  # unseen by the recorders, which see the op itself
-        return torch.empty_strided(shape, stride, dtype=dtype, device="meta")
+    return torch.empty_strided(shape, stride, dtype=dtype, device="meta")
 
 
 class _KnownOutputs(TorchDispatchMode):
