@@ -130,15 +130,15 @@ def _signature(value: Any) -> Any:
         return value.shape, value.stride(), value.dtype, value.storage_offset()
     if isinstance(value, (list, tuple)):
         items = tuple(_signature(item) for item in value)
-        return None if any(item is None and v is not None for item, v in zip(items, value)) else items
+        return None if any(item is None for item in items) else items
     return (type(value), value) if isinstance(value, _PLAIN) else None
 
 
 def _template(out: Any) -> Any:
     """How to make `out` again on the meta device: each tensor's shape, strides and dtype;
     None when an empty tensor of those would differ (a storage shared, offset or larger)."""
-    tensors = [out] if isinstance(out, torch.Tensor) else list(out) if isinstance(out, (tuple, list)) else None
-    if tensors is None or not tensors:
+    tensors = [out] if isinstance(out, torch.Tensor) else list(out) if isinstance(out, (tuple, list)) else []
+    if not tensors:
         return None
     specs, storages = [], set()
     for tensor in tensors:
@@ -385,8 +385,8 @@ def _optimizer_phase(recorder: _Recorder) -> Iterator[None]:
 def record_timeline(build: Callable[[], torch.nn.Module], input_size: tuple[int, ...], num_classes: int,
                     stage: str, arch: Architecture | None = None, recipe: Recipe = DEFAULT_RECIPE) -> Timeline:
     """The timeline for `stage`, any batch size, of the network `build` makes on the meta
-    device trained under `recipe` (`arch.recipe` when `arch` is given). With `arch`, the network's traced
-    architecture, the timeline also says how its sizes follow the channels
+    device trained under `recipe` (`arch.recipe` when `arch` is given). With `arch`, the
+    network's traced architecture, the timeline also says how its sizes follow the channels
     (`Timeline.scaling`), when every allocation of a layer follows one of the layer's
     quantities. Not under a checkpointing recipe, whose recomputations run outside the
     network's forward pass, where no layer is watched: its variants are recorded afresh.
