@@ -193,10 +193,23 @@ def test_hand_written_model_files_are_traced_on_an_empty_batch(model_file: str, 
     assert devices == ["cpu"]
     named = list(network.module.named_modules())
     on_meta, _ = trace._run(network.module, named, network.input_size, device="meta", batch=2)
-    assert [(p.name, p.kind, p.inputs, p.output) for p in on_meta.layers] == [
+    assert [(p.name, p.kind, p.inputs, p.output) for p in on_meta.layers if p.kind != "identity"] == [
         (layer.name, layer.kind, layer.inputs, layer.output) for layer in arch.layers
     ]
     assert arch.layers[-1].kind == "linear" and arch.layers[-1].in_shape == (network.module.linear.in_features,)
+
+
+def test_an_empty_sequential_shortcut_is_an_identity() -> None:
+    """resnet_like's identity shortcuts are empty `nn.Sequential`s: no layer of their own
+    (no kind without a cost), and the residual addition reads the block's input."""
+    from perf4sight.networks import load_network
+
+    network = load_network(EXAMPLES / "resnet_like.py")
+    arch = trace_architecture(network.module, network.input_size, name="resnet_like")
+    assert "sequential" not in {layer.kind for layer in arch.layers}
+    names = [layer.name for layer in arch.layers]
+    first_add = arch.layers[names.index("layer1.0.add0")]
+    assert first_add.sources == (names.index("layer1.0.bn2"), names.index("maxpool"))
 
 
 def test_dropout_and_batch_norm_keep_what_they_save_in_training() -> None:

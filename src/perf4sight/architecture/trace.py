@@ -78,7 +78,10 @@ def _snake(name: str) -> str:
 
 
 def module_kind(module: nn.Module) -> str:
-    """The normalised kind of a leaf module."""
+    """The normalised kind of a leaf module; an empty `nn.Sequential` (a shortcut that
+    passes its input on) is an identity, as `nn.Identity` is."""
+    if isinstance(module, nn.Sequential) and not len(module):
+        return "identity"
     cls = type(module).__name__
     return _MODULE_KINDS.get(cls, _snake(cls))
 
