@@ -83,6 +83,35 @@ def test_model_file_by_network_name_and_by_explicit_factory(tinynet_file, tmp_pa
     assert explicit.num_classes == 3 and explicit.module.fc.out_features == 3
 
 
+_CLASSLESS = """
+from torch import nn
+
+
+def classless():  # the original tool's convention: a factory called with no arguments
+    return nn.Sequential(nn.Conv2d(3, 4, 3), nn.AdaptiveAvgPool2d(1), nn.Flatten(), nn.Linear(4, 10))
+
+
+def ignoring(num_classes=1000):  # takes the classes, builds its own
+    return classless()
+"""
+
+
+def test_a_factory_without_num_classes_builds_its_own_and_they_are_checked(tmp_path):
+    from perf4sight.device.models import takes_num_classes
+
+    path = tmp_path / "classless.py"
+    path.write_text(_CLASSLESS)
+    assert load_network(path, input_size=(3, 16, 16), num_classes=10).module[-1].out_features == 10
+    assert load_architecture(path, input_size=(3, 16, 16), num_classes=10).num_classes == 10
+    for source in (path, f"{path}:ignoring"):
+        for load in (load_network, load_architecture):
+            with pytest.raises(NetworkError, match="outputs 10 class scores, not the 100 asked for"):
+                load(source, input_size=(3, 16, 16), num_classes=100)
+    assert not takes_num_classes(lambda: None) and not takes_num_classes(lambda num_classes, /: None)
+    assert takes_num_classes(lambda num_classes: None) and takes_num_classes(lambda **options: None)
+    assert takes_num_classes(torchvision.models.ResNet) and takes_num_classes(max)  # a signature not readable
+
+
 def test_a_model_file_is_traced_without_initialising_its_weights(tinynet_file, monkeypatch):
     real = load_network(tinynet_file, input_size=(3, 16, 16))
     expected = trace_architecture(real.module, (3, 16, 16), name="tinynet", num_classes=10)

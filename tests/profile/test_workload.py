@@ -194,14 +194,17 @@ def test_bf16_autocast_needs_a_gpu_with_bfloat16_kernels(monkeypatch: pytest.Mon
 @pytest.mark.slow
 def test_recipes_run_under_python_36_and_torch_1_10(oldest_stack: OldStack, tmp_path: Path) -> None:
     """The device package alone, under the oldest stack: adam + bf16 autocast + classifier
-    + 2 checkpointed segments, and every parameter trained with checkpointing and bf16."""
+    + 2 checkpointed segments, and every parameter trained with checkpointing and bf16; and
+    which model-file factories are given the classes."""
     shutil.copytree(Path(perf4sight.device.__file__).parent, tmp_path / "device")
     script = tmp_path / "check.py"
     script.write_text(textwrap.dedent("""
         import torch
         from torch import nn
         from device.recipe import Recipe
-        from device import workload
+        from device import models, workload
+
+        print(models.takes_num_classes(lambda: None), models.takes_num_classes(lambda num_classes=10: None))
 
         for recipe in (Recipe("adam", "amp-bf16", "classifier", 2), Recipe("adamw", "amp-bf16", "all", 3)):
             torch.manual_seed(0)
@@ -218,6 +221,28 @@ def test_recipes_run_under_python_36_and_torch_1_10(oldest_stack: OldStack, tmp_
     """))
     done = oldest_stack.run([script], cwd=tmp_path, timeout=300)
     assert done.returncode == 0, done.stderr[-3000:]
-    lines = done.stdout.split("\n")[:2]
+    factories, *lines = done.stdout.split("\n")[:3]
+    assert factories == "False True"
     assert lines[0] == "classifier 7.weight,7.bias False torch.bfloat16"
     assert lines[1].startswith("all 0.weight,0.bias,1.weight,1.bias,3.weight,3.bias,7.weight,7.bias True torch.bfloat16")
+
+
+def test_a_factory_without_num_classes_is_called_as_the_original_called_it(tmp_path: Path) -> None:
+    """The original tool called every factory with no arguments: such a file runs, at the
+    classes it builds; a test on a dataset of other classes fails, naming both."""
+    from perf4sight.device.backends import make_backend
+    from perf4sight.device.models import load_model_file
+    from perf4sight.device.test_config import ProfileTest
+
+    path = tmp_path / "classless.py"
+    path.write_text("from torch import nn\n\n\ndef classless():\n"
+                    "    return nn.Sequential(nn.Conv2d(3, 4, 3), nn.AdaptiveAvgPool2d(1), nn.Flatten(), nn.Linear(4, 10))\n")
+    backend = make_backend("cpu")
+    outcomes = {}
+    for dataset in ("cifar10", "imagenet"):
+        test = ProfileTest("latency", 2, dataset, "classless", "training", str(path))
+        assert load_model_file(test).module[-1].out_features == 10
+        outcomes[dataset] = workload.run_test(test, backend, load_model_file, iterations=1, warmup=0)
+    assert outcomes["cifar10"].passed and len(outcomes["cifar10"].latency_iters_ms) == 1
+    assert not outcomes["imagenet"].passed
+    assert outcomes["imagenet"].error == "ModelFileError: the model outputs 10 class scores, not the 1000 of its test"

@@ -29,7 +29,7 @@ from perf4sight.device.recipe import DEFAULT_RECIPE, PRECISIONS, Recipe, precisi
 from perf4sight.device.workload import autocast, prepare_model
 from perf4sight.errors import NetworkError
 
-__all__ = ["LayerWatch", "module_kind", "output_shape", "tensors_in", "trace_architecture"]
+__all__ = ["LayerWatch", "check_classes", "module_kind", "output_shape", "tensors_in", "trace_architecture"]
 
 # Batch sizes of the two tracing routes: zero samples on the CPU, else two on meta.
 _EMPTY_BATCH = 0
@@ -400,6 +400,14 @@ def _conv_fields(module: nn.Module) -> dict[str, Any]:
     return {}
 
 
+def check_classes(name: str, scores: int, num_classes: int) -> None:
+    """Refuse a network that outputs another number of class scores than asked for: what is
+    described (and profiled) would not be the network trained."""
+    if scores != num_classes:
+        raise NetworkError(f"{name}: outputs {scores} class scores, not the {num_classes} asked for (a model "
+                           "file's factory is given num_classes only where it has that parameter)")
+
+
 def trace_architecture(
     model: nn.Module,
     input_size: Sequence[int],
@@ -477,7 +485,10 @@ def trace_architecture(
         warn(f"network '{name or type(model).__name__.lower()}': {len(functional)} convolution or linear layer(s) "
              f"computed by a functional call (F.conv2d, F.linear), first '{functional[0]}': their kernel and "
              "weights are not described, so their arithmetic is undercounted; use nn.Conv2d and nn.Linear modules")
-    classes = num_classes if num_classes is not None else (int(outs[0].shape[-1]) if outs else 0)
+    scores = int(outs[0].shape[-1]) if outs and outs[0].dim() > 1 else None
+    if num_classes is not None and scores is not None:
+        check_classes(name or type(model).__name__.lower(), scores, num_classes)
+    classes = num_classes if num_classes is not None else (scores or 0)
     return Architecture(
         name=name or type(model).__name__.lower(),
         input_size=tuple(int(s) for s in input_size),

@@ -8,6 +8,7 @@ function `test -> LoadedModel` named as `module:function`.
 
 import importlib
 import importlib.util
+import inspect
 import json
 import re
 import sys
@@ -23,7 +24,7 @@ from .test_config import ProfileTest
 
 __all__ = [
     "LoadedModel", "call_factory", "check_model_files", "exec_model_file", "import_loader", "load_model_file",
-    "split_model_source", "test_shape",
+    "split_model_source", "takes_num_classes", "test_shape",
 ]
 
 
@@ -66,7 +67,7 @@ def test_shape(test: ProfileTest) -> Optional[Tuple[Tuple[int, int, int], int]]:
 
 def load_model_file(test: ProfileTest) -> LoadedModel:
     """Build `test`'s model by calling its file's factory (named after the network) with
-    the classes the test runs at."""
+    the classes the test runs at (where it takes them: `call_factory`)."""
     path, factory = split_model_source(test.model)
     shape = test_shape(test)
     if shape is None:
@@ -104,9 +105,23 @@ def exec_model_file(path: Path) -> ModuleType:
     return module
 
 
-def call_factory(path: Path, function: Callable[..., Any], **kwargs: Any) -> nn.Module:
-    """`function(**kwargs)`, the factory of the model file `path`, checked to build a module;
-    errors name the file."""
+def takes_num_classes(function: Callable[..., Any]) -> bool:
+    """Whether a factory can be given `num_classes`: a parameter of that name, or `**kwargs`
+    (a callable whose signature cannot be read is given it)."""
+    try:
+        parameters = inspect.signature(function).parameters.values()
+    except (TypeError, ValueError):
+        return True
+    return any(p.kind == p.VAR_KEYWORD or (p.name == "num_classes" and p.kind != p.POSITIONAL_ONLY)
+               for p in parameters)
+
+
+def call_factory(path: Path, function: Callable[..., Any], num_classes: Optional[int] = None) -> nn.Module:
+    """The network of `function`, the factory of the model file `path`, for `num_classes`
+    where the factory takes them; one without that parameter is called with no arguments, as
+    the original tool called every factory, and builds the classes it builds. Checked to
+    build a module; errors name the file."""
+    kwargs = {"num_classes": num_classes} if num_classes is not None and takes_num_classes(function) else {}
     try:
         module = function(**kwargs)
     except Exception as exc:

@@ -22,7 +22,7 @@ from torch import nn
 
 from .backends import Backend, MemoryFigures
 from .contention import CpuElsewhere
-from .errors import ArgumentError, ConfigError
+from .errors import ArgumentError, ConfigError, ModelFileError
 from .recipe import DEFAULT_RECIPE, PRECISIONS, TRAIN_ALL, TRAIN_CLASSIFIER, Recipe, precision_problem, trainable_problem
 from .test_config import ProfileTest
 
@@ -424,6 +424,9 @@ def iteration(model: nn.Module, stage: str, inputs: torch.Tensor, num_classes: i
         with autocast(recipe, device_type):
             output = run(inputs)
             logits = output[0] if isinstance(output, tuple) else output  # GoogLeNet's aux outputs
+            if logits.shape[-1] != num_classes:  # else a CUDA assert, which spoils the worker's later tests
+                raise ModelFileError("the model outputs {} class scores, not the {} of its test".format(
+                    logits.shape[-1], num_classes))
             loss = criterion(logits, targets)
         optimiser.zero_grad(set_to_none=True)
         if scaler is None:

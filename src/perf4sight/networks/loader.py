@@ -17,7 +17,7 @@ from typing import Any
 
 from torch import nn
 
-from perf4sight.architecture import Architecture, Detail, output_shape, trace_architecture, with_lifetimes
+from perf4sight.architecture import Architecture, Detail, check_classes, output_shape, trace_architecture, with_lifetimes
 from perf4sight.device.definitions import input_size_problem, num_classes_problem
 from perf4sight.device.recipe import DEFAULT_RECIPE, Recipe, check_recipe
 from perf4sight.errors import NetworkError
@@ -171,7 +171,12 @@ def _load(
     if is_model_file(text):
         factory = functools.partial(build_from_file, text, num_classes=num_classes)
         module = factory() if initialise else build_uninitialised(factory)
-        return _finish(module, split_model_source(text)[0].stem, input_size, num_classes, find_classes)
+        name = split_model_source(text)[0].stem
+        # a factory may not take (or may ignore) the classes: found, they are checked
+        loaded = _finish(module, name, input_size, None if find_classes else num_classes, find_classes)
+        if num_classes is not None and find_classes:
+            check_classes(name, loaded.num_classes, num_classes)
+        return loaded
     if is_torchvision_network(text):
         classes = num_classes if num_classes is not None else 1000
         module = build_torchvision(text, num_classes=classes, device=device)

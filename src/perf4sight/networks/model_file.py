@@ -51,7 +51,7 @@ def import_factory(path: Path, factory: str | None = None) -> Callable[..., nn.M
 
 
 def build_from_file(source: str | Path, *, num_classes: int | None = None) -> nn.Module:
-    """Call a model file's factory (with `num_classes` when given) and check it gives a module."""
+    """Call a model file's factory (with `num_classes` when given and it takes them:
+    `call_factory`) and check it gives a module."""
     path, factory = split_model_source(source)
-    kwargs = {} if num_classes is None else {"num_classes": num_classes}
-    return call_factory(path, import_factory(path, factory), **kwargs)
+    return call_factory(path, import_factory(path, factory), num_classes)
