@@ -174,7 +174,8 @@ class ChannelPruner:
                 f"{self.name}: layer '{unseen[0]}' ({len(unseen)} in all) is not called as a module in eval mode, so "
                 "pruning cannot follow its channels: it runs only in training (an auxiliary classifier: build the "
                 "network without it, as googlenet and inception_v3 with aux_logits=False), or a function uses its "
-                "weights (F.linear, as in Swin and ViT attention), which pruning cannot follow"
+                "weights (F.linear, as in Swin and ViT attention), which pruning cannot follow, or it never runs "
+                "(a layer the forward pass skips: remove it from the network)"
             )
         return graph, list(dict.fromkeys(order))
 
