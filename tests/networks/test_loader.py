@@ -2,13 +2,15 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 import torch
 import torchvision
 from torch import nn
 
 from perf4sight.architecture import Detail, record_timeline, trace_architecture
-from perf4sight.errors import DataNotFoundError, ModelFileError, NetworkError
+from perf4sight.errors import ConfigError, DataNotFoundError, ModelFileError, NetworkError
 from perf4sight.networks import (
     architecture_from_spec,
     build_from_spec,
@@ -110,6 +112,27 @@ def test_a_factory_without_num_classes_builds_its_own_and_they_are_checked(tmp_p
     assert not takes_num_classes(lambda: None) and not takes_num_classes(lambda num_classes, /: None)
     assert takes_num_classes(lambda num_classes: None) and takes_num_classes(lambda **options: None)
     assert takes_num_classes(torchvision.models.ResNet) and takes_num_classes(max)  # a signature not readable
+
+
+def test_a_model_file_written_with_its_spec_is_for_the_specs_size(tmp_path, tinynet_file):
+    """The network-dataset stage writes `<name>.py` beside `<name>.json`: the file is read at
+    the spec's input size and classes unless others are asked for (not at 3x224x224)."""
+    from perf4sight.networks import write_model_file
+
+    module = load_network(tinynet_file, num_classes=7).module
+    spec = spec_from_module(module, name="tinynet_0", net="tinynet", prune_level=0, input_size=(3, 16, 16),
+                            num_classes=7, model_desc=str(tinynet_file))
+    write_spec(spec, tmp_path / "tinynet_0.json")
+    path = write_model_file(module, tmp_path / "tinynet_0.py", net="tinynet", name="tinynet_0", num_classes=7,
+                            input_size=(3, 16, 16))
+    loaded = load_network(path)
+    assert (loaded.input_size, loaded.num_classes) == ((3, 16, 16), 7)
+    assert load_architecture(path) == dataclasses.replace(load_architecture(tmp_path / "tinynet_0.json"),
+                                                          name="tinynet_0")
+    assert load_network(path, input_size=(3, 32, 32)).input_size == (3, 32, 32)
+    (tmp_path / "tinynet_0.json").write_text("{}")
+    with pytest.raises(ConfigError, match=r"tinynet_0\.json: no input_size and num_classes to read"):
+        load_network(path)
 
 
 def test_a_model_file_is_traced_without_initialising_its_weights(tinynet_file, monkeypatch):

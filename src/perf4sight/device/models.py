@@ -24,7 +24,7 @@ from .test_config import ProfileTest
 
 __all__ = [
     "LoadedModel", "call_factory", "check_model_files", "exec_model_file", "import_loader", "load_model_file",
-    "split_model_source", "takes_num_classes", "test_shape",
+    "spec_shape", "split_model_source", "takes_num_classes", "test_shape",
 ]
 
 
@@ -51,7 +51,12 @@ def test_shape(test: ProfileTest) -> Optional[Tuple[Tuple[int, int, int], int]]:
     shape = DATASETS[test.dataset]
     if shape is not None:
         return shape
-    spec_path = split_model_source(test.model)[0].with_suffix(".json")
+    return spec_shape(split_model_source(test.model)[0].with_suffix(".json"))
+
+
+def spec_shape(spec_path: Path) -> Optional[Tuple[Tuple[int, int, int], int]]:
+    """The input size and classes of the spec at `spec_path` (None when there is none): a
+    model file written with its spec is for that size."""
     if not spec_path.is_file():
         return None
     try:

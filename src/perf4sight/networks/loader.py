@@ -20,6 +20,7 @@ from torch import nn
 from perf4sight.architecture import Architecture, Detail, check_classes, output_shape, trace_architecture, with_lifetimes
 from perf4sight.device.definitions import input_size_problem, num_classes_problem
 from perf4sight.device.recipe import DEFAULT_RECIPE, Recipe, check_recipe
+from perf4sight.device.models import spec_shape
 from perf4sight.errors import NetworkError
 from perf4sight.networks.model_file import build_from_file, is_model_file, split_model_source
 from perf4sight.networks.registry import (
@@ -169,9 +170,14 @@ def _load(
     if text.endswith(".json"):
         return _from_spec(read_spec(text), input_size, num_classes, device if initialise else "meta")
     if is_model_file(text):
+        path = split_model_source(text)[0]
+        beside = spec_shape(path.with_suffix(".json"))  # a file written with its spec is for the spec's size
+        if beside is not None:
+            input_size = input_size if input_size is not None else beside[0]
+            num_classes = num_classes if num_classes is not None else beside[1]
         factory = functools.partial(build_from_file, text, num_classes=num_classes)
         module = factory() if initialise else build_uninitialised(factory)
-        name = split_model_source(text)[0].stem
+        name = path.stem
         # a factory may not take (or may ignore) the classes: found, they are checked
         loaded = _finish(module, name, input_size, None if find_classes else num_classes, find_classes)
         if num_classes is not None and find_classes:
