@@ -158,3 +158,19 @@ def test_example_model_files_build_train_and_load_the_pruned_state_on_old_stacks
         assert got["shapes"] == job["shapes"], job["name"]
         assert math.isfinite(got["loss"]) and got["loss"] > 0
         assert got["changed"] == got["params"] > 0, job["name"]  # the step trained every parameter
+
+
+@pytest.mark.parametrize("network", ["resnet18", "mobilenet_v2"])
+def test_a_model_file_describes_the_network_it_was_written_from(network, tmp_path):
+    """What the device runs is what the spec describes, layer for layer: torch.fx alone would
+    write resnet18's residual `out += identity` as `out = out + identity`, a new tensor."""
+    from perf4sight.architecture import trace_architecture
+
+    pruned = prune_network(build_torchvision(network, num_classes=10, device="meta"), 50, input_size=(3, 32, 32)).module
+    path = write_model_file(pruned, tmp_path / f"{network}_50.py", net=network, name=f"{network}_50",
+                            num_classes=10, input_size=(3, 32, 32))
+    written = load_network(path, input_size=(3, 32, 32), num_classes=10).module
+    original, rebuilt = ([layer.replaced(name="") for layer in trace_architecture(m, (3, 32, 32)).layers]
+                         for m in (pruned.to_empty(device="cpu"), written))
+    assert rebuilt == original
+    assert any(layer.kind == "add" and layer.inplace for layer in original) == (network == "resnet18")

@@ -2,14 +2,16 @@
 
 The file can be copied to a device without perf4sight and loaded like the original
 tool's model files: its factory, named after the network, builds the pruned module
-from plain `torch.nn` layers. The forward pass is the one torch.fx records; the layers
-keep their qualified names, so a state dict of the pruned module loads into it.
+from plain `torch.nn` layers. The forward pass is the one torch.fx records (in-place
+arithmetic kept in place); the layers keep their qualified names, so a state dict of the
+pruned module loads into it.
 """
 
 from __future__ import annotations
 
 import ast
 import inspect
+import operator
 import re
 from pathlib import Path
 from typing import Any
@@ -116,15 +118,30 @@ def _layer_code(layer: nn.Module, name: str, classifier: str | None) -> str:
     return f"nn.{cls.__name__}({', '.join(args)})"
 
 
+class _InPlaceProxy(torch.fx.Proxy):
+    """A torch.fx proxy that records `a += b` as the in-place op it is, where torch.fx's own
+    records `a = a + b`: the device must run what the network's spec describes (an in-place
+    residual addition makes no new tensor)."""
+
+
+for _op in ("iadd", "isub", "imul", "itruediv"):
+    setattr(_InPlaceProxy, f"__{_op}__",
+            lambda self, other, op=getattr(operator, _op): self.tracer.create_proxy("call_function", op, (self, other), {}))
+
+
+class _Tracer(torch.fx.Tracer):
+    def proxy(self, node: torch.fx.Node) -> torch.fx.Proxy:
+        return _InPlaceProxy(node, self)
+
+
 def model_file_source(module: nn.Module, *, net: str, name: str, num_classes: int, input_size: Any) -> str:
     """The Python source of a standalone model file whose factory `net` rebuilds `module`."""
     if not net.isidentifier():
         raise NetworkError(f"cannot write a model file for '{net}': the factory name must be a Python identifier")
     try:
-        graph_module = torch.fx.symbolic_trace(module)
+        graph = _Tracer().trace(module)
     except Exception as exc:
         raise NetworkError(f"cannot write a model file for {name}: torch.fx cannot trace it: {type(exc).__name__}: {exc}") from exc
-    graph = graph_module.graph
     for node in graph.nodes:
         node.type = None  # annotations could name classes outside torch
     code = graph.python_code(root_module="self")
