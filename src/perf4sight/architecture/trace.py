@@ -62,6 +62,7 @@ _ATEN_KINDS = {
     "max_pool2d_with_indices": "max_pool2d",
     "_adaptive_avg_pool2d": "adaptive_avg_pool2d",
     "native_dropout": "dropout",
+    "bernoulli": "dropout",  # the mask of a dropout called as a function, as the CPU and meta devices make it
     "addmm": "linear",
     "convolution": "conv2d",
     "native_batch_norm": "batch_norm",
