@@ -246,3 +246,24 @@ def test_a_factory_without_num_classes_is_called_as_the_original_called_it(tmp_p
     assert outcomes["cifar10"].passed and len(outcomes["cifar10"].latency_iters_ms) == 1
     assert not outcomes["imagenet"].passed
     assert outcomes["imagenet"].error == "ModelFileError: the model outputs 10 class scores, not the 1000 of its test"
+
+
+def test_the_class_scores_are_the_first_tensor_of_the_output_as_the_trace_reads_them() -> None:
+    """A model returning {"logits": ...} trains on the device as the host describes it."""
+    from perf4sight.architecture import trace_architecture
+
+    class Dict(nn.Module):
+        def __init__(self, scores: bool) -> None:
+            super().__init__()
+            self.fc = nn.Linear(8, 5)
+            self.scores = scores
+
+        def forward(self, x: torch.Tensor) -> dict:
+            return {"aux": None, "logits": self.fc(x), "features": x} if self.scores else {"aux": None}
+
+    model = Dict(scores=True)
+    workload.iteration(model, "training", torch.randn(4, 8), 5)()
+    assert model.fc.weight.grad is not None
+    assert trace_architecture(model, (8,)).num_classes == 5
+    with pytest.raises(perf4sight.device.errors.ModelFileError, match="holds no tensor of class scores: dict"):
+        workload.iteration(Dict(scores=False), "training", torch.randn(4, 8), 5)()

@@ -379,6 +379,21 @@ def _grad_scaler(recipe: Recipe) -> Optional[Any]:
     return torch.cuda.amp.GradScaler()
 
 
+def _class_scores(output: Any) -> torch.Tensor:
+    """The class scores in a network's output: the output itself, or the first tensor in its
+    tuples, lists and dicts (GoogLeNet's auxiliary outputs, a model returning {"logits": ...}),
+    as the host's trace reads the classes."""
+    if isinstance(output, torch.Tensor):
+        return output
+    items = output.values() if isinstance(output, dict) else output if isinstance(output, (tuple, list)) else ()
+    for item in items:
+        try:
+            return _class_scores(item)
+        except ModelFileError:
+            continue
+    raise ModelFileError("the model's output holds no tensor of class scores: {}".format(type(output).__name__))
+
+
 def iteration(model: nn.Module, stage: str, inputs: torch.Tensor, num_classes: int,
               recipe: Recipe = DEFAULT_RECIPE) -> Callable[[], None]:
     """One iteration of `stage` on `inputs` under `recipe`, as a function to call repeatedly:
@@ -423,7 +438,7 @@ def iteration(model: nn.Module, stage: str, inputs: torch.Tensor, num_classes: i
     def train() -> None:
         with autocast(recipe, device_type):
             output = run(inputs)
-            logits = output[0] if isinstance(output, tuple) else output  # GoogLeNet's aux outputs
+            logits = _class_scores(output)
             if logits.shape[-1] != num_classes:  # else a CUDA assert, which spoils the worker's later tests
                 raise ModelFileError("the model outputs {} class scores, not the {} of its test".format(
                     logits.shape[-1], num_classes))
