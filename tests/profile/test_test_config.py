@@ -113,6 +113,11 @@ def test_create_config_without_models_is_a_config_error(tmp_path: Path, model_di
         create_test_config(settings)
     with pytest.raises(ConfigError, match="local_model_loc"):
         create_test_config(ProfileSettings(network=["tinynet"], test_config=tmp_path / "t.ini"))
+    # the network-dataset stage writes into model_path/<dataset> when a dataset is named
+    settings = ProfileSettings(network=["tinynet"], local_model_loc=model_dir.parent, test_config=tmp_path / "t.ini")
+    with pytest.raises(ConfigError, match=rf"no model file tinynet_<level>\.py or \.json in local_model_loc "
+                                          rf"{tmp_path} \(there are some in {model_dir}: set local_model_loc to it\)$"):
+        create_test_config(settings)
 
 
 def test_cli_run_errors_are_one_line_and_exit_code_2(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

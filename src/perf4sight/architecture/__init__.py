@@ -9,6 +9,5 @@ from perf4sight.architecture.trace import check_classes, module_kind, output_sha
 
 __all__ = [
     "Architecture", "Detail", "Layer", "LayerShape", "Scaling", "Timeline", "check_classes", "derived_values", "family_key",
-    "module_kind",
-    "output_shape", "record_timeline", "trace_architecture", "with_layer_shapes", "with_lifetimes",
+    "module_kind", "output_shape", "record_timeline", "trace_architecture", "with_layer_shapes", "with_lifetimes",
 ]

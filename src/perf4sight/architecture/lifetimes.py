@@ -40,8 +40,9 @@ from torch.overrides import TorchFunctionMode
 from torch.utils._python_dispatch import TorchDispatchMode
 
 from perf4sight.architecture.ir import Architecture, Scaling, Timeline
-from perf4sight.architecture.trace import LayerWatch, tensors_in
+from perf4sight.architecture.trace import LayerWatch
 from perf4sight.device.recipe import DEFAULT_RECIPE, PRECISIONS, Recipe
+from perf4sight.device.workload import tensors_in
 from perf4sight.errors import NetworkError
 
 __all__ = ["ITERATIONS", "record_timeline", "resized", "with_lifetimes"]

@@ -26,10 +26,10 @@ from torch.utils._python_dispatch import TorchDispatchMode
 from perf4sight.architecture.ir import Architecture, Layer
 from perf4sight.console import warn
 from perf4sight.device.recipe import DEFAULT_RECIPE, PRECISIONS, Recipe, precision_problem
-from perf4sight.device.workload import autocast, prepare_model
+from perf4sight.device.workload import autocast, prepare_model, tensors_in
 from perf4sight.errors import NetworkError
 
-__all__ = ["LayerWatch", "check_classes", "module_kind", "output_shape", "tensors_in", "trace_architecture"]
+__all__ = ["LayerWatch", "check_classes", "module_kind", "output_shape", "trace_architecture"]
 
 # Batch sizes of the two tracing routes: zero samples on the CPU, else two on meta.
 _EMPTY_BATCH = 0
@@ -95,17 +95,6 @@ def _is_view(func: Any) -> bool:
 def _per_sample(shape: Sequence[int], batch: int) -> tuple[int, ...]:
     shape = tuple(shape)  # a torch.Size holds ints already
     return shape[1:] if shape and shape[0] == batch else shape
-
-
-def tensors_in(obj: Any) -> list[torch.Tensor]:
-    """The tensors in an op's arguments or outputs (nested lists, tuples and dicts), in order."""
-    if isinstance(obj, torch.Tensor):
-        return [obj]
-    if isinstance(obj, (list, tuple)):
-        return [t for item in obj for t in tensors_in(item)]
-    if isinstance(obj, dict):
-        return [t for item in obj.values() for t in tensors_in(item)]
-    return []
 
 
 @dataclass

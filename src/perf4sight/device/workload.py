@@ -28,7 +28,7 @@ from .test_config import ProfileTest
 
 __all__ = [
     "SGD_OPTIONS", "OPTIMIZER_RUNS", "TestOutcome", "autocast", "check_recipes", "checkpoint_blocks",
-    "frozen_module_names", "iteration", "make_optimizer", "prepare_model", "recipe_problems", "run_test",
+    "frozen_module_names", "iteration", "make_optimizer", "prepare_model", "recipe_problems", "run_test", "tensors_in",
 ]
 
 SGD_OPTIONS = {"lr": 0.1, "momentum": 0.9, "weight_decay": 5e-4}
@@ -379,19 +379,17 @@ def _grad_scaler(recipe: Recipe) -> Optional[Any]:
     return torch.cuda.amp.GradScaler()
 
 
-def _class_scores(output: Any) -> torch.Tensor:
-    """The class scores in a network's output: the output itself, or the first tensor in its
-    tuples, lists and dicts (GoogLeNet's auxiliary outputs, a model returning {"logits": ...}),
-    as the host's trace reads the classes."""
-    if isinstance(output, torch.Tensor):
-        return output
-    items = output.values() if isinstance(output, dict) else output if isinstance(output, (tuple, list)) else ()
-    for item in items:
-        try:
-            return _class_scores(item)
-        except ModelFileError:
-            continue
-    raise ModelFileError("the model's output holds no tensor of class scores: {}".format(type(output).__name__))
+def tensors_in(obj: Any) -> List[torch.Tensor]:
+    """The tensors in an op's arguments or outputs (nested lists, tuples and dicts), in order:
+    a network's class scores are the first of its output's (GoogLeNet's auxiliary outputs, a
+    model returning {"logits": ...}), here and in the host's trace."""
+    if isinstance(obj, torch.Tensor):
+        return [obj]
+    if isinstance(obj, (list, tuple)):
+        return [t for item in obj for t in tensors_in(item)]
+    if isinstance(obj, dict):
+        return [t for item in obj.values() for t in tensors_in(item)]
+    return []
 
 
 def iteration(model: nn.Module, stage: str, inputs: torch.Tensor, num_classes: int,
@@ -438,7 +436,11 @@ def iteration(model: nn.Module, stage: str, inputs: torch.Tensor, num_classes: i
     def train() -> None:
         with autocast(recipe, device_type):
             output = run(inputs)
-            logits = _class_scores(output)
+            scores = tensors_in(output)
+            if not scores:
+                raise ModelFileError("the model's output holds no tensor of class scores: {}".format(
+                    type(output).__name__))
+            logits = scores[0]
             if logits.shape[-1] != num_classes:  # else a CUDA assert, which spoils the worker's later tests
                 raise ModelFileError("the model outputs {} class scores, not the {} of its test".format(
                     logits.shape[-1], num_classes))

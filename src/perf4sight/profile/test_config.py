@@ -116,9 +116,12 @@ def network_models(settings: ProfileSettings, local: Path) -> dict[str, list[Pat
     for network in settings.network:
         files = find_model_files(local, network)
         if not files:
+            # the network-dataset stage writes into model_path/<dataset> where a dataset is named
+            below = [d for d in sorted(local.iterdir()) if d.is_dir() and find_model_files(d, network)]
+            hint = f" (there are some in {below[0]}: set local_model_loc to it)" if below else ""
             raise ArgumentError(
                 f"network '{network}': no model file {network}_<level>.py or .json "
-                f"in local_model_loc {local}"
+                f"in local_model_loc {local}{hint}"
             )
         models[network] = files
     return models
