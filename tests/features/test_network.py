@@ -92,6 +92,30 @@ def test_layer_groups(tiny_arch):
     assert "linear" in groups and "pool" in groups
 
 
+class _Functional(nn.Module):
+    """Normalisations, an activation and an upsampling called as functions, as hand-written models do."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.conv = nn.Conv2d(3, 8, 3, padding=1)
+
+    def forward(self, x):
+        x = nn.functional.group_norm(self.conv(x), 2)
+        x = nn.functional.layer_norm(x.permute(0, 2, 3, 1), (8,)).permute(0, 3, 1, 2)
+        x = nn.functional.interpolate(x.clamp(min=0.0), scale_factor=2.0, mode="nearest")
+        return nn.functional.interpolate(x, scale_factor=0.5, mode="bilinear").mean((2, 3))
+
+
+def test_functional_layers_have_the_groups_of_their_modules(capsys):
+    arch = trace_architecture(_Functional(), INPUT)
+    assert [(layer.kind, layer_group(layer)) for layer in arch.layers] == [
+        ("conv2d", "conv_kxk"), ("group_norm", "norm"), ("layer_norm", "norm"), ("clamp", "act"),
+        ("upsample_nearest2d", "elementwise"), ("upsample_bilinear2d", "elementwise"), ("mean", "elementwise"),
+    ]
+    assert network_features(arch, [2], "training")["other_count"].iloc[0] == 0
+    assert "warning" not in capsys.readouterr().err
+
+
 def test_unknown_kind_is_counted_with_a_warning(capsys):
     arch = trace_architecture(nn.Sequential(nn.Conv2d(3, 4, 1), nn.Softmin(dim=1)), INPUT)
     table = network_features(arch, [2], "training")

@@ -66,6 +66,8 @@ _ATEN_KINDS = {
     "addmm": "linear",
     "convolution": "conv2d",
     "native_batch_norm": "batch_norm",
+    "native_layer_norm": "layer_norm",
+    "native_group_norm": "group_norm",
     "_native_batch_norm_legit": "batch_norm",
     "_native_batch_norm_legit_functional": "batch_norm",
 }

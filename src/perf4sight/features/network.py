@@ -41,7 +41,7 @@ KIND_GROUPS: dict[str, str] = {
     ),
     **dict.fromkeys(
         ("relu", "relu6", "silu", "gelu", "elu", "prelu", "leaky_relu", "sigmoid", "tanh",
-         "hardswish", "hardsigmoid", "mish", "softplus"),
+         "hardswish", "hardsigmoid", "mish", "softplus", "clamp"),
         "act",
     ),
     **dict.fromkeys(
@@ -49,7 +49,8 @@ KIND_GROUPS: dict[str, str] = {
     ),
     **dict.fromkeys(
         ("add", "mul", "sub", "div", "cat", "stack", "dropout", "mean", "sum", "flatten",
-         "softmax", "log_softmax", "pad", "constant_pad_nd", "channel_shuffle", "permute", "stochastic_depth"),
+         "softmax", "log_softmax", "pad", "constant_pad_nd", "channel_shuffle", "permute", "stochastic_depth",
+         "upsample_nearest2d", "upsample_bilinear2d"),
         "elementwise",
     ),
 }
