@@ -235,6 +235,20 @@ def test_broken_model_file_names_the_file_and_the_error(tmp_path):
         load_network(tmp_path / "missing.py")
 
 
+def test_a_model_file_imports_the_modules_beside_it(tmp_path):
+    """As when Python runs a script: its folder is first on the import path while it loads."""
+    import sys
+
+    (tmp_path / "blocks_beside.py").write_text(
+        "from torch import nn\n\n\ndef conv_bn(i, o):\n    return nn.Sequential(nn.Conv2d(i, o, 3), nn.BatchNorm2d(o))\n")
+    (tmp_path / "stacked.py").write_text(
+        "from torch import nn\nfrom blocks_beside import conv_bn\n\n\ndef stacked(num_classes=10):\n"
+        "    return nn.Sequential(conv_bn(3, 8), nn.AdaptiveAvgPool2d(1), nn.Flatten(), nn.Linear(8, num_classes))\n")
+    path = list(sys.path)
+    assert load_network(tmp_path / "stacked.py", input_size=(3, 16, 16)).num_classes == 10
+    assert sys.path == path
+
+
 def test_bad_input_size_and_classes_are_refused():
     with pytest.raises(NetworkError, match=r"input size \[3, 32\] is not three positive integers"):
         load_network("resnet18", input_size=(3, 32))

@@ -94,19 +94,25 @@ def _no_shape(test: ProfileTest) -> str:
 
 
 def exec_model_file(path: Path) -> ModuleType:
-    """Import the model file `path` by its path (it needs no package around it); any error
-    in it is one ModelFileError naming the file. The host's model files load through it too."""
+    """Import the model file `path` by its path (it needs no package around it), its folder
+    first on the import path while it runs, as Python runs a script (a module beside it
+    imports); any error in it is one ModelFileError naming the file. The host's model files
+    load through it too."""
     module_name = "_perf4sight_model_{}".format(abs(hash(str(path.resolve()))))
     spec = importlib.util.spec_from_file_location(module_name, str(path))
     if spec is None or spec.loader is None:
         raise ModelFileError("{}: cannot be imported as a Python file".format(path))
     module = importlib.util.module_from_spec(spec)
     sys.modules[module_name] = module
+    folder = str(path.resolve().parent)
+    sys.path.insert(0, folder)
     try:
         spec.loader.exec_module(module)
     except Exception as exc:  # any error in the file becomes one line naming it
         sys.modules.pop(module_name, None)
         raise ModelFileError("{}: import failed: {}: {}".format(path, type(exc).__name__, exc)) from exc
+    finally:
+        sys.path.remove(folder)
     return module
 
 
