@@ -83,7 +83,7 @@ class _Branches(nn.Module):
 
     def __init__(self) -> None:
         super().__init__()
-        self.stem = nn.Sequential(nn.Conv2d(3, 8, 3, padding=1), nn.BatchNorm2d(8), nn.ReLU())
+        self.stem = nn.Sequential(nn.Conv2d(3, 8, 3, padding=1), nn.BatchNorm2d(8), nn.ReLU6(inplace=True))
         self.left = nn.Sequential(nn.Conv2d(8, 4, 1), nn.BatchNorm2d(4), nn.ReLU())
         self.right = nn.Sequential(nn.Conv2d(8, 4, 1), nn.BatchNorm2d(4), nn.ReLU())
         self.head = nn.Sequential(nn.AdaptiveAvgPool2d(1), nn.Flatten(1), nn.Linear(8, 10))
@@ -100,11 +100,13 @@ class _EveryKernel(TorchDispatchMode):
 
 def test_outputs_made_again_instead_of_running_the_meta_kernels_change_no_event(monkeypatch):
     arch = trace_architecture(_Branches(), INPUT, name="branches")
-    made = []
-    original = lifetimes._made
+    made, kinds = [], []
+    original, kind = lifetimes._made, lifetimes._KnownOutputs._kind
     monkeypatch.setattr(lifetimes, "_made", lambda spec: made.append(spec) or original(spec))
+    monkeypatch.setattr(lifetimes._KnownOutputs, "_kind", lambda self, func: kinds.append(kind(self, func)) or kinds[-1])
     known = lifetimes._record(_Branches().to("meta"), INPUT, 10, "training", 5, arch)
     assert made  # the second iteration's ops, the second branch's
+    assert "in_place" in kinds  # the in-place ReLU6, the optimizer's updates
     monkeypatch.setattr(lifetimes, "_KnownOutputs", _EveryKernel)
     every = lifetimes._record(_Branches().to("meta"), INPUT, 10, "training", 5, arch)
     assert known == every  # the same allocations and frees, attributed to the same layers

@@ -170,24 +170,42 @@ class _KnownOutputs(TorchDispatchMode):
     A meta kernel computes only its outputs' shapes, strides and dtypes; many of PyTorch's
     are Python decompositions (batch norm's, forward and backward, took half of a
     recording), and an iteration repeats them: layers of the same shapes, and every op
-    again in the second iteration. Only ops that return new tensors are remembered (not
-    views, not in-place results), so that what they return is as new as it was.
+    again in the second iteration. Ops that return new tensors are remembered (so that what
+    they return is as new as it was), and pointwise in-place ops (the optimizer's updates, an
+    in-place activation), which return their first argument as it was; not views.
     """
 
     def __init__(self) -> None:
         super().__init__()
         self._known: dict[Any, Any] = {}
-        self._fresh: dict[Any, bool] = {}
+        self._kinds: dict[Any, str | None] = {}
+
+    def _kind(self, func: Any) -> str | None:
+        """'fresh' (it returns new tensors), 'in_place' (pointwise, writing into and returning
+        its first argument) or None (anything else: run every time)."""
+        schema = func._schema
+        returns = schema.returns
+        if returns and all(r.alias_info is None for r in returns):
+            return "fresh"
+        first = schema.arguments[0].alias_info if schema.arguments else None
+        if (torch.Tag.pointwise in func.tags and len(returns) == 1 and first is not None and first.is_write
+                and returns[0].alias_info is not None and returns[0].alias_info.before_set == first.before_set):
+            return "in_place"
+        return None
 
     def __torch_dispatch__(self, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
         kwargs = kwargs or {}
-        fresh = self._fresh.get(func)
-        if fresh is None:
-            returns = func._schema.returns
-            fresh = self._fresh[func] = bool(returns) and all(r.alias_info is None for r in returns)
-        key = (func, _signature(args), _signature(tuple(sorted(kwargs.items())))) if fresh else None
+        kind = self._kinds.get(func, _UNKNOWN)
+        if kind is _UNKNOWN:
+            kind = self._kinds[func] = self._kind(func)
+        key = (func, _signature(args), _signature(tuple(sorted(kwargs.items())))) if kind else None
         if key is None or None in key:
             return func(*args, **kwargs)
+        if kind == "in_place":
+            if key not in self._known:
+                self._known[key] = None
+                return func(*args, **kwargs)
+            return args[0]
         template = self._known.get(key, _UNKNOWN)
         if template is _UNKNOWN:
             out = func(*args, **kwargs)
