@@ -21,9 +21,10 @@ TX2_DIR = Path(__file__).resolve().parents[1].parent / "shared" / "datasets" / "
 
 @pytest.fixture(autouse=True)
 def _console_not_quiet() -> Iterator[None]:
-    """`--quiet` sets process-wide state; a later test's messages must not depend on it."""
+    """`--quiet` and the warnings shown are process-wide state; a later test's messages must
+    not depend on them."""
     yield
-    console.set_quiet(False)
+    console.reset()
 
 
 @pytest.fixture(scope="session")

@@ -22,7 +22,7 @@ from rich.progress import (
 )
 from rich.table import Table
 
-__all__ = ["out", "err", "set_quiet", "info", "warn", "print_table", "progress"]
+__all__ = ["out", "err", "set_quiet", "reset", "info", "warn", "print_table", "progress"]
 
 # Output that is not a terminal (a log file, CI) gets room for wide tables.
 _PIPE_WIDTH = 120
@@ -32,11 +32,19 @@ for _console in (out, err):
     if not _console.is_terminal:
         _console.width = _PIPE_WIDTH
 _state = {"quiet": False}
+_warned: set[str] = set()
 
 
 def set_quiet(quiet: bool) -> None:
     """Silence informational messages and progress bars (tables and errors still show)."""
     _state["quiet"] = quiet
+
+
+def reset() -> None:
+    """Back to the start: not quiet, and no warning shown yet (for a process that runs one
+    job after another, as the tests do)."""
+    _state["quiet"] = False
+    _warned.clear()
 
 
 def info(message: str) -> None:
@@ -47,7 +55,11 @@ def info(message: str) -> None:
 
 def warn(message: str) -> None:
     """A warning line on stderr, never wrapped, its text as it is (a `[section]` is no markup);
-    shown even when quiet."""
+    shown even when quiet, and once per process (a network predicted for several recipes is
+    described once)."""
+    if message in _warned:
+        return
+    _warned.add(message)
     err.print(f"[yellow]warning:[/yellow] {escape(message)}", soft_wrap=True)
 
 

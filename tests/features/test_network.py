@@ -121,6 +121,8 @@ def test_unknown_kind_is_counted_with_a_warning(capsys):
     table = network_features(arch, [2], "training")
     assert table["other_count"].iloc[0] == 1 and table["other_bytes"].iloc[0] > 0
     assert "softmin" in capsys.readouterr().err
+    network_features(arch, [4], "training")  # the same network again (another recipe, batch size)
+    assert capsys.readouterr().err == ""  # a warning is shown once
 
 
 def test_bad_input_is_refused(tiny_arch):
