@@ -177,7 +177,8 @@ class _KnownOutputs(TorchDispatchMode):
 
     def __init__(self) -> None:
         super().__init__()
-        self._known: dict[Any, Any] = {}
+        self._known: dict[Any, Any] = {}  # a fresh op's key -> how to make its outputs again
+        self._ran_in_place: set[Any] = set()  # the keys of the in-place ops run once
         self._kinds: dict[Any, str | None] = {}
 
     def _kind(self, func: Any) -> str | None:
@@ -202,10 +203,10 @@ class _KnownOutputs(TorchDispatchMode):
         if key is None or None in key:
             return func(*args, **kwargs)
         if kind == "in_place":
-            if key not in self._known:
-                self._known[key] = None
-                return func(*args, **kwargs)
-            return args[0]
+            if key in self._ran_in_place:
+                return args[0]
+            self._ran_in_place.add(key)
+            return func(*args, **kwargs)
         template = self._known.get(key, _UNKNOWN)
         if template is _UNKNOWN:
             out = func(*args, **kwargs)
