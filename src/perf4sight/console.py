@@ -43,7 +43,7 @@ def set_quiet(quiet: bool) -> None:
 def reset() -> None:
     """Back to the start: not quiet, and no warning shown yet (for a process that runs one
     job after another, as the tests do)."""
-    _state["quiet"] = False
+    set_quiet(False)
     _warned.clear()
 
 
