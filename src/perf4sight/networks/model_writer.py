@@ -123,10 +123,20 @@ class _InPlaceProxy(torch.fx.Proxy):
     records `a = a + b`: the device must run what the network's spec describes (an in-place
     residual addition makes no new tensor)."""
 
+    def _in_place(self, op: Any, other: Any) -> torch.fx.Proxy:
+        return self.tracer.create_proxy("call_function", op, (self, other), {})
 
-for _op in ("iadd", "isub", "imul", "itruediv"):
-    setattr(_InPlaceProxy, f"__{_op}__",
-            lambda self, other, op=getattr(operator, _op): self.tracer.create_proxy("call_function", op, (self, other), {}))
+    def __iadd__(self, other: Any) -> torch.fx.Proxy:
+        return self._in_place(operator.iadd, other)
+
+    def __isub__(self, other: Any) -> torch.fx.Proxy:
+        return self._in_place(operator.isub, other)
+
+    def __imul__(self, other: Any) -> torch.fx.Proxy:
+        return self._in_place(operator.imul, other)
+
+    def __itruediv__(self, other: Any) -> torch.fx.Proxy:
+        return self._in_place(operator.itruediv, other)
 
 
 class _Tracer(torch.fx.Tracer):
