@@ -245,7 +245,7 @@ def test_a_factory_without_num_classes_is_called_as_the_original_called_it(tmp_p
         outcomes[dataset] = workload.run_test(test, backend, load_model_file, iterations=1, warmup=0)
     assert outcomes["cifar10"].passed and len(outcomes["cifar10"].latency_iters_ms) == 1
     assert not outcomes["imagenet"].passed
-    assert outcomes["imagenet"].error == "ModelFileError: the model outputs 10 class scores, not the 1000 of its test"
+    assert outcomes["imagenet"].error == "ModelFileError: the model outputs 10 class scores, not the 1000 asked for"
 
 
 def test_the_class_scores_are_the_first_tensor_of_the_output_as_the_trace_reads_them() -> None:

@@ -27,7 +27,8 @@ from perf4sight.architecture.ir import Architecture, Layer
 from perf4sight.console import warn
 from perf4sight.device.recipe import DEFAULT_RECIPE, PRECISIONS, Recipe, precision_problem
 from perf4sight.device.workload import autocast, prepare_model, tensors_in
-from perf4sight.errors import NetworkError
+from perf4sight.device.workload import check_classes as check_model_classes
+from perf4sight.errors import ModelFileError, NetworkError
 
 __all__ = ["LayerWatch", "check_classes", "module_kind", "output_shape", "trace_architecture"]
 
@@ -393,11 +394,12 @@ def _conv_fields(module: nn.Module) -> dict[str, Any]:
 
 
 def check_classes(name: str, scores: int, num_classes: int) -> None:
-    """Refuse a network that outputs another number of class scores than asked for: what is
-    described (and profiled) would not be the network trained."""
-    if scores != num_classes:
-        raise NetworkError(f"{name}: outputs {scores} class scores, not the {num_classes} asked for (a model "
-                           "file's factory is given num_classes only where it has that parameter)")
+    """The device's `check_classes`, refusing the network `name` as a NetworkError."""
+    try:
+        check_model_classes(scores, num_classes)
+    except ModelFileError as exc:
+        raise NetworkError(f"{name}: {exc} (a model file's factory is given num_classes only where it has that "
+                           "parameter)") from None
 
 
 def trace_architecture(

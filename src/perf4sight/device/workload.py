@@ -27,7 +27,7 @@ from .recipe import DEFAULT_RECIPE, PRECISIONS, TRAIN_ALL, TRAIN_CLASSIFIER, Rec
 from .test_config import ProfileTest
 
 __all__ = [
-    "SGD_OPTIONS", "OPTIMIZER_RUNS", "TestOutcome", "autocast", "check_recipes", "checkpoint_blocks",
+    "SGD_OPTIONS", "OPTIMIZER_RUNS", "TestOutcome", "autocast", "check_classes", "check_recipes", "checkpoint_blocks",
     "frozen_module_names", "iteration", "make_optimizer", "prepare_model", "recipe_problems", "run_test", "tensors_in",
 ]
 
@@ -392,6 +392,13 @@ def tensors_in(obj: Any) -> List[torch.Tensor]:
     return []
 
 
+def check_classes(scores: int, num_classes: int) -> None:
+    """Refuse a network that outputs another number of class scores than asked for: what
+    would be described or measured is not the network trained."""
+    if scores != num_classes:
+        raise ModelFileError("the model outputs {} class scores, not the {} asked for".format(scores, num_classes))
+
+
 def iteration(model: nn.Module, stage: str, inputs: torch.Tensor, num_classes: int,
               recipe: Recipe = DEFAULT_RECIPE) -> Callable[[], None]:
     """One iteration of `stage` on `inputs` under `recipe`, as a function to call repeatedly:
@@ -440,11 +447,8 @@ def iteration(model: nn.Module, stage: str, inputs: torch.Tensor, num_classes: i
             if not scores:
                 raise ModelFileError("the model's output holds no tensor of class scores: {}".format(
                     type(output).__name__))
-            logits = scores[0]
-            if logits.shape[-1] != num_classes:  # else a CUDA assert, which spoils the worker's later tests
-                raise ModelFileError("the model outputs {} class scores, not the {} of its test".format(
-                    logits.shape[-1], num_classes))
-            loss = criterion(logits, targets)
+            check_classes(scores[0].shape[-1], num_classes)  # else a CUDA assert, which spoils the worker's later tests
+            loss = criterion(scores[0], targets)
         optimiser.zero_grad(set_to_none=True)
         if scaler is None:
             loss.backward()
