@@ -14,6 +14,7 @@ import pytest
 import skops.io
 
 from perf4sight import console
+from perf4sight.architecture import Detail
 from perf4sight.device.definitions import LATENCY, MEMORY
 from perf4sight.errors import ArgumentError, DataNotFoundError, FittedModelError
 from perf4sight.features import FEATURE_SETS, queries
@@ -132,7 +133,7 @@ def test_another_library_version_is_refused(stored, tmp_path, edit_metadata):
 
 def test_an_older_storage_format_is_refused(stored, tmp_path, edit_metadata):
     edit_metadata(stored[1], lambda meta: meta.update(format=1))
-    with pytest.raises(FittedModelError, match="stored in format 1, this perf4sight reads format 11; fingerprint again"):
+    with pytest.raises(FittedModelError, match="stored in format 1, this perf4sight reads format 12; fingerprint again"):
         load_model(tmp_path, stage="training", target="latency_ms")
 
 
@@ -208,7 +209,7 @@ def test_a_model_file_that_is_not_skops_is_one_error(stored, tmp_path, content):
                                      "calibrated_ratio": None}), "bound_ratio: Extra inputs are not permitted"),
     (lambda m: m.update(family_residuals="abc"), "family_residuals: Extra inputs are not permitted"),
     (lambda m: m.update(training_ranges="zzz"), "training_ranges: Input should be a valid dictionary"),
-    (lambda m: m.update(format="11"), "stored in format '11', this perf4sight reads format 11"),
+    (lambda m: m.update(format="12"), "stored in format '12', this perf4sight reads format 12"),
     (lambda m: m.update(layer_groups="abc"), "layer_groups: Input should be a valid dictionary"),
     (lambda m: m.update(method_choice={"chosen": "replay", "errors": "x", "left_out": "network", "reason": ""}),
      "method_choice.errors: Input should be a valid dictionary"),
@@ -298,3 +299,19 @@ def test_skops_trusts_the_model_types_and_the_methods_only():
     assert set(store._MODEL_TYPES) == {"perf4sight.fit.calibration.CalibratedModel",
                                        "perf4sight.fit.calibration.FamilyCalibration"}
     assert not set(store._MODEL_TYPES) & set(trusted_types())
+
+
+def test_a_fallback_is_stored_where_the_method_has_one_and_nowhere_else(dataset, fitted, tmp_path):
+    """`physical` has no fallback: one stored with a fallback model inside is refused, as is
+    `replay` stored without its `physical` one (a prediction under autocast would fail)."""
+    with_fallback = CalibratedModel("physical", "latency_ms", fallback="streams").fit(dataset.rows, dataset.target)
+    assert with_fallback.fallback_.method == "streams"
+    save_model(with_fallback, storedir=tmp_path, stage="training", target="latency_ms", dataset=dataset)
+    with pytest.raises(FittedModelError, match="holds a fallback model; method 'physical' has none"):
+        load_model(tmp_path, stage="training", target="latency_ms")
+    rows = dataset.rows.assign(architecture=[load_architecture(H200 / "models" / f"{model}.json", needs=Detail.LIFETIMES)
+                                             for model in dataset.rows["model"]])
+    replay = CalibratedModel("replay", "latency_ms").fit(rows, dataset.target)
+    save_model(replay, storedir=tmp_path, stage="training", target="latency_ms", dataset=dataset)
+    with pytest.raises(FittedModelError, match="its fallback is not a 'physical' model; fingerprint again"):
+        load_model(tmp_path, stage="training", target="latency_ms")

@@ -262,3 +262,13 @@ def test_a_module_that_cannot_take_the_input_size_is_named():
     for load in (load_network, load_architecture):
         with pytest.raises(NetworkError, match=r"sequential: does not run on inputs of size \[3, 9, 9\]"):
             load(net, input_size=(3, 9, 9))
+
+
+def test_a_torchvision_network_that_cannot_be_described_is_named_as_asked_with_the_whole_reason():
+    from perf4sight.device.recipe import Recipe
+
+    with pytest.raises(NetworkError) as raised:
+        load_architecture("mobilenetv2", input_size=(3, 32, 32), num_classes=10, needs=Detail.LIFETIMES,
+                          recipe=Recipe(precision="amp-bf16"))
+    assert str(raised.value) == ("mobilenetv2: the tensor lifetimes (the replay's) cannot be recorded under amp-bf16: "
+                                 "they are recorded on the meta device, where autocast does not run")

@@ -13,6 +13,7 @@ import pytest
 from perf4sight import console
 from perf4sight.config import FingerprintSettings
 from perf4sight.device.definitions import LATENCY, MEMORY
+from perf4sight.device.recipe import Recipe
 from perf4sight.features import queries
 from perf4sight.fit import fingerprint_device
 from perf4sight.predict import MEMORY_BOUND, Predictor
@@ -79,3 +80,37 @@ def test_the_evaluation_bounds_the_runs_as_the_predictor_does(fingerprinted) -> 
     report = json.loads(fingerprinted[1].read_text())
     assert "bound_under_pct" in report["mem_used_mib"] and "bound_under_pct" not in report["latency_ms"]
     assert report["mem_used_mib"]["bound_under_pct"] <= report["mem_used_mib"]["under_pct"]
+
+
+@pytest.fixture(scope="module")
+def replay_models(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The memory model of the same runs fitted with `replay` (latency: `physical`'s)."""
+    out = tmp_path_factory.mktemp("h200_replay")
+    console.set_quiet(True)
+    fingerprint_device(FingerprintSettings(
+        train_nets=TRAIN, train_logs=[0, 30, 90], eval_logs=[], memory_logs=[H200 / "memory"],
+        latency_logs=[H200 / "latency"], pruned_models_storedir=H200 / "models", model_storedir=out,
+        method="replay", latency_model=False,
+    ))
+    console.set_quiet(False)
+    return out
+
+
+def test_a_recipe_the_replay_cannot_record_is_predicted_by_its_stored_physical_fallback(
+        replay_models: Path, predictor: Predictor, capsys: pytest.CaptureFixture[str]) -> None:
+    """Autocast cannot be recorded on the meta device: a device whose memory model is `replay`
+    predicts such a recipe with the `physical` model fitted on the same runs (the same
+    predictions as the physical fingerprint's), saying so; fp32 is still the replay's."""
+    replay = Predictor.load(replay_models)
+    assert replay.models[MEMORY.name].estimator.fallback_.method == "physical"
+    spec = H200 / "models" / "vgg11_60.json"
+    bf16 = Recipe(precision="amp-bf16")
+    table = replay.predict(spec, SIZES, recipe=bf16, breakdown=True)
+    np.testing.assert_allclose(table[MEMORY.name], predictor.predict(spec, SIZES, recipe=bf16)[MEMORY.name], rtol=1e-9)
+    assert "mem_used_mib predicted by the 'physical' model stored as the fallback of the 'replay' one: the tensor " \
+           "lifetimes (the replay's) cannot be recorded under amp-bf16" in " ".join(capsys.readouterr().err.split())
+    parts = table.filter(like="_mib").drop(columns=[MEMORY.name, MEMORY_BOUND]).sum(axis=1)
+    np.testing.assert_allclose(parts, table[MEMORY.name], rtol=1e-9)
+    fp32 = replay.predict(spec, SIZES)
+    assert not np.allclose(fp32[MEMORY.name], predictor.predict(spec, SIZES)[MEMORY.name], rtol=1e-3)
+    assert capsys.readouterr().err == ""

@@ -3,11 +3,11 @@
 from perf4sight.architecture.derived import derived_values
 from perf4sight.architecture.family import family_key
 from perf4sight.architecture.ir import Architecture, Detail, Layer, Scaling, Timeline
-from perf4sight.architecture.lifetimes import record_timeline, with_lifetimes
+from perf4sight.architecture.lifetimes import record_timeline, recording_problem, with_lifetimes
 from perf4sight.architecture.propagate import LayerShape, with_layer_shapes
 from perf4sight.architecture.trace import check_classes, module_kind, output_shape, trace_architecture
 
 __all__ = [
     "Architecture", "Detail", "Layer", "LayerShape", "Scaling", "Timeline", "check_classes", "derived_values", "family_key",
-    "module_kind", "output_shape", "record_timeline", "trace_architecture", "with_layer_shapes", "with_lifetimes",
+    "module_kind", "output_shape", "record_timeline", "recording_problem", "trace_architecture", "with_layer_shapes", "with_lifetimes",
 ]

@@ -45,7 +45,7 @@ from perf4sight.device.recipe import DEFAULT_RECIPE, PRECISIONS, Recipe
 from perf4sight.device.workload import tensors_in
 from perf4sight.errors import NetworkError
 
-__all__ = ["ITERATIONS", "record_timeline", "resized", "with_lifetimes"]
+__all__ = ["ITERATIONS", "record_timeline", "recording_problem", "resized", "with_lifetimes"]
 
 # The first iteration creates the momentum buffers; the second is the steady state.
 ITERATIONS = {"training": 2, "inference": 1}
@@ -402,6 +402,14 @@ def _optimizer_phase(recorder: _Recorder) -> Iterator[None]:
             handle.remove()
 
 
+def recording_problem(recipe: Recipe) -> str | None:
+    """Why the tensor lifetimes of an iteration under `recipe` cannot be recorded, or None."""
+    if PRECISIONS[recipe.precision].autocast_dtype is not None:
+        return (f"the tensor lifetimes (the replay's) cannot be recorded under {recipe.precision}: "
+                "they are recorded on the meta device, where autocast does not run")
+    return None
+
+
 def record_timeline(build: Callable[[], torch.nn.Module], input_size: tuple[int, ...], num_classes: int,
                     stage: str, arch: Architecture | None = None, recipe: Recipe = DEFAULT_RECIPE) -> Timeline:
     """The timeline for `stage`, any batch size, of the network `build` makes on the meta
@@ -413,9 +421,9 @@ def record_timeline(build: Callable[[], torch.nn.Module], input_size: tuple[int,
 
     NetworkError under autocast: the meta device, where the iteration is recorded, has none."""
     recipe = arch.recipe if arch is not None else recipe
-    if PRECISIONS[recipe.precision].autocast_dtype is not None:
-        raise NetworkError(f"the tensor lifetimes (the replay's) cannot be recorded under {recipe.precision}: "
-                           "they are recorded on the meta device, where autocast does not run")
+    problem = recording_problem(recipe)
+    if problem is not None:
+        raise NetworkError(problem)
     attributed = arch if not recipe.checkpoint_segments else None
     not_affine = ("tensor sizes are not affine in the batch size (or one sample's tensor exceeds 1 GiB); "
                   "the allocator replay cannot scale them")

@@ -38,7 +38,7 @@ def held_out_ratio(model: BaseEstimator, X: pd.DataFrame, y: np.ndarray,  # noqa
                    quantile: float = BOUND_QUANTILE) -> dict[str, Any] | None:
     """How far above its prediction a new network's measurement may lie: `ratio`, the
     `quantile` of measured / predicted over every run, each predicted by `model` (a
-    `CalibratedModel`'s parameters; each refit is a clone of it without a bound) fitted
+    `CalibratedModel`'s parameters; each refit is a clone of it without a bound or a fallback) fitted
     without its network (without its architecture when one network was profiled), and
     `calibrated_ratio`, the same for a prediction calibrated on its family: each profiled
     level left out of both the fit and its family's calibration (None when no family has
@@ -49,7 +49,7 @@ def held_out_ratio(model: BaseEstimator, X: pd.DataFrame, y: np.ndarray,  # noqa
         return None
     families = X[ARCHITECTURE].map(family_key)
     in_family_levels = X.loc[X["model"].groupby(families).transform("nunique") > 1, "model"].unique()
-    refit = clone(model).set_params(bound_quantile=None)
+    refit = clone(model).set_params(bound_quantile=None, fallback=None)
 
     def fitted_without(out: np.ndarray) -> Any:
         return clone(refit).fit(X[~out].reset_index(drop=True), y[~out])

@@ -32,7 +32,7 @@ from sklearn.utils.validation import check_is_fitted
 
 from perf4sight.architecture import family_key
 from perf4sight.device.definitions import MEMORY
-from perf4sight.features import ARCHITECTURE, BATCH_SIZE
+from perf4sight.features import ARCHITECTURE, BATCH_SIZE, FEATURE_SETS
 from perf4sight.fit.bound import held_out_ratio
 from perf4sight.fit.methods import METHODS, fit_method
 from perf4sight.fit.physical import memory_breakdown
@@ -165,13 +165,15 @@ class Answer(NamedTuple):
     """What one prediction of a query frame yields, each computed once: the predicted target
     per row (`CalibratedModel.predict`), the memory bound (None when none was measured),
     which rows were calibrated, whether each fits in the device's memory (None for a model
-    that learns no capacity) and the feature columns the regressor computed."""
+    that learns no capacity), the feature columns the regressor computed and the method
+    that answered (the model's, or its fallback's)."""
 
     predicted: np.ndarray
     bound: np.ndarray | None
     calibrated: np.ndarray
     fits: np.ndarray | None
     features: pd.DataFrame
+    method: str
 
 
 class CalibratedModel(BaseEstimator):
@@ -183,14 +185,20 @@ class CalibratedModel(BaseEstimator):
 
     X is a query frame (`perf4sight.features.queries`): each row's `architecture` and
     `batch_size`; to fit, also its network (`net`) and architecture's name (`model`), which
-    the bound leaves out in turn (a `Dataset`'s rows)."""
+    the bound leaves out in turn (a `Dataset`'s rows).
+
+    With `fallback` (a method, `Method.fallback`), a second model of that method is fitted on
+    the same rows (`fallback_`) and answers the queries whose architectures do not hold what
+    the method's features need: `replay`'s for a recipe whose tensor lifetimes cannot be
+    recorded (autocast) is `physical`'s."""
 
     def __init__(self, method: str = "physical", target: str = MEMORY.name, stage: str = "training",
-                 bound_quantile: float | None = None) -> None:
+                 bound_quantile: float | None = None, fallback: str | None = None) -> None:
         self.method = method
         self.target = target
         self.stage = stage
         self.bound_quantile = bound_quantile
+        self.fallback = fallback
 
     @property
     def feature_set(self) -> str:
@@ -204,7 +212,19 @@ class CalibratedModel(BaseEstimator):
         self.regressor_ = fit_method(self.method, X, y, self.target, self.stage)
         self.calibration_ = FamilyCalibration.of(query_rows(X), y, self.regressor_.predict(X))
         self.bound_ = None if self.bound_quantile is None else held_out_ratio(self, X, y, self.bound_quantile)
+        self.fallback_ = None if self.fallback is None else CalibratedModel(
+            self.fallback, self.target, self.stage, self.bound_quantile).fit(X, y)
         return self
+
+    def answering(self, X: pd.DataFrame) -> CalibratedModel:  # noqa: N803
+        """The model that answers the queries: this one, or its fallback where an
+        architecture lacks what this method's features need."""
+        check_is_fitted(self, "regressor_")
+        if self.fallback_ is None:
+            return self
+        needs = FEATURE_SETS[self.feature_set].needs
+        archs = {id(arch): arch for arch in X[ARCHITECTURE]}.values()
+        return self if all(arch.holds(needs, self.stage) for arch in archs) else self.fallback_
 
     def predict(self, X: pd.DataFrame, *, calibrate: bool = True,  # noqa: N803
                 return_bound: bool = False) -> np.ndarray | tuple[np.ndarray, np.ndarray | None]:
@@ -219,7 +239,9 @@ class CalibratedModel(BaseEstimator):
         `Pipeline.predict` runs them (without its metadata routing, which costs as much as a
         prediction of one network); the bound is the prediction times the held-out ratio,
         the calibrated one where the prediction was calibrated, never below the prediction."""
-        check_is_fitted(self, "regressor_")
+        model = self.answering(X)
+        if model is not self:
+            return model.answer(X, calibrate=calibrate)
         (_, transformer), *middle, (_, solver) = self.regressor_.steps
         features = transformer.transform(X)
         design = features
@@ -235,23 +257,23 @@ class CalibratedModel(BaseEstimator):
         if self.bound_ is not None:
             in_family = self.bound_["calibrated_ratio"] or self.bound_["ratio"]
             bound = predicted * np.maximum(1.0, np.where(calibrated, in_family, self.bound_["ratio"]))
-        return Answer(predicted, bound, calibrated, fits, features)
+        return Answer(predicted, bound, calibrated, fits, features, self.method)
 
     def calibrated(self, X: pd.DataFrame) -> np.ndarray:  # noqa: N803
         """Which rows `predict` corrects: those of a profiled family."""
-        check_is_fitted(self, "calibration_")
-        return self.calibration_.profiled(query_rows(X))
+        return self.answering(X).calibration_.profiled(query_rows(X))
 
     def features(self, X: pd.DataFrame) -> pd.DataFrame:  # noqa: N803
         """The feature columns the regressor computes for the queries (its first step)."""
-        check_is_fitted(self, "regressor_")
-        return self.regressor_[0].transform(X)
+        return self.answering(X).regressor_[0].transform(X)
 
     def breakdown(self, X: pd.DataFrame) -> pd.DataFrame:  # noqa: N803
         """What each row's predicted memory is made of (MiB, `memory_breakdown`'s parts as
         `<part>_mib`), and `adjustment_mib`: what the family correction and the device's
         capacity change, so that the parts sum to the prediction."""
-        check_is_fitted(self, "regressor_")
+        model = self.answering(X)
+        if model is not self:
+            return model.breakdown(X)
         parts = memory_breakdown(self.regressor_, self.features(X))
         table = pd.DataFrame({f"{name}_mib": values for name, values in parts.items()})
         table["adjustment_mib"] = self.predict(X) - table.sum(axis=1).to_numpy()

@@ -66,10 +66,12 @@ class PaperExtraTrees(RegressorMixin, BaseEstimator):
 
 @dataclass(frozen=True)
 class Method:
-    """A method: the feature set it reads and, per target, the steps after the features."""
+    """A method: the feature set it reads and, per target, the steps after the features;
+    and the method (`fallback`) that answers the queries its features cannot describe."""
 
     feature_set: str
     steps: Callable[[str], list[tuple[str, BaseEstimator]]]
+    fallback: str | None = None
 
 
 def _trees(target: str) -> list[tuple[str, BaseEstimator]]:
@@ -80,8 +82,9 @@ METHODS: dict[str, Method] = {
     "paper": Method("paper", _trees),
     # the `network` features' terms: bytes, operations and layers at a device's rates
     "physical": Method("network", partial(physical_steps, "network")),
-    # memory as the allocator replay finds it; latency as `physical`
-    "replay": Method("replay", partial(physical_steps, "replay")),
+    # memory as the allocator replay finds it; latency as `physical`; `physical` for a recipe
+    # whose tensor lifetimes cannot be recorded (autocast)
+    "replay": Method("replay", partial(physical_steps, "replay"), fallback="physical"),
     # latency with the bytes moved at two rates (GEMM and memory-bound layers); memory as `physical`
     "streams": Method("network", partial(physical_steps, "streams")),
 }

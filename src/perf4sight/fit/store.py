@@ -54,8 +54,9 @@ __all__ = ["FittedModel", "library_versions", "stored_model_path", "save_model",
 # 7: one object, the `CalibratedModel`, holds the family corrections and the bound, and the
 # physical models hold their fitted solver (`solver_`); 8: targets named with their units
 # (`training_mem_used_mib.skops`); 9: the regressor is a pipeline from a query frame (its features,
-# term design and solver); 10: the training recipes the runs fitted on (`recipes`)
-_FORMAT = 11
+# term design and solver); 10: the training recipes the runs fitted on (`recipes`); 12: the
+# method's fallback model (`fallback_`)
+_FORMAT = 12
 # The attribute of a stored model that names what it was fitted for (`_identity`).
 _IDENTITY = "perf4sight_identity_"
 # Versions that must match for a stored model to be used: the estimator's internals
@@ -333,6 +334,22 @@ def load_model(storedir: str | Path, *, stage: str, target: str) -> FittedModel:
         said = ", ".join(f"{k} {v}" for k, v in identity.items()) if isinstance(identity, dict) else "nothing"
         raise FittedModelError(f"{path}: the model inside says it was fitted for {clip(said)}; its name and "
                                f"{meta_path.name} say {', '.join(f'{k} {v}' for k, v in wanted_identity.items())}")
+    _check_content(estimator, method, stage, target, path)
+    fallback = getattr(estimator, "fallback_", "missing")
+    if expected.fallback is None:
+        if fallback is not None:
+            raise FittedModelError(f"{path}: holds a fallback model; method '{method}' has none")
+    elif type(fallback) is not CalibratedModel or fallback.method != expected.fallback:
+        raise FittedModelError(f"{path}: its fallback is not a '{expected.fallback}' model; fingerprint again to refit")
+    else:
+        _check_content(fallback, expected.fallback, stage, target, path)
+    _check_features(metadata, path)
+    return FittedModel(estimator=estimator, metadata=metadata)
+
+
+def _check_content(estimator: Any, method: str, stage: str, target: str, path: Path) -> None:
+    """Refuse a stored model (or fallback) whose regressor is not `method`'s, or whose bound or
+    family corrections are not what a fit makes."""
     problem = _regressor_problem(estimator, make_regressor(method, target, stage), method)
     if problem:
         raise FittedModelError(f"{path}: {problem}")
@@ -341,8 +358,6 @@ def load_model(storedir: str | Path, *, stage: str, target: str) -> FittedModel:
         "bound_": getattr(estimator, "bound_", "missing"),
         "family_residuals": calibration.residuals if type(calibration) is FamilyCalibration else "missing",
     }, path)
-    _check_features(metadata, path)
-    return FittedModel(estimator=estimator, metadata=metadata)
 
 
 def _regressor_problem(estimator: Any, wanted: Pipeline, method: str) -> str | None:

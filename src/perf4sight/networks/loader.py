@@ -108,8 +108,10 @@ def load_architecture(
         try:
             arch = torchvision_architecture(network_builder, kwargs, num_classes=classes, input_size=size,
                                             lifetimes=stages, recipe=recipe)
-        except NetworkError as exc:  # named after the builder: say the name the user gave
-            raise NetworkError(f"{name}:{str(exc).split(':', 1)[1]}") from exc
+        except NetworkError as exc:  # say the name the user gave, not the builder's
+            text = str(exc)
+            text = text[len(network_builder) + 1:].lstrip() if text.startswith(f"{network_builder}:") else text
+            raise NetworkError(f"{name}: {text}") from exc
         return dataclasses.replace(arch, name=name)
     else:
         # The trace finds the classes itself: no separate forward pass for them.

@@ -17,7 +17,8 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from perf4sight.architecture import Architecture, Detail
+from perf4sight.architecture import Architecture, Detail, recording_problem
+from perf4sight.console import warn
 from perf4sight.device.definitions import LATENCY, MEMORY, QUANTITIES, check_batch_sizes, check_stage, is_positive_int
 from perf4sight.device.recipe import DEFAULT_RECIPE, Recipe
 from perf4sight.errors import DataNotFoundError, UsageError
@@ -69,7 +70,7 @@ class Predictor:
         from perf4sight.networks import load_architecture
 
         # what the models' feature sets need, and never less than every layer traced
-        needs = max(Detail.LAYERS, *(FEATURE_SETS[m.metadata["feature_set"]].needs for m in self.models.values()))
+        needs = max(Detail.LAYERS, *(_needs(m, recipe) for m in self.models.values()))
         return load_architecture(network, needs=needs, stage=self.stage, recipe=recipe.for_stage(self.stage),
                                  **load_options)
 
@@ -111,6 +112,10 @@ class Predictor:
         query = queries(arch, sizes)
         for column, model in self.models.items():
             answer = model.estimator.answer(query)
+            if answer.method != model.estimator.method:
+                reason = recording_problem(arch.recipe) or "its description holds no tensor lifetimes"
+                warn(f"network '{arch.name}' ({arch.recipe.label()}): {column} predicted by the '{answer.method}' "
+                     f"model stored as the fallback of the '{model.estimator.method}' one: {reason}")
             columns[column] = answer.predicted
             calibrated |= bool(answer.calibrated.all())
             if column == MEMORY.name and answer.bound is not None:
@@ -184,6 +189,16 @@ class Predictor:
             )
         first_miss = int(np.argmin(fits)) if not fits.all() else len(fits)
         return table.iloc[first_miss - 1]
+
+
+def _needs(model: FittedModel, recipe: Recipe) -> Detail:
+    """What a model's features need of a network trained under `recipe`: its fallback's
+    where its own need tensor lifetimes that cannot be recorded under it."""
+    estimator = model.estimator
+    needs = FEATURE_SETS[estimator.feature_set].needs
+    if needs is Detail.LIFETIMES and estimator.fallback_ is not None and recording_problem(recipe) is not None:
+        return FEATURE_SETS[estimator.fallback_.feature_set].needs
+    return needs
 
 
 def _outside_range(model: FittedModel, arch: Architecture, batch: np.ndarray, features: pd.DataFrame) -> np.ndarray:
