@@ -114,8 +114,8 @@ class Predictor:
             answer = model.estimator.answer(query)
             if answer.method != model.estimator.method:
                 reason = recording_problem(arch.recipe) or "its description holds no tensor lifetimes"
-                warn(f"network '{arch.name}' ({arch.recipe.label()}): {column} predicted by the '{answer.method}' "
-                     f"model stored as the fallback of the '{model.estimator.method}' one: {reason}")
+                warn(f"{arch.recipe.label()}: {column} predicted by the '{answer.method}' model stored as the "
+                     f"fallback of the '{model.estimator.method}' one: {reason}")
             columns[column] = answer.predicted
             calibrated |= bool(answer.calibrated.all())
             if column == MEMORY.name and answer.bound is not None:
