@@ -175,3 +175,60 @@ def test_a_run_measured_at_zero_is_named_not_fitted(tx2_dir, tmp_path):
     settings = _settings(tx2_dir, tmp_path, memory_logs=[logs], latency_model=False, eval_logs=[])
     with pytest.raises(LogFormatError, match=r"memory_logs: \d+ passed runs measured mem_used_mib <= 0 \(first: resnet18_50"):
         fingerprint_device(settings)
+
+
+AUTOCAST_CONFIG = """
+[create_network_dataset]
+networks = ['squeezenet', 'resnet18']
+pruning_perc = [0, 50]
+input_size = [3, 32, 32]
+num_classes = 10
+model_path = {out}/models
+
+[profile]
+network = ['squeezenet', 'resnet18']
+bs = [2, 4]
+stage = ['training']
+profile_variables = ['memory']
+local_model_loc = {out}/models
+device_model_loc = {out}/models
+test_config = {out}/test_config.ini
+device = cpu
+log_dir = {out}/logs
+iterations = 1
+precision = ['fp32', 'amp-bf16']
+
+[fingerprint]
+train_nets = ['squeezenet', 'resnet18']
+train_logs = [0, 50]
+memory_logs = ['{out}/logs/memory']
+latency_model = False
+pruned_models_storedir = {out}/models
+model_storedir = {out}/fitted
+"""
+
+
+@pytest.mark.slow
+def test_runs_profiled_under_autocast_leave_the_replay_out_of_the_choice_and_refuse_it_forced(tmp_path, capsys):
+    """The replay's tensor lifetimes cannot be recorded under autocast: on a device profiled
+    under amp-bf16 too, `method = default` fits the other candidate and says why, and a
+    forced `method = replay` is one line naming the config key (real CPU profiling runs)."""
+    config = tmp_path / "config.ini"
+    config.write_text(AUTOCAST_CONFIG.format(out=tmp_path))
+    assert main(["--quiet", "run", "--config", str(config)]) == 0
+    logs = pd.read_csv(tmp_path / "logs" / "memory" / "resnet18_50-gt.csv", sep="|")
+    assert sorted(logs["precision"]) == ["amp-bf16", "amp-bf16", "fp32", "fp32"] and logs["passed"].all()
+    meta = json.loads((tmp_path / "fitted" / "training_mem_used_mib.json").read_text())
+    assert meta["method"] == "physical" and meta["method_choice"]["errors"]["replay"] is None
+    assert "; not replay: the tensor lifetimes (the replay's) cannot be recorded under amp-bf16" \
+        in meta["method_choice"]["reason"]
+    capsys.readouterr()
+    forced = tmp_path / "forced.ini"
+    forced.write_text(AUTOCAST_CONFIG.format(out=tmp_path).split("[create_network_dataset]")[0]
+                      + "[fingerprint]" + AUTOCAST_CONFIG.format(out=tmp_path).split("[fingerprint]")[1]
+                      + "method = replay\noverwrite = True\n")
+    assert main(["run", "--config", str(forced)]) == 2
+    assert capsys.readouterr().err.strip().splitlines()[-1] == (
+        f"error: {forced}: [fingerprint] method: 'replay' cannot be fitted on these memory logs: the tensor lifetimes "
+        "(the replay's) cannot be recorded under amp-bf16: they are recorded on the meta device, where autocast does "
+        "not run (method = physical or default can)")

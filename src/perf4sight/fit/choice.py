@@ -57,9 +57,10 @@ def held_out_error(method: str, dataset: Dataset, target: str) -> tuple[float, s
     return float(np.mean(errors)), left_out
 
 
-def choose_method(datasets: Mapping[str, Dataset], target: str) -> MethodChoice:
+def choose_method(datasets: Mapping[str, Dataset], target: str, excluded: Mapping[str, str] | None = None) -> MethodChoice:
     """The candidate (a key of `datasets`, in `CANDIDATE_METHODS` order, each with the
-    training rows in its own method's feature set) with the lowest held-out error."""
+    training rows in its own method's feature set) with the lowest held-out error;
+    `excluded` says why other candidates could not be fitted on the runs (`method_problem`)."""
     candidates = [method for method in CANDIDATE_METHODS if method in datasets]
     unknown = sorted(set(datasets) - set(CANDIDATE_METHODS))
     if unknown or not candidates:
@@ -83,6 +84,9 @@ def choose_method(datasets: Mapping[str, Dataset], target: str) -> MethodChoice:
         tie = [m for m in scored if m != chosen and np.isclose(scored[m], scored[chosen], rtol=1e-9, atol=0.0)]
         reason = (f"lowest mean MAPE with each {left_out} left out of the fit ({nets}): {listed}"
                   + (f"; tied with {', '.join(tie)}, the faster one" if tie else ""))
+    for method, why in (excluded or {}).items():
+        errors[method] = float("nan")
+        reason += f"; not {method}: {why}"
     console.info(f"method for {target}: {chosen} ({reason})")
     return MethodChoice(chosen=chosen, errors=errors, left_out=left_out, reason=reason)
 

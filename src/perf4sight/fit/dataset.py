@@ -27,7 +27,7 @@ from perf4sight.errors import DataNotFoundError, LogFormatError
 from perf4sight.features import ARCHITECTURE, BATCH_SIZE, FEATURE_SETS, feature_table
 from perf4sight.networks import load_architecture
 
-__all__ = ["ArchitectureCatalog", "Dataset", "architecture_name", "build_dataset"]
+__all__ = ["ArchitectureCatalog", "Dataset", "architecture_name", "build_dataset", "logged_recipes"]
 
 
 def architecture_name(model: str) -> str:
@@ -85,7 +85,7 @@ class Dataset:
 
     def recipes(self) -> list[Recipe]:
         """The distinct training recipes of the runs, in the order they first appear."""
-        return [_recipe(values) for values in self.rows[list(RECIPE_COLUMNS)].drop_duplicates().itertuples(index=False)]
+        return logged_recipes(self.rows)
 
     def select(self, mask: Any) -> Dataset:
         """The rows where the boolean `mask` is true, index reset."""
@@ -96,6 +96,12 @@ class Dataset:
             rows=self.rows[mask].reset_index(drop=True),
             stage=self.stage,
         )
+
+
+def logged_recipes(rows: pd.DataFrame) -> list[Recipe]:
+    """The distinct training recipes of log rows (or a dataset's rows: their `RECIPE_COLUMNS`),
+    in the order they first appear."""
+    return [_recipe(values) for values in rows[list(RECIPE_COLUMNS)].drop_duplicates().itertuples(index=False)]
 
 
 def _recipe(values: Sequence[Any]) -> Recipe:

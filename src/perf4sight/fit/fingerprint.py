@@ -29,9 +29,9 @@ from perf4sight.features import ARCHITECTURE
 from perf4sight.fit.bound import BOUND_QUANTILE
 from perf4sight.fit.calibration import CalibratedModel
 from perf4sight.fit.choice import choose_method
-from perf4sight.fit.dataset import ArchitectureCatalog, Dataset, build_dataset
+from perf4sight.fit.dataset import ArchitectureCatalog, Dataset, build_dataset, logged_recipes
 from perf4sight.fit.logs import find_logs, read_logs
-from perf4sight.fit.methods import DEFAULT_METHOD, METHODS, candidate_methods, resolve_method
+from perf4sight.fit.methods import DEFAULT_METHOD, METHODS, candidate_methods, method_problem, resolve_method
 from perf4sight.fit.report import print_report, summarise, write_report
 from perf4sight.fit.store import FittedModel, load_model, save_model, stored_model_path
 
@@ -65,12 +65,20 @@ def _train(settings: FingerprintSettings, target: Quantity, method: str, catalog
             console.info(f"{target.kind} model already stored at {path}; kept (overwrite = False)")
             return
     candidates = candidate_methods(target.name) if method == DEFAULT_METHOD else (method,)
+    logs = read_logs(settings.train_nets, settings.train_logs, _log_dirs(settings, target.kind, evaluation=False),
+                     [target])
+    recipes = logged_recipes(logs[logs["passed"]])
+    excluded = {candidate: problem for candidate in candidates
+                if (problem := method_problem(candidate, recipes)) is not None}
+    if method != DEFAULT_METHOD and excluded:
+        raise ArgumentError(f"method: '{method}' cannot be fitted on these {target.kind} logs: {excluded[method]} "
+                            f"(method = physical or default can)")
     datasets = {}
-    for candidate in candidates:
-        datasets[candidate] = _dataset(settings, target, METHODS[candidate].feature_set, catalog,
-                                       settings.train_nets, settings.train_logs, evaluation=False)
+    for candidate in (c for c in candidates if c not in excluded):
+        datasets[candidate] = build_dataset(logs, target=target.name, feature_set=METHODS[candidate].feature_set,
+                                            stage=settings.stage, catalog=catalog)
         _check_positive(datasets[candidate], target)
-    choice = choose_method(datasets, target.name) if method == DEFAULT_METHOD else None
+    choice = choose_method(datasets, target.name, excluded) if method == DEFAULT_METHOD else None
     if choice is not None:
         method = choice.chosen
     dataset = datasets[method]

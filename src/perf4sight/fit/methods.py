@@ -9,7 +9,7 @@ target from its own data (`perf4sight.fit.choice`).
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from functools import partial
 from typing import Any
@@ -21,14 +21,16 @@ from sklearn.ensemble import ExtraTreesRegressor
 from sklearn.pipeline import Pipeline
 from sklearn.utils.validation import check_is_fitted, has_fit_parameter, validate_data
 
+from perf4sight.architecture import Detail, recording_problem
 from perf4sight.device.definitions import LATENCY, MEMORY
+from perf4sight.device.recipe import Recipe
 from perf4sight.errors import ArgumentError
-from perf4sight.features import FeatureTransformer
+from perf4sight.features import FEATURE_SETS, FeatureTransformer
 from perf4sight.fit.physical import LatencySolver, MemorySolver, TermDesign, physical_steps
 
 __all__ = [
     "PaperExtraTrees", "Method", "METHODS", "CANDIDATE_METHODS", "DEFAULT_METHOD", "candidate_methods", "fit_method",
-    "make_regressor", "network_weights", "resolve_method", "trusted_types",
+    "make_regressor", "method_problem", "network_weights", "resolve_method", "trusted_types",
 ]
 
 
@@ -110,6 +112,14 @@ CANDIDATE_METHODS = tuple(dict.fromkeys(method for methods in _CANDIDATES.values
 def candidate_methods(target: str) -> tuple[str, ...]:
     """The candidates `method = default` compares for a target (`mem_used_mib`, `latency_ms`)."""
     return _CANDIDATES[target]
+
+
+def method_problem(method: str, recipes: Iterable[Recipe]) -> str | None:
+    """Why `method` cannot describe runs under `recipes` (None when it can): its features need
+    tensor lifetimes, which cannot be recorded under autocast."""
+    if FEATURE_SETS[METHODS[method].feature_set].needs is not Detail.LIFETIMES:
+        return None
+    return next((problem for problem in map(recording_problem, recipes) if problem), None)
 
 
 def resolve_method(name: str) -> str:
