@@ -52,6 +52,8 @@ from perf4sight.fit import (
     mape_pct,
     read_logs,
 )
+from perf4sight.fit.dataset import logged_recipes
+from perf4sight.fit.methods import method_problem
 
 TX2_DIR = Path(__file__).resolve().parents[1].parent / "shared" / "datasets" / "tx2"
 PROTOCOL_TRAIN_LEVELS = (0, 30, 50, 70, 90)
@@ -123,10 +125,15 @@ def candidates(method: str, target: str) -> tuple[str, ...]:
 
 def method_datasets(method: str, logs: pd.DataFrame, target: str, catalog: ArchitectureCatalog, stage: str,
                     passed_only: bool = True) -> dict[str, Dataset]:
-    """The runs of `logs` in the feature set of each method `method` fits."""
+    """The runs of `logs` in the feature set of each method `method` fits (for `default`, those
+    that can describe every run, as fingerprinting leaves out `replay` where runs ran under autocast)."""
+    fitted = candidates(method, target)
+    if method == DEFAULT_METHOD:
+        recipes = logged_recipes(logs[logs["passed"]] if passed_only else logs)
+        fitted = tuple(m for m in fitted if method_problem(m, recipes) is None)
     return {m: build_dataset(logs, target=target, feature_set=METHODS[m].feature_set, stage=stage,
                              catalog=catalog, passed_only=passed_only)
-            for m in candidates(method, target)}
+            for m in fitted}
 
 
 def fit_chosen(method: str, trained_on: dict[str, Dataset], target: str,
