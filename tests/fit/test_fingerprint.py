@@ -232,3 +232,16 @@ def test_runs_profiled_under_autocast_leave_the_replay_out_of_the_choice_and_ref
         f"error: {forced}: [fingerprint] method: 'replay' cannot be fitted on these memory logs: the tensor lifetimes "
         "(the replay's) cannot be recorded under amp-bf16: they are recorded on the meta device, where autocast does "
         "not run (method = physical or default can)")
+
+    # a replay model fitted on the fp32 runs alone evaluates the amp-bf16 ones with its fallback
+    fp32 = tmp_path / "fp32"
+    fp32.mkdir()
+    for log in (tmp_path / "logs" / "memory").glob("*-gt.csv"):
+        runs = pd.read_csv(log, sep="|")
+        runs[runs["precision"] == "fp32"].to_csv(fp32 / log.name, sep="|", index=False)
+    report = fingerprint_device(FingerprintSettings(
+        train_nets=["squeezenet", "resnet18"], train_logs=[0, 50], eval_logs=[0, 50], memory_logs=[fp32],
+        eval_memory_logs=[tmp_path / "logs" / "memory"], latency_model=False, method="replay",
+        pruned_models_storedir=tmp_path / "models", model_storedir=tmp_path / "replay",
+    ))
+    assert report["mem_used_mib"]["method"] == "replay" and report["mem_used_mib"]["n"] == 16

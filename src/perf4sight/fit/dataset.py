@@ -27,7 +27,7 @@ from perf4sight.errors import DataNotFoundError, LogFormatError
 from perf4sight.features import ARCHITECTURE, BATCH_SIZE, FEATURE_SETS, feature_table
 from perf4sight.networks import load_architecture
 
-__all__ = ["ArchitectureCatalog", "Dataset", "architecture_name", "build_dataset", "logged_recipes"]
+__all__ = ["ArchitectureCatalog", "Dataset", "architecture_name", "build_dataset", "logged_recipes", "row_recipes"]
 
 
 def architecture_name(model: str) -> str:
@@ -101,7 +101,12 @@ class Dataset:
 def logged_recipes(rows: pd.DataFrame) -> list[Recipe]:
     """The distinct training recipes of log rows (or a dataset's rows: their `RECIPE_COLUMNS`),
     in the order they first appear."""
-    return [_recipe(values) for values in rows[list(RECIPE_COLUMNS)].drop_duplicates().itertuples(index=False)]
+    return row_recipes(rows[list(RECIPE_COLUMNS)].drop_duplicates())
+
+
+def row_recipes(rows: pd.DataFrame) -> list[Recipe]:
+    """Each log row's (or dataset row's) training recipe."""
+    return [_recipe(values) for values in rows[list(RECIPE_COLUMNS)].itertuples(index=False)]
 
 
 def _recipe(values: Sequence[Any]) -> Recipe:

@@ -15,21 +15,21 @@ candidate's error and the reason are stored in the model's metadata and reported
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pandas as pd
 
 from perf4sight import console
 from perf4sight.config import FingerprintSettings
 from perf4sight.device.definitions import MEMORY, QUANTITIES, Quantity, check_stage
-from perf4sight.errors import ArgumentError, FittedModelError, LogFormatError
+from perf4sight.errors import ArgumentError, DataNotFoundError, FittedModelError, LogFormatError
 from perf4sight.features import ARCHITECTURE
 from perf4sight.fit.bound import BOUND_QUANTILE
 from perf4sight.fit.calibration import CalibratedModel
 from perf4sight.fit.choice import choose_method
-from perf4sight.fit.dataset import ArchitectureCatalog, Dataset, build_dataset, logged_recipes
+from perf4sight.fit.dataset import ArchitectureCatalog, Dataset, build_dataset, logged_recipes, row_recipes
 from perf4sight.fit.logs import find_logs, read_logs
 from perf4sight.fit.methods import DEFAULT_METHOD, METHODS, candidate_methods, method_problem, resolve_method
 from perf4sight.fit.report import print_report, summarise, write_report
@@ -45,13 +45,6 @@ def _log_dirs(settings: FingerprintSettings, kind: str, *, evaluation: bool) -> 
         key = f"eval_{kind}_logs or {kind}_logs" if evaluation else f"{kind}_logs"
         raise ArgumentError(f"{key}: no log folder given for the {kind} model")
     return dirs
-
-
-def _dataset(settings: FingerprintSettings, target: Quantity, feature_set: str, catalog: ArchitectureCatalog,
-             nets: Sequence[str], levels: Sequence[int], *, evaluation: bool) -> Dataset:
-    logs = read_logs(nets, levels, _log_dirs(settings, target.kind, evaluation=evaluation), [target])
-    return build_dataset(logs, target=target.name, feature_set=feature_set, stage=settings.stage,
-                         catalog=catalog)
 
 
 def _train(settings: FingerprintSettings, target: Quantity, method: str, catalog: ArchitectureCatalog) -> None:
@@ -109,11 +102,30 @@ def _check_positive(dataset: Dataset, target: Quantity) -> None:
 
 def _evaluate(settings: FingerprintSettings, target: Quantity, model: FittedModel,
               catalog: ArchitectureCatalog) -> pd.DataFrame:
-    dataset = _dataset(settings, target, model.metadata["feature_set"], catalog,
-                       settings.eval_nets or settings.train_nets, settings.eval_logs, evaluation=True)
-    predicted, bound = model.estimator.predict(dataset.rows, return_bound=True)
-    rows = dataset.rows.drop(columns=ARCHITECTURE).assign(predicted=predicted)
-    return rows if bound is None else rows.assign(bound=bound)
+    logs = read_logs(settings.eval_nets or settings.train_nets, settings.eval_logs,
+                     _log_dirs(settings, target.kind, evaluation=True), [target])
+    # runs the method cannot describe (the replay's under autocast) are its fallback's, as a user's query is
+    method = model.metadata["method"]
+    other = np.array([method_problem(method, [recipe]) is not None for recipe in row_recipes(logs)], dtype=bool)
+    fallback = METHODS[method].fallback
+    parts = ((model.metadata["feature_set"], logs[~other]),
+             (METHODS[fallback].feature_set if fallback else "", logs[other]))
+    frames, missing = [], None
+    for feature_set, part in parts:
+        if part.empty:
+            continue
+        try:
+            dataset = build_dataset(part, target=target.name, feature_set=feature_set, stage=settings.stage,
+                                    catalog=catalog)
+        except DataNotFoundError as exc:  # none usable in this part: the other may have some
+            missing = exc
+            continue
+        predicted, bound = model.estimator.predict(dataset.rows, return_bound=True)
+        rows = dataset.rows.drop(columns=ARCHITECTURE).assign(predicted=predicted)
+        frames.append(rows if bound is None else rows.assign(bound=bound))
+    if not frames:
+        raise missing
+    return pd.concat(frames, ignore_index=True)
 
 
 def check_settings(settings: FingerprintSettings) -> str:
