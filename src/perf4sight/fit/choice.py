@@ -57,7 +57,8 @@ def held_out_error(method: str, dataset: Dataset, target: str) -> tuple[float, s
     return float(np.mean(errors)), left_out
 
 
-def choose_method(datasets: Mapping[str, Dataset], target: str, excluded: Mapping[str, str] | None = None) -> MethodChoice:
+def choose_method(datasets: Mapping[str, Dataset], target: str,
+                  excluded: Mapping[str, str] | None = None) -> MethodChoice:
     """The candidate (a key of `datasets`, in `CANDIDATE_METHODS` order, each with the
     training rows in its own method's feature set) with the lowest held-out error;
     `excluded` says why other candidates could not be fitted on the runs (`method_problem`)."""

@@ -76,8 +76,8 @@ def _train(settings: FingerprintSettings, target: Quantity, method: str, catalog
         method = choice.chosen
     dataset = datasets[method]
     console.info(f"fitting the {target.kind} model ({method}) on {len(dataset)} rows")
-    model = CalibratedModel(method, target.name, settings.stage, bound_quantile=BOUND_QUANTILE if target == MEMORY else None,
-                            fallback=METHODS[method].fallback)
+    model = CalibratedModel(method, target.name, settings.stage,
+                            bound_quantile=BOUND_QUANTILE if target == MEMORY else None, fallback=METHODS[method].fallback)
     bound = model.fit(dataset.rows, dataset.target).bound_
     if bound is not None:
         in_family = bound["calibrated_ratio"]

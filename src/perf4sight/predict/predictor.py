@@ -122,8 +122,9 @@ class Predictor:
                 columns[MEMORY_BOUND] = answer.bound
             extrapolated |= _outside_range(model, arch, batch, answer.features)
             unseen.update(_rare_groups(model, answer.features))
-            if column == MEMORY.name and answer.fits is not None and np.isfinite(model.estimator.capacity_mib()):
-                # the device's own out-of-memory boundary, learned from its failed runs
+            if (column == MEMORY.name and answer.fits is not None
+                    and np.isfinite(model.estimator.answering(query).capacity_mib())):
+                # the device's own out-of-memory boundary, learned from its failed runs (by the model that answered)
                 columns["fits_device"] = answer.fits
             if column == MEMORY.name and breakdown:
                 parts = model.estimator.breakdown(query)
