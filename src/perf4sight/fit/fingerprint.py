@@ -104,12 +104,12 @@ def _evaluate(settings: FingerprintSettings, target: Quantity, model: FittedMode
               catalog: ArchitectureCatalog) -> pd.DataFrame:
     logs = read_logs(settings.eval_nets or settings.train_nets, settings.eval_logs,
                      _log_dirs(settings, target.kind, evaluation=True), [target])
-    # runs the method cannot describe (the replay's under autocast) are its fallback's, as a user's query is
     method = model.metadata["method"]
-    other = np.array([method_problem(method, [recipe]) is not None for recipe in row_recipes(logs)], dtype=bool)
     fallback = METHODS[method].fallback
-    parts = ((model.metadata["feature_set"], logs[~other]),
-             (METHODS[fallback].feature_set if fallback else "", logs[other]))
+    parts = [(model.metadata["feature_set"], logs)]
+    if fallback is not None:  # runs the method cannot describe (the replay's under autocast) are its fallback's
+        other = np.array([method_problem(method, [recipe]) is not None for recipe in row_recipes(logs)], dtype=bool)
+        parts = [(model.metadata["feature_set"], logs[~other]), (METHODS[fallback].feature_set, logs[other])]
     frames, missing = [], None
     for feature_set, part in parts:
         if part.empty:

@@ -17,7 +17,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from perf4sight.architecture import Architecture, Detail, recording_problem
+from perf4sight.architecture import Architecture, Detail
 from perf4sight.console import warn
 from perf4sight.device.definitions import LATENCY, MEMORY, QUANTITIES, check_batch_sizes, check_stage, is_positive_int
 from perf4sight.device.recipe import DEFAULT_RECIPE, Recipe
@@ -25,6 +25,7 @@ from perf4sight.errors import DataNotFoundError, UsageError
 from perf4sight.features import FEATURE_SETS, queries, recipe_extrapolation
 from perf4sight.features.network import EXACT_COLUMNS, group_column
 from perf4sight.fit import FittedModel, load_model
+from perf4sight.fit.methods import method_problem
 
 __all__ = ["Predictor", "MEMORY_BOUND", "MAX_SEARCH_BATCH", "BudgetError"]
 
@@ -113,7 +114,8 @@ class Predictor:
         for column, model in self.models.items():
             answer = model.estimator.answer(query)
             if answer.method != model.estimator.method:
-                reason = recording_problem(arch.recipe) or "its description holds no tensor lifetimes"
+                reason = (method_problem(model.estimator.method, [arch.recipe])
+                          or "its description holds no tensor lifetimes")
                 warn(f"{arch.recipe.label()}: {column} predicted by the '{answer.method}' model stored as the "
                      f"fallback of the '{model.estimator.method}' one: {reason}")
             columns[column] = answer.predicted
@@ -196,10 +198,9 @@ def _needs(model: FittedModel, recipe: Recipe) -> Detail:
     """What a model's features need of a network trained under `recipe`: its fallback's
     where its own need tensor lifetimes that cannot be recorded under it."""
     estimator = model.estimator
-    needs = FEATURE_SETS[estimator.feature_set].needs
-    if needs is Detail.LIFETIMES and estimator.fallback_ is not None and recording_problem(recipe) is not None:
+    if estimator.fallback_ is not None and method_problem(estimator.method, [recipe]) is not None:
         return FEATURE_SETS[estimator.fallback_.feature_set].needs
-    return needs
+    return FEATURE_SETS[estimator.feature_set].needs
 
 
 def _outside_range(model: FittedModel, arch: Architecture, batch: np.ndarray, features: pd.DataFrame) -> np.ndarray:
