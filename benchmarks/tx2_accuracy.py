@@ -52,6 +52,7 @@ from perf4sight.fit import (
     mape_pct,
     read_logs,
 )
+from perf4sight.fit.logs import recorded_torch_versions
 from perf4sight.fit.dataset import logged_recipes
 from perf4sight.fit.methods import method_problem
 
@@ -72,6 +73,7 @@ class Data:
     levels: tuple[int, ...]
     train_levels: tuple[int, ...]
     train_nets: tuple[str, ...] = ()  # empty: each network is unseen in turn, trained on the others
+    torch_version: str | None = None  # the device's PyTorch (`perf4sight.architecture.autograd`)
 
     def unseen(self) -> list[tuple[str, tuple[str, ...]]]:
         """(evaluated net, the networks trained on) of the unseen-network case."""
@@ -95,10 +97,12 @@ def profiled(logs: Path) -> tuple[tuple[str, ...], tuple[int, ...]]:
 
 
 def find_data(
-    logs: Path, models: Path, train_levels: tuple[int, ...], order: tuple[str, ...] = (), train_nets: tuple[str, ...] = ()
+    logs: Path, models: Path, train_levels: tuple[int, ...], order: tuple[str, ...] = (), train_nets: tuple[str, ...] = (),
+    torch_version: str | None = None,
 ) -> Data:
     """The networks and levels of `logs/memory`, networks named in `order` first in that order;
-    the protocol trains on the `train_levels` present, the unseen case on `train_nets` if given."""
+    the protocol trains on the `train_levels` present, the unseen case on `train_nets` if given.
+    The device's PyTorch: `torch_version`, else the one its profiler recorded beside the logs."""
     names, levels = profiled(logs)
     present = set(names)
     nets = tuple(net for net in order if net in present) + tuple(sorted(present - set(order)))
@@ -110,7 +114,10 @@ def find_data(
     if missing or (train_nets and set(train_nets) == present):
         raise SystemExit(f"{logs}: --train-nets must name some but not all of the networks {list(nets)}; "
                          f"not found: {missing}")
-    return Data(logs=logs, models=models, nets=nets, levels=levels, train_levels=train, train_nets=train_nets)
+    recorded = list(recorded_torch_versions([logs / MEMORY.kind]).values())
+    version = torch_version or (recorded[-1] if recorded else None)
+    return Data(logs=logs, models=models, nets=nets, levels=levels, train_levels=train, train_nets=train_nets,
+                torch_version=version)
 
 
 def _mask(rows: pd.DataFrame, selection: dict[str, tuple[int, ...]]) -> np.ndarray:
@@ -124,7 +131,7 @@ def candidates(method: str, target: str) -> tuple[str, ...]:
 
 
 def method_datasets(method: str, logs: pd.DataFrame, target: str, catalog: ArchitectureCatalog, stage: str,
-                    passed_only: bool = True) -> dict[str, Dataset]:
+                    passed_only: bool = True, torch_version: str | None = None) -> dict[str, Dataset]:
     """The runs of `logs` in the feature set of each method `method` fits (for `default`, those
     that can describe every run, as fingerprinting leaves out `replay` where runs ran under autocast)."""
     fitted = candidates(method, target)
@@ -132,7 +139,7 @@ def method_datasets(method: str, logs: pd.DataFrame, target: str, catalog: Archi
         recipes = logged_recipes(logs[logs["passed"]] if passed_only else logs)
         fitted = tuple(m for m in fitted if method_problem(m, recipes) is None)
     return {m: build_dataset(logs, target=target, feature_set=METHODS[m].feature_set, stage=stage,
-                             catalog=catalog, passed_only=passed_only)
+                             catalog=catalog, passed_only=passed_only, torch_version=torch_version)
             for m in fitted}
 
 
@@ -142,7 +149,8 @@ def fit_chosen(method: str, trained_on: dict[str, Dataset], target: str,
     chooses) and its model (with the memory bound at `bound_quantile` if given)."""
     chosen = choose_method(trained_on, target).chosen if method == DEFAULT_METHOD else method
     data = trained_on[chosen]
-    return chosen, CalibratedModel(chosen, target, data.stage, bound_quantile=bound_quantile).fit(data.rows, data.target)
+    return chosen, CalibratedModel(chosen, target, data.stage, bound_quantile=bound_quantile,
+                                   torch_version=data.torch_version).fit(data.rows, data.target)
 
 
 def evaluate_method(
@@ -156,7 +164,7 @@ def evaluate_method(
     fitted: dict[tuple[str, str], dict[str, str]] = {}
     for target in QUANTITIES:
         logs = read_logs(data.nets, data.levels, [data.logs / target.kind], [target])
-        full = method_datasets(method, logs, target.name, catalog, stage)
+        full = method_datasets(method, logs, target.name, catalog, stage, torch_version=data.torch_version)
         rows = next(iter(full.values())).rows
         for case, net, train, evaluation in data.cases():
             train_mask, eval_mask = _mask(rows, train), _mask(rows, evaluation)
@@ -185,15 +193,16 @@ def memory_boundary(
     """
     logs = read_logs(data.nets, data.levels, [data.logs / MEMORY.kind], [MEMORY])
     passed = set(zip(logs.loc[logs["passed"], "model"].map(architecture_name), logs.loc[logs["passed"], "bs"]))
-    full = method_datasets(method, logs, MEMORY.name, catalog, stage, passed_only=False)
+    full = method_datasets(method, logs, MEMORY.name, catalog, stage, passed_only=False,
+                           torch_version=data.torch_version)
     out = {}
     for case, net, train_levels, evaluation in data.cases():
         chosen = fitted[(case, net)][MEMORY.name]
         every = full[chosen]
         ok = np.array([(m, b) in passed for m, b in zip(every.rows["model"], every.rows["batch_size"])])
         train = every.select(_mask(every.rows, train_levels) & ok)
-        model = CalibratedModel(chosen, MEMORY.name, train.stage, bound_quantile=BOUND_QUANTILE).fit(
-            train.rows, train.target)
+        model = CalibratedModel(chosen, MEMORY.name, train.stage, bound_quantile=BOUND_QUANTILE,
+                                torch_version=train.torch_version).fit(train.rows, train.target)
         evaluated = _mask(every.rows, evaluation)
         test = every.select(evaluated)
         if hasattr(model.regressor_[-1], "predict_demand"):  # a memory solver: it learned the capacity
@@ -242,14 +251,16 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--train-nets", type=lambda text: tuple(text.split(",")), default=(),
                         help="networks the unseen case trains on, comma-separated (default: each network "
                              "is evaluated trained on all the others)")
+    parser.add_argument("--torch-version",
+                        help="the device's PyTorch, for logs without an environment record (the TX2's: 1.8)")
     args = parser.parse_args(argv)
     console.set_quiet(True)  # the memory bound's refits: thousands of progress lines
     models = args.models or args.logs / "models"
     if not models.is_dir() or not (args.logs / MEMORY.kind).is_dir():
         print(f"no logs at {args.logs / MEMORY.kind} or specs at {models}; nothing to benchmark")
         return 0
-    data = find_data(args.logs, models, args.train_levels, TX2_NETS, args.train_nets)
-    device = "TX2" if args.logs == TX2_DIR else str(args.logs)
+    data = find_data(args.logs, models, args.train_levels, TX2_NETS, args.train_nets, args.torch_version)
+    device = ("TX2" if args.logs == TX2_DIR else str(args.logs)) + f", PyTorch {data.torch_version or 'as the host'}"
     catalog = ArchitectureCatalog(data.models)
     summary = []
     for method in args.method or [*METHODS, DEFAULT_METHOD]:

@@ -127,6 +127,8 @@ class FingerprintSettings:
     latency_model: bool = True
     method: str = "default"
     report: Path | None = None
+    # the device's PyTorch, where its logs have no environment record (the original tool's)
+    torch_version: str | None = None
 
 
 SECTIONS: dict[str, type] = {

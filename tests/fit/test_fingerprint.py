@@ -12,9 +12,17 @@ import pytest
 
 from perf4sight.cli import main
 from perf4sight.config import FingerprintSettings
-from perf4sight.device.definitions import LATENCY
-from perf4sight.errors import DataNotFoundError, LogFormatError
-from perf4sight.fit import ArchitectureCatalog, build_dataset, fingerprint_device, read_logs
+from perf4sight.device.definitions import LATENCY, MEMORY
+from perf4sight.errors import ArgumentError, DataNotFoundError, LogFormatError
+from perf4sight.fit import (
+    ArchitectureCatalog,
+    CalibratedModel,
+    build_dataset,
+    fingerprint_device,
+    load_model,
+    mape_pct,
+    read_logs,
+)
 from perf4sight.fit.methods import CANDIDATE_METHODS, candidate_methods
 
 
@@ -245,3 +253,71 @@ def test_runs_profiled_under_autocast_leave_the_replay_out_of_the_choice_and_ref
         pruned_models_storedir=tmp_path / "models", model_storedir=tmp_path / "replay",
     ))
     assert report["mem_used_mib"]["method"] == "replay" and report["mem_used_mib"]["n"] == 16
+
+
+def _logs_with_records(tx2_dir: Path, tmp_path: Path, versions: list[str]) -> Path:
+    """The TX2's MobileNetV2 memory logs (levels 0, 50, 90) in a log folder as the profiler
+    writes one, with an environment record naming each PyTorch version in turn."""
+    logs = tmp_path / "logs"
+    (logs / "memory").mkdir(parents=True)
+    for level in (0, 50, 90):
+        shutil.copy(tx2_dir / "memory" / f"mobilenetv2_{level}-gt.csv", logs / "memory")
+    for day, version in enumerate(versions, start=1):
+        (logs / f"environment-202612{day:02d}T000000Z.json").write_text(json.dumps({"torch": version}))
+    return logs
+
+
+def _memory_settings(tx2_dir: Path, tmp_path: Path, logs: Path, **changes) -> FingerprintSettings:
+    return _settings(tx2_dir, tmp_path, train_nets=["mobilenetv2"], memory_logs=[logs / "memory"], eval_logs=[],
+                     latency_model=False, method="physical", report=None, **changes)
+
+
+def test_the_device_s_pytorch_is_read_from_its_environment_record(tx2_dir, tmp_path, capsys):
+    settings = _memory_settings(tx2_dir, tmp_path, _logs_with_records(tx2_dir, tmp_path, ["1.7.1", "1.8.0"]))
+    fingerprint_device(settings)
+    said = " ".join(capsys.readouterr().out.split())
+    assert "the device ran PyTorch 1.8.0 (" in said and "environment-20261202T000000Z.json)" in said  # the latest
+    stored = load_model(settings.model_storedir, stage="training", target=MEMORY.name)
+    assert stored.metadata["torch_version"] == "1.8.0" == stored.estimator.torch_version
+    assert stored.estimator.regressor_[0].torch_version == "1.8.0"  # the features' step counts no copies
+    fingerprint_device(replace(settings, torch_version="2.1.0", overwrite=True))  # the config's key wins
+    assert load_model(settings.model_storedir, stage="training", target=MEMORY.name).metadata["torch_version"] == "2.1.0"
+
+
+def test_logs_of_pytorch_versions_that_save_differently_are_refused(tx2_dir, tmp_path):
+    logs = _logs_with_records(tx2_dir, tmp_path, ["1.8.0", "2.1.0"])
+    with pytest.raises(ArgumentError, match=r"profiled with PyTorch 1\.8\.0 \(environment-20261201T000000Z\.json\) "
+                                            r"and 2\.1\.0 .*fit their logs apart \(or set torch_version\)"):
+        fingerprint_device(_memory_settings(tx2_dir, tmp_path, logs))
+
+
+def test_a_torch_version_that_is_not_one_is_one_line(tx2_dir, tmp_path, capsys):
+    config = tmp_path / "config.ini"
+    config.write_text(f"""[fingerprint]
+train_nets = ['resnet18']
+train_logs = [0, 50, 90]
+memory_logs = ['{tx2_dir / "memory"}']
+latency_logs = ['{tx2_dir / "latency"}']
+pruned_models_storedir = {tx2_dir / "models"}
+model_storedir = {tmp_path / "models"}
+torch_version = latest
+""")
+    assert main(["fingerprint", "--config", str(config)]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.count("\n") == 0 and "torch_version: 'latest' is not a PyTorch version" in err
+
+
+def test_the_device_s_pytorch_predicts_an_unseen_mobilenetv2_s_memory(tx2_dir):
+    """Fitted on the TX2's three networks without ReLU6, MobileNetV2 (an in-place ReLU6 after
+    all but its last BatchNorms) is predicted far better with the TX2's PyTorch (before 1.10:
+    no copies) than as the host's PyTorch saves it."""
+    catalog = ArchitectureCatalog(tx2_dir / "models")
+    train = read_logs(["resnet18", "googlenet", "squeezenet"], [0, 50, 90], [tx2_dir / "memory"], [MEMORY])
+    test = read_logs(["mobilenetv2"], [0, 50, 90], [tx2_dir / "memory"], [MEMORY])
+    errors = {}
+    for version in (None, "1.8.0"):
+        fitted, held = (build_dataset(logs, target=MEMORY.name, feature_set="network", stage="training",
+                                      catalog=catalog, torch_version=version) for logs in (train, test))
+        model = CalibratedModel("physical", MEMORY.name, torch_version=version).fit(fitted.rows, fitted.target)
+        errors[version] = mape_pct(held.target, model.predict(held.rows))
+    assert errors["1.8.0"] < 14 and errors[None] > 1.5 * errors["1.8.0"]

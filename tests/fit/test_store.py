@@ -133,7 +133,7 @@ def test_another_library_version_is_refused(stored, tmp_path, edit_metadata):
 
 def test_an_older_storage_format_is_refused(stored, tmp_path, edit_metadata):
     edit_metadata(stored[1], lambda meta: meta.update(format=1))
-    with pytest.raises(FittedModelError, match="stored in format 1, this perf4sight reads format 12; fingerprint again"):
+    with pytest.raises(FittedModelError, match="stored in format 1, this perf4sight reads format 13; fingerprint again"):
         load_model(tmp_path, stage="training", target="latency_ms")
 
 
@@ -209,7 +209,8 @@ def test_a_model_file_that_is_not_skops_is_one_error(stored, tmp_path, content):
                                      "calibrated_ratio": None}), "bound_ratio: Extra inputs are not permitted"),
     (lambda m: m.update(family_residuals="abc"), "family_residuals: Extra inputs are not permitted"),
     (lambda m: m.update(training_ranges="zzz"), "training_ranges: Input should be a valid dictionary"),
-    (lambda m: m.update(format="12"), "stored in format '12', this perf4sight reads format 12"),
+    (lambda m: m.update(format="13"), "stored in format '13', this perf4sight reads format 13"),
+    (lambda m: m.update(torch_version="new"), "torch_version: String should match pattern"),
     (lambda m: m.update(layer_groups="abc"), "layer_groups: Input should be a valid dictionary"),
     (lambda m: m.update(method_choice={"chosen": "replay", "errors": "x", "left_out": "network", "reason": ""}),
      "method_choice.errors: Input should be a valid dictionary"),
@@ -265,6 +266,11 @@ def _stage(model):
     model.regressor_[0].stage = "inference"
 
 
+def _torch_version(model):
+    """A model fitted for another PyTorch than its metadata names."""
+    model.torch_version = "1.8.0"
+
+
 def _bare_regressor(model):
     """A format-6 file: the regressor alone, labelled as the model was."""
     model.regressor_.perf4sight_identity_ = model.perf4sight_identity_
@@ -283,8 +289,9 @@ def _bare_regressor(model):
     ("regressor", "holds PaperExtraTrees; method 'physical' is features: FeatureTransformer > terms: TermDesign > "
                   "solver: LatencySolver in a CalibratedModel"),
     (_bare_regressor, "holds Pipeline; method 'physical' is features: FeatureTransformer > "),
-    (_stage, "its step 'features' has parameters {'feature_set': 'network', 'stage': 'inference'}, method "
-             "'physical' has {'feature_set': 'network', 'stage': 'training'}"),
+    (_stage, "its step 'features' has parameters {'feature_set': 'network', 'stage': 'inference', 'torch_version': None}, "
+             "method 'physical' has {'feature_set': 'network', 'stage': 'training', 'torch_version': None}"),
+    (_torch_version, "fitted for PyTorch '1.8.0', its metadata says None; fingerprint again"),
 ])
 def test_a_tampered_model_object_is_one_error_naming_what_is_wrong(dataset, stored, tmp_path, change, message):
     _, path = stored

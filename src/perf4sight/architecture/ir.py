@@ -34,7 +34,10 @@ class Layer:
     shaped like the output; `saved_fixed_bytes` is kept regardless of the batch size
     (statistics; parameters are counted by `params`, their copies in autocast's dtype by
     `saved_param_bytes`); `saved_shared_bytes` are what it saves that an earlier layer saved
-    too (counted there: the input of a layer whose producer saved its output). What it saves
+    too (counted there: the input of a layer whose producer saved its output);
+    `saved_copy_bytes`, part of `saved_input_bytes`, is the copy of its input that autograd
+    saves for an in-place op whose backward needs the input as it was, where that depends on
+    the PyTorch version (`perf4sight.architecture.autograd`). What it saves
     is what it saves whenever its forward pass runs with gradients; a layer of a
     checkpointed segment keeps none of it from the forward pass.
 
@@ -72,6 +75,7 @@ class Layer:
     element_bytes: int = 4
     saved_param_bytes: int = 0
     saved_shared_bytes: int = 0
+    saved_copy_bytes: int = 0
 
     @property
     def recomputed(self) -> bool:
@@ -120,6 +124,8 @@ class Timeline:
     in bytes is `fixed_bytes[i] + per_sample_bytes[i] * batch_size`. `scaling` (when
     recorded against the network's traced architecture) says how the sizes follow its
     channels, for its pruned variants (`perf4sight.architecture.lifetimes.resized`).
+    `copies` marks the allocations of the copies counted by `Layer.saved_copy_bytes` (None:
+    none recorded).
     """
 
     tensor: np.ndarray
@@ -127,6 +133,7 @@ class Timeline:
     fixed_bytes: np.ndarray
     per_sample_bytes: np.ndarray
     scaling: Scaling | None = field(default=None, compare=False)
+    copies: np.ndarray | None = field(default=None, compare=False)
     # The allocator's peaks (allocated, reserved) replayed at a batch size, kept for the
     # next query of this timeline (`perf4sight.features.caching_allocator.replay_peaks`).
     peaks: dict[int, tuple[int, int]] = field(default_factory=dict, compare=False, repr=False)
@@ -136,9 +143,13 @@ class Timeline:
         return self.fixed_bytes + self.per_sample_bytes * batch_size
 
     def same_events(self, other: Timeline) -> bool:
-        """Whether `other` holds the same events with the same sizes."""
+        """Whether `other` holds the same events with the same sizes (and the same copies)."""
         return all(np.array_equal(getattr(self, f), getattr(other, f))
-                   for f in ("tensor", "allocates", "fixed_bytes", "per_sample_bytes"))
+                   for f in ("tensor", "allocates", "fixed_bytes", "per_sample_bytes")) \
+            and np.array_equal(self._copies(), other._copies())
+
+    def _copies(self) -> np.ndarray:
+        return np.zeros(len(self.tensor), dtype=bool) if self.copies is None else self.copies
 
 
 class Detail(enum.IntEnum):

@@ -39,6 +39,7 @@ from torch.optim.optimizer import register_optimizer_step_post_hook, register_op
 from torch.overrides import TorchFunctionMode
 from torch.utils._python_dispatch import TorchDispatchMode
 
+from perf4sight.architecture.autograd import COPIED_INPUT_OPS
 from perf4sight.architecture.ir import Architecture, Scaling, Timeline
 from perf4sight.architecture.trace import LayerWatch
 from perf4sight.device.recipe import DEFAULT_RECIPE, PRECISIONS, Recipe
@@ -114,7 +115,7 @@ def resized(timeline: Timeline, template: Architecture, variant: Architecture) -
     fixed = timeline.fixed_bytes // old[rows, scaling.fixed_quantity] * new[rows, scaling.fixed_quantity]
     per_sample = (timeline.per_sample_bytes // old[rows, scaling.per_sample_quantity]
                   * new[rows, scaling.per_sample_quantity])
-    return Timeline(timeline.tensor, timeline.allocates, fixed, per_sample, scaling)
+    return Timeline(timeline.tensor, timeline.allocates, fixed, per_sample, scaling, timeline.copies)
 
 
 # Argument values an op's outputs on the meta device may depend on, besides tensors' metadata.
@@ -235,6 +236,12 @@ class _Recorder(TorchDispatchMode):
         self.phase = "state"  # state, forward, backward (layer: self.node_layer), optimizer
         self.node_layer = -1
         self._inherited = -1
+        # autograd's copies of in-place ops' inputs that the device's PyTorch may not make
+        # (`perf4sight.architecture.autograd`): storage numbers; the storage a clone just
+        # made, and the number of the one saved right after it (the in-place op runs next)
+        self.copies: set[int] = set()
+        self._cloned: int | None = None
+        self._copy: int | None = None
 
     def note(self, tensor: Any) -> None:
         if not isinstance(tensor, torch.Tensor):
@@ -273,17 +280,31 @@ class _Recorder(TorchDispatchMode):
             self.layers.append(-1)
             self.backward.append(False)
 
+    def pack(self, tensor: torch.Tensor) -> torch.Tensor:
+        """The saved-tensors hook: notes a clone's output saved before the next op runs."""
+        if self._cloned is not None and tensor.untyped_storage()._cdata == self._cloned:
+            self._copy = self._live[self._cloned][0]
+        self._cloned = None
+        return tensor
+
     def __torch_dispatch__(self, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
         if self.phase == "optimizer":
             # what the optimizer makes for a parameter belongs to that parameter's layer
             self._inherited = next((self._live[key][2] for key in _storages(args) if key in self._live), -1)
         out = func(*args, **(kwargs or {}))
+        if self._copy is not None and func.overloadpacket.__name__ in COPIED_INPUT_OPS:
+            self.copies.add(self._copy)
+        self._copy = None
         seen: set[int] = set()
         for tensor in tensors_in(out):
             if id(tensor) not in seen:
                 seen.add(id(tensor))
                 self.note(tensor)
+        self._cloned = out.untyped_storage()._cdata if func is _CLONE else None
         return out
+
+
+_CLONE = torch.ops.aten.clone.default
 
 
 def _storages(args: Any) -> list[int]:
@@ -360,7 +381,7 @@ def _run(module: torch.nn.Module, input_size: tuple[int, ...], num_classes: int,
             modes.enter_context(watch)
             modes.enter_context(_BackwardNodes(recorder))
             modes.enter_context(_optimizer_phase(recorder))
-        modes.enter_context(torch.autograd.graph.saved_tensors_hooks(lambda t: t, lambda t: t))
+        modes.enter_context(torch.autograd.graph.saved_tensors_hooks(recorder.pack, lambda t: t))
         modes.enter_context(recorder)
         # Moving the model to the device allocates its parameters and buffers in this order.
         module._apply(lambda t: (recorder.note(t), t)[1])
@@ -371,7 +392,7 @@ def _run(module: torch.nn.Module, input_size: tuple[int, ...], num_classes: int,
             step()
         del step, inputs
     # Copies: the model's tensors die later, and their finalizers would go on appending.
-    return _Recording(list(recorder.events), list(recorder.layers), list(recorder.backward))
+    return _Recording(list(recorder.events), list(recorder.layers), list(recorder.backward), set(recorder.copies))
 
 
 @dataclass(frozen=True)
@@ -382,6 +403,7 @@ class _Recording:
     events: list[tuple[int, bool, int]]
     layers: list[int]
     backward: list[bool]
+    copies: set[int]  # the storage numbers of autograd's version-dependent copies
 
 
 @contextlib.contextmanager
@@ -437,16 +459,14 @@ def record_timeline(build: Callable[[], torch.nn.Module], input_size: tuple[int,
     per_sample, fixed = np.divmod(sizes, _RECORDED_BS)
     if (per_sample >= _MAX_BYTES_PER_SAMPLE).any():
         raise NetworkError(not_affine)
-    timeline = Timeline(
-        tensor=np.array([number for number, _, _ in recording.events], dtype=np.int64),
-        allocates=np.array([allocates for _, allocates, _ in recording.events], dtype=bool),
-        fixed_bytes=fixed,
-        per_sample_bytes=per_sample,
-    )
+    tensor = np.array([number for number, _, _ in recording.events], dtype=np.int64)
+    allocates = np.array([allocates for _, allocates, _ in recording.events], dtype=bool)
+    copies = allocates & np.isin(tensor, list(recording.copies))
+    timeline = Timeline(tensor, allocates, fixed, per_sample, copies=copies)
     if attributed is None:
         return timeline
     scaling = _scaling(timeline, recording.layers, recording.backward, attributed)
-    return Timeline(timeline.tensor, timeline.allocates, fixed, per_sample, scaling)
+    return Timeline(tensor, allocates, fixed, per_sample, scaling, copies)
 
 
 def _scaling(timeline: Timeline, layers: list[int], backward: list[bool], template: Architecture) -> Scaling | None:

@@ -157,6 +157,7 @@ def _resized(layer: Layer, inputs: tuple[Shape, ...], output: Shape, groups: int
         saved_fixed_bytes=_per_channel(layer.saved_fixed_bytes, new_channels, old_channels, old_channels),
         saved_param_bytes=saved_params,
         saved_shared_bytes=_rescaled(layer.saved_shared_bytes, in_new, in_old),
+        saved_copy_bytes=_rescaled(layer.saved_copy_bytes, in_new, in_old),
     )
 
 

@@ -23,6 +23,7 @@ from torch import nn
 from torch.overrides import TorchFunctionMode
 from torch.utils._python_dispatch import TorchDispatchMode
 
+from perf4sight.architecture.autograd import COPIED_INPUT_OPS
 from perf4sight.architecture.ir import Architecture, Layer
 from perf4sight.console import warn
 from perf4sight.device.recipe import DEFAULT_RECIPE, PRECISIONS, Recipe, precision_problem
@@ -115,6 +116,7 @@ class _Pending:
     saved_fixed_bytes: int = 0
     saved_param_bytes: int = 0
     saved_shared_bytes: int = 0
+    saved_copy_bytes: int = 0
     grad_input: bool = False
     backward: bool = False
     element_bytes: int = 0
@@ -152,6 +154,10 @@ class _Recorder(TorchDispatchMode):
         self.alive: list[torch.Tensor] = []
         # autocast's copies of the parameters (id -> the copy, kept alive for the ids)
         self.param_casts: dict[int, torch.Tensor] = {}
+        # the output of a clone just run, and autograd's copy of an in-place op's input
+        # (the clone's output, saved before the op runs)
+        self.cloned: torch.Tensor | None = None
+        self.copy: torch.Tensor | None = None
 
     def _sources(self, tensors: list[torch.Tensor]) -> tuple[int, ...]:
         return tuple(self.producer.get(id(t), -1) for t in tensors)
@@ -227,13 +233,20 @@ class _Recorder(TorchDispatchMode):
     # saved tensors --------------------------------------------------------------
     def pack(self, tensor: torch.Tensor) -> torch.Tensor:
         base = tensor._base if tensor._base is not None else tensor
-        if id(base) in self.params or id(tensor) in self.params:
+        if base is self.cloned:  # autograd's copy of an in-place op's input: the op runs next
+            self.cloned, self.copy = None, base
             return tensor
+        self._save(base)
+        return tensor
+
+    def _save(self, base: torch.Tensor) -> None:
+        if id(base) in self.params:
+            return
         if id(base) in self.seen_saved:
             if self.layers and self.seen_saved[id(base)][1] is not self.layers[-1] and base.dim() >= 2 \
                     and base.shape[0] == self.batch:
                 self.layers[-1].saved_shared_bytes += math.prod(_per_sample(base.shape, self.batch)) * base.element_size()
-            return tensor
+            return
         self.seen_saved[id(base)] = (base, self.layers[-1] if self.layers else None)
         if id(base) in self.param_casts and self.layers:
             self.layers[-1].saved_param_bytes += base.numel() * base.element_size()
@@ -243,16 +256,32 @@ class _Recorder(TorchDispatchMode):
                 self.layers[-1].saved.append((shape, math.prod(shape) * base.element_size()))
             else:
                 self.layers[-1].saved_fixed_bytes += base.numel() * base.element_size()
-        return tensor
+
+    def _save_copy(self, layer: _Pending, copy: torch.Tensor) -> None:
+        """`copy`, of an input of `layer`'s in-place op, saved by it (`Layer.saved_copy_bytes`)."""
+        if copy.dim() < 2 or copy.shape[0] != self.batch:
+            self._save(copy)
+            return
+        self.seen_saved[id(copy)] = (copy, layer)
+        shape = _per_sample(copy.shape, self.batch)
+        layer.saved.append((shape, math.prod(shape) * copy.element_size()))
+        layer.saved_copy_bytes += math.prod(shape) * copy.element_size()
 
     # aten ops ------------------------------------------------------------------
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):  # noqa: ANN001
         out = func(*args, **(kwargs or {}))
+        copy, self.copy = self.copy, None
+        self.cloned = out if func is _CLONE else None
+        if copy is not None and (self.paused or func.overloadpacket.__name__ not in COPIED_INPUT_OPS):
+            self._save(copy)  # a copy every PyTorch version makes
+            copy = None
         if self.batch == _EMPTY_BATCH:
             _check_reshape(func, args, out)
         if func is _TO_COPY and args and id(args[0]) in self.params:
             self.param_casts[id(out)] = out
         if self._in_leaf() or self.paused:
+            if copy is not None:
+                self._save_copy(self.layers[-1], copy)
             self.ops += self.count_ops and _computes(func)
             return out
         op = func.overloadpacket.__name__
@@ -278,11 +307,14 @@ class _Recorder(TorchDispatchMode):
         # below autograd: an op's output needs a gradient where one of its inputs does
         pending.grad_input = pending.backward = any(t.requires_grad for t in tensors)
         self.layers.append(pending)
+        if copy is not None:
+            self._save_copy(pending, copy)
         self._produce(outs, len(self.layers) - 1)
         return out
 
 
 _TO_COPY = torch.ops.aten._to_copy.default
+_CLONE = torch.ops.aten.clone.default
 
 
 def _computes(func: Any) -> bool:
@@ -470,6 +502,7 @@ def trace_architecture(
                 element_bytes=p.element_bytes or default_bytes,
                 saved_param_bytes=p.saved_param_bytes,
                 saved_shared_bytes=p.saved_shared_bytes,
+                saved_copy_bytes=p.saved_copy_bytes,
                 **(_conv_fields(module) if module is not None else {}),
             )
         )

@@ -18,7 +18,7 @@ import pandas as pd
 from sklearn.base import BaseEstimator, TransformerMixin
 from sklearn.utils.validation import check_is_fitted
 
-from perf4sight.architecture import Architecture, Detail
+from perf4sight.architecture import Architecture, Detail, as_saved_by
 from perf4sight.architecture.derived import derived_values
 from perf4sight.features.network import network_features
 from perf4sight.features.paper import paper_features
@@ -77,11 +77,15 @@ def feature_table(arch: Architecture, batch_sizes: Sequence[int], feature_set: s
 
 class FeatureTransformer(TransformerMixin, BaseEstimator, auto_wrap_output_keys=None):
     """A query frame (`architecture`, `batch_size` and any other columns, ignored) to the
-    columns of `feature_set` for `stage`, one row per query, in the query's order."""
+    columns of `feature_set` for `stage`, one row per query, in the query's order; each
+    architecture as autograd saves it on the device's PyTorch, `torch_version` (None: the
+    host's; `perf4sight.architecture.autograd`)."""
 
-    def __init__(self, feature_set: str = "network", stage: str = "training") -> None:
+    def __init__(self, feature_set: str = "network", stage: str = "training",
+                 torch_version: str | None = None) -> None:
         self.feature_set = feature_set
         self.stage = stage
+        self.torch_version = torch_version
 
     def fit(self, X: pd.DataFrame, y: Any = None) -> FeatureTransformer:  # noqa: N803 (scikit-learn's names)
         """Record the feature names (those the later steps are fitted on)."""
@@ -113,7 +117,7 @@ class FeatureTransformer(TransformerMixin, BaseEstimator, auto_wrap_output_keys=
     def _table(self, arch: Any, sizes: np.ndarray) -> pd.DataFrame:
         if not isinstance(arch, Architecture):
             raise ValueError(f"FeatureTransformer: '{ARCHITECTURE}' holds a {type(arch).__name__}, not an Architecture")
-        return feature_table(arch, sizes, self.feature_set, self.stage)
+        return feature_table(as_saved_by(arch, self.torch_version), sizes, self.feature_set, self.stage)
 
     def get_feature_names_out(self, input_features: Any = None) -> np.ndarray:
         """The feature columns, as fitted."""

@@ -193,12 +193,14 @@ class CalibratedModel(BaseEstimator):
     recorded (autocast) is `physical`'s."""
 
     def __init__(self, method: str = "physical", target: str = MEMORY.name, stage: str = "training",
-                 bound_quantile: float | None = None, fallback: str | None = None) -> None:
+                 bound_quantile: float | None = None, fallback: str | None = None,
+                 torch_version: str | None = None) -> None:
         self.method = method
         self.target = target
         self.stage = stage
         self.bound_quantile = bound_quantile
         self.fallback = fallback
+        self.torch_version = torch_version
 
     @property
     def feature_set(self) -> str:
@@ -209,11 +211,11 @@ class CalibratedModel(BaseEstimator):
         """Fit the regressor on every row, its corrections on each family's rows and, with
         `bound_quantile`, the bound (refitting without each network in turn)."""
         y = np.asarray(y, dtype=float)
-        self.regressor_ = fit_method(self.method, X, y, self.target, self.stage)
+        self.regressor_ = fit_method(self.method, X, y, self.target, self.stage, self.torch_version)
         self.calibration_ = FamilyCalibration.of(query_rows(X), y, self.regressor_.predict(X))
         self.bound_ = None if self.bound_quantile is None else held_out_ratio(self, X, y, self.bound_quantile)
         self.fallback_ = None if self.fallback is None else CalibratedModel(
-            self.fallback, self.target, self.stage, self.bound_quantile).fit(X, y)
+            self.fallback, self.target, self.stage, self.bound_quantile, torch_version=self.torch_version).fit(X, y)
         return self
 
     def answering(self, X: pd.DataFrame) -> CalibratedModel:  # noqa: N803

@@ -52,7 +52,7 @@ def held_out_error(method: str, dataset: Dataset, target: str) -> tuple[float, s
     for group in groups.unique():
         out = (groups == group).to_numpy()
         held, rest = dataset.select(out), dataset.select(~out)
-        estimator = fit_method(method, rest.rows, rest.target, target, dataset.stage)
+        estimator = fit_method(method, rest.rows, rest.target, target, dataset.stage, dataset.torch_version)
         errors.append(mape_pct(held.target, estimator.predict(held.rows)))
     return float(np.mean(errors)), left_out
 

@@ -20,7 +20,7 @@ import numpy as np
 import pandas as pd
 
 from perf4sight import console
-from perf4sight.architecture import Architecture, Detail, family_key
+from perf4sight.architecture import Architecture, Detail, as_saved_by, family_key
 from perf4sight.device.definitions import DATASETS, dataset_load_options
 from perf4sight.device.recipe import DEFAULT_RECIPE, RECIPE_COLUMNS, Recipe
 from perf4sight.errors import DataNotFoundError, LogFormatError
@@ -79,6 +79,7 @@ class Dataset:
     target: np.ndarray
     rows: pd.DataFrame
     stage: str = "training"  # the stage the runs ran (the models' features are of it)
+    torch_version: str | None = None  # the device's PyTorch (None: as the host's saves)
 
     def __len__(self) -> int:
         return len(self.target)
@@ -95,6 +96,7 @@ class Dataset:
             target=self.target[mask],
             rows=self.rows[mask].reset_index(drop=True),
             stage=self.stage,
+            torch_version=self.torch_version,
         )
 
 
@@ -137,8 +139,10 @@ def build_dataset(
     stage: str,
     catalog: ArchitectureCatalog,
     passed_only: bool = True,
+    torch_version: str | None = None,
 ) -> Dataset:
-    """Join log rows (from `read_logs`) with their features; rows without an architecture are
+    """Join log rows (from `read_logs`) with their features, the architectures as autograd
+    saves them on the device's PyTorch, `torch_version`; rows without an architecture are
     skipped with one warning that counts them, and none left is an error."""
     if passed_only:
         logs = logs[logs["passed"]]
@@ -155,7 +159,7 @@ def build_dataset(
             if arch is None:
                 missing.append((name, len(group)))
             else:
-                blocks.append(feature_table(arch, group["bs"].to_numpy(), feature_set, stage))
+                blocks.append(feature_table(as_saved_by(arch, torch_version), group["bs"].to_numpy(), feature_set, stage))
                 kept.append(group.assign(params=arch.params, family=family_key(arch), arch=[arch] * len(group)))
             bar.advance(name)
     if missing:
@@ -187,4 +191,5 @@ def build_dataset(
             **{column: rows[column] for column in RECIPE_COLUMNS},
         }),
         stage=stage,
+        torch_version=torch_version,
     )

@@ -10,7 +10,9 @@ correct the predictions of that family's other pruning levels, in the evaluation
 user's query, and for memory its bound (`held_out_ratio`): how far above the prediction the
 runs of a network left out of the fit measured. With `method = default` each target's
 method is chosen from the device's own data (`perf4sight.fit.choice`); the choice, every
-candidate's error and the reason are stored in the model's metadata and reported.
+candidate's error and the reason are stored in the model's metadata and reported. The
+features count what autograd saves on the device's PyTorch (`torch_version`, or the version
+its profiler recorded beside the logs; `perf4sight.architecture.autograd`).
 """
 
 from __future__ import annotations
@@ -22,6 +24,7 @@ import numpy as np
 import pandas as pd
 
 from perf4sight import console
+from perf4sight.architecture import check_torch_version, copies_inputs
 from perf4sight.config import FingerprintSettings
 from perf4sight.device.definitions import MEMORY, QUANTITIES, Quantity, check_stage
 from perf4sight.errors import ArgumentError, DataNotFoundError, FittedModelError, LogFormatError
@@ -30,7 +33,7 @@ from perf4sight.fit.bound import BOUND_QUANTILE
 from perf4sight.fit.calibration import CalibratedModel
 from perf4sight.fit.choice import choose_method
 from perf4sight.fit.dataset import ArchitectureCatalog, Dataset, build_dataset, logged_recipes, row_recipes
-from perf4sight.fit.logs import find_logs, read_logs
+from perf4sight.fit.logs import find_logs, read_logs, recorded_torch_versions
 from perf4sight.fit.methods import DEFAULT_METHOD, METHODS, candidate_methods, method_problem, resolve_method
 from perf4sight.fit.report import print_report, summarise, write_report
 from perf4sight.fit.store import FittedModel, load_model, save_model, stored_model_path
@@ -58,8 +61,9 @@ def _train(settings: FingerprintSettings, target: Quantity, method: str, catalog
             console.info(f"{target.kind} model already stored at {path}; kept (overwrite = False)")
             return
     candidates = candidate_methods(target.name) if method == DEFAULT_METHOD else (method,)
-    logs = read_logs(settings.train_nets, settings.train_logs, _log_dirs(settings, target.kind, evaluation=False),
-                     [target])
+    dirs = _log_dirs(settings, target.kind, evaluation=False)
+    logs = read_logs(settings.train_nets, settings.train_logs, dirs, [target])
+    torch_version = _device_torch(settings, dirs)
     recipes = logged_recipes(logs[logs["passed"]])
     excluded = {candidate: problem for candidate in candidates
                 if (problem := method_problem(candidate, recipes)) is not None}
@@ -69,7 +73,7 @@ def _train(settings: FingerprintSettings, target: Quantity, method: str, catalog
     datasets = {}
     for candidate in (c for c in candidates if c not in excluded):
         datasets[candidate] = build_dataset(logs, target=target.name, feature_set=METHODS[candidate].feature_set,
-                                            stage=settings.stage, catalog=catalog)
+                                            stage=settings.stage, catalog=catalog, torch_version=torch_version)
         _check_positive(datasets[candidate], target)
     choice = choose_method(datasets, target.name, excluded) if method == DEFAULT_METHOD else None
     if choice is not None:
@@ -77,7 +81,8 @@ def _train(settings: FingerprintSettings, target: Quantity, method: str, catalog
     dataset = datasets[method]
     console.info(f"fitting the {target.kind} model ({method}) on {len(dataset)} rows")
     model = CalibratedModel(method, target.name, settings.stage,
-                            bound_quantile=BOUND_QUANTILE if target == MEMORY else None, fallback=METHODS[method].fallback)
+                            bound_quantile=BOUND_QUANTILE if target == MEMORY else None, fallback=METHODS[method].fallback,
+                            torch_version=torch_version)
     bound = model.fit(dataset.rows, dataset.target).bound_
     if bound is not None:
         in_family = bound["calibrated_ratio"]
@@ -87,6 +92,29 @@ def _train(settings: FingerprintSettings, target: Quantity, method: str, catalog
     save_model(model, storedir=settings.model_storedir, stage=settings.stage, target=target.name,
                dataset=dataset, method_choice=choice.as_dict() if choice is not None else None)
     console.info(f"stored the {target.kind} model at {path}")
+
+
+def _device_torch(settings: FingerprintSettings, log_dirs: list[Path]) -> str | None:
+    """The device's PyTorch, which decides what autograd saves: `torch_version`, else the
+    version its profiler recorded beside the logs (the latest), else None (as the host's)."""
+    if settings.torch_version is not None:
+        return settings.torch_version
+    recorded = recorded_torch_versions(log_dirs)
+    behaviours: dict[bool, tuple[Path, str]] = {}
+    for record, version in recorded.items():
+        try:
+            behaviours.setdefault(copies_inputs(version), (record, version))
+        except ValueError:
+            raise LogFormatError(f"{record}: torch {version!r} is not a PyTorch version") from None
+    if len(behaviours) > 1:
+        (first, old), (second, new) = behaviours[False], behaviours[True]
+        raise ArgumentError(f"{', '.join(map(str, log_dirs))}: profiled with PyTorch {old} ({first.name}) and {new} "
+                            f"({second.name}), whose autograd saves different tensors; fit their logs apart "
+                            "(or set torch_version)")
+    version = list(recorded.values())[-1] if recorded else None
+    if version is not None:
+        console.info(f"the device ran PyTorch {version} ({list(recorded)[-1]}): the features count what it saves")
+    return version
 
 
 def _check_positive(dataset: Dataset, target: Quantity) -> None:
@@ -116,7 +144,7 @@ def _evaluate(settings: FingerprintSettings, target: Quantity, model: FittedMode
             continue
         try:
             dataset = build_dataset(part, target=target.name, feature_set=feature_set, stage=settings.stage,
-                                    catalog=catalog)
+                                    catalog=catalog, torch_version=model.metadata["torch_version"])
         except DataNotFoundError as exc:  # none usable in this part: the other may have some
             missing = exc
             continue
@@ -133,6 +161,8 @@ def check_settings(settings: FingerprintSettings) -> str:
     returns the method's key."""
     method = resolve_method(settings.method)
     check_stage(settings.stage, "stage")
+    if settings.torch_version is not None:
+        check_torch_version(settings.torch_version, "torch_version")
     enabled = [t.kind for t in QUANTITIES if getattr(settings, f"{t.kind}_model")]
     if not enabled:
         raise ArgumentError("memory_model and latency_model are both False: nothing to fit or evaluate")

@@ -56,7 +56,7 @@ __all__ = ["FittedModel", "library_versions", "stored_model_path", "save_model",
 # (`training_mem_used_mib.skops`); 9: the regressor is a pipeline from a query frame (its features,
 # term design and solver); 10: the training recipes the runs fitted on (`recipes`); 12: the
 # method's fallback model (`fallback_`)
-_FORMAT = 12
+_FORMAT = 13
 # The attribute of a stored model that names what it was fitted for (`_identity`).
 _IDENTITY = "perf4sight_identity_"
 # Versions that must match for a stored model to be used: the estimator's internals
@@ -145,6 +145,7 @@ class _Metadata(_Strict):
     versions: dict[str, str]
     feature_probe: Annotated[list[Annotated[list[_Finite], Field(min_length=1)]], Field(min_length=1)]
     recipes: Annotated[list[_Recipe], Field(min_length=1)]
+    torch_version: Annotated[str, StringConstraints(pattern=r"^\d+\.\d+")] | None
     sha256: Annotated[str, StringConstraints(pattern=r"^[0-9a-f]{64}$")]
 
 
@@ -280,6 +281,8 @@ def save_model(model: CalibratedModel, *, storedir: str | Path, stage: str, targ
         "feature_probe": _feature_probe(feature_set, stage),
         # the recipes the training runs ran: what a prediction under another one extrapolates from
         "recipes": [recipe.columns() for recipe in dataset.recipes()],
+        # the device's PyTorch, as its features count what autograd saves (None: the host's)
+        "torch_version": model.torch_version,
         "sha256": _sha256(path.read_bytes()),
     }
     write_text(path.with_suffix(".json"), json.dumps(metadata, indent=2) + "\n")
@@ -334,7 +337,8 @@ def load_model(storedir: str | Path, *, stage: str, target: str) -> FittedModel:
         said = ", ".join(f"{k} {v}" for k, v in identity.items()) if isinstance(identity, dict) else "nothing"
         raise FittedModelError(f"{path}: the model inside says it was fitted for {clip(said)}; its name and "
                                f"{meta_path.name} say {', '.join(f'{k} {v}' for k, v in wanted_identity.items())}")
-    _check_content(estimator, method, stage, target, path)
+    torch_version = metadata["torch_version"]
+    _check_content(estimator, method, stage, target, torch_version, path)
     fallback = getattr(estimator, "fallback_", "missing")
     if expected.fallback is None:
         if fallback is not None:
@@ -342,15 +346,20 @@ def load_model(storedir: str | Path, *, stage: str, target: str) -> FittedModel:
     elif type(fallback) is not CalibratedModel or fallback.method != expected.fallback:
         raise FittedModelError(f"{path}: its fallback is not a '{expected.fallback}' model; fingerprint again to refit")
     else:
-        _check_content(fallback, expected.fallback, stage, target, path)
+        _check_content(fallback, expected.fallback, stage, target, torch_version, path)
     _check_features(metadata, path)
     return FittedModel(estimator=estimator, metadata=metadata)
 
 
-def _check_content(estimator: Any, method: str, stage: str, target: str, path: Path) -> None:
-    """Refuse a stored model (or fallback) whose regressor is not `method`'s, or whose bound or
-    family corrections are not what a fit makes."""
-    problem = _regressor_problem(estimator, make_regressor(method, target, stage), method)
+def _check_content(estimator: Any, method: str, stage: str, target: str, torch_version: str | None,
+                   path: Path) -> None:
+    """Refuse a stored model (or fallback) whose regressor is not `method`'s for the device's
+    PyTorch `torch_version` (its metadata's), or whose bound or family corrections are not
+    what a fit makes."""
+    if type(estimator) is CalibratedModel and getattr(estimator, "torch_version", "missing") != torch_version:
+        raise FittedModelError(f"{path}: fitted for PyTorch {clip(repr(getattr(estimator, 'torch_version', None)))}, "
+                               f"its metadata says {torch_version!r}; fingerprint again to refit")
+    problem = _regressor_problem(estimator, make_regressor(method, target, stage, torch_version), method)
     if problem:
         raise FittedModelError(f"{path}: {problem}")
     calibration = getattr(estimator, "calibration_", None)
