@@ -25,8 +25,10 @@ the networks and levels are those of the memory logs. The default is ../shared/d
 from __future__ import annotations
 
 import argparse
+import json
 import re
 import sys
+import tempfile
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -57,6 +59,8 @@ from perf4sight.fit.dataset import logged_recipes
 from perf4sight.fit.methods import method_problem
 
 TX2_DIR = Path(__file__).resolve().parents[1].parent / "shared" / "datasets" / "tx2"
+# SqueezeNet as the TX2's runs trained it (the dataset's specs name torchvision's; see the file)
+SQUEEZENET_AS_PROFILED = Path(__file__).resolve().parent / "data" / "tx2" / "squeezenet_as_profiled.py"
 PROTOCOL_TRAIN_LEVELS = (0, 30, 50, 70, 90)
 # The TX2 README's order: the trees' random draws, hence the `paper` figures, follow the row order.
 TX2_NETS = ("resnet18", "googlenet", "squeezenet", "mobilenetv2")
@@ -118,6 +122,19 @@ def find_data(
     version = torch_version or (recorded[-1] if recorded else None)
     return Data(logs=logs, models=models, nets=nets, levels=levels, train_levels=train, train_nets=train_nets,
                 torch_version=version)
+
+
+def as_profiled(models: Path, folder: Path) -> Path:
+    """`folder` holding `models`' files, the squeezenet specs built from `SQUEEZENET_AS_PROFILED`
+    instead of torchvision's builder (their channels as they are)."""
+    for path in models.iterdir():
+        if path.name.startswith("squeezenet_") and path.suffix == ".json":
+            spec = json.loads(path.read_text())
+            spec.update(torchvision=None, torchvision_kwargs=None, model_desc=f"{SQUEEZENET_AS_PROFILED}:squeezenet")
+            (folder / path.name).write_text(json.dumps(spec))
+        else:
+            (folder / path.name).symlink_to(path.resolve())
+    return folder
 
 
 def _mask(rows: pd.DataFrame, selection: dict[str, tuple[int, ...]]) -> np.ndarray:
@@ -251,6 +268,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--train-nets", type=lambda text: tuple(text.split(",")), default=(),
                         help="networks the unseen case trains on, comma-separated (default: each network "
                              "is evaluated trained on all the others)")
+    parser.add_argument("--squeezenet-as-profiled", action="store_true",
+                        help="build the squeezenet specs as the TX2's runs trained them (ReLU after each Fire "
+                             "module's concatenation, no Dropout: benchmarks/data/tx2/squeezenet_as_profiled.py)")
     parser.add_argument("--torch-version",
                         help="the device's PyTorch, for logs without an environment record (the TX2's: 1.8)")
     args = parser.parse_args(argv)
@@ -259,8 +279,11 @@ def main(argv: list[str] | None = None) -> int:
     if not models.is_dir() or not (args.logs / MEMORY.kind).is_dir():
         print(f"no logs at {args.logs / MEMORY.kind} or specs at {models}; nothing to benchmark")
         return 0
+    if args.squeezenet_as_profiled:
+        models = as_profiled(models, Path(tempfile.mkdtemp(prefix="tx2_models_")))
     data = find_data(args.logs, models, args.train_levels, TX2_NETS, args.train_nets, args.torch_version)
-    device = ("TX2" if args.logs == TX2_DIR else str(args.logs)) + f", PyTorch {data.torch_version or 'as the host'}"
+    device = (("TX2" if args.logs == TX2_DIR else str(args.logs)) + f", PyTorch {data.torch_version or 'as the host'}"
+              + (", squeezenet as profiled" if args.squeezenet_as_profiled else ""))
     catalog = ArchitectureCatalog(data.models)
     summary = []
     for method in args.method or [*METHODS, DEFAULT_METHOD]:
