@@ -279,6 +279,8 @@ def test_the_device_s_pytorch_is_read_from_its_environment_record(tx2_dir, tmp_p
     assert "the device ran PyTorch 1.8.0 (" in said and "environment-20261202T000000Z.json)" in said  # the latest
     stored = load_model(settings.model_storedir, stage="training", target=MEMORY.name)
     assert stored.metadata["torch_version"] == "1.8.0" == stored.estimator.torch_version
+    assert stored.metadata["torch_version_reason"] == "recorded in " + str(settings.memory_logs[0].parent /
+                                                                           "environment-20261202T000000Z.json")
     assert stored.estimator.regressor_[0].torch_version == "1.8.0"  # the features' step counts no copies
     fingerprint_device(replace(settings, torch_version="2.1.0", overwrite=True))  # the config's key wins
     assert load_model(settings.model_storedir, stage="training", target=MEMORY.name).metadata["torch_version"] == "2.1.0"
@@ -321,3 +323,22 @@ def test_the_device_s_pytorch_predicts_an_unseen_mobilenetv2_s_memory(tx2_dir):
         model = CalibratedModel("physical", MEMORY.name, torch_version=version).fit(fitted.rows, fitted.target)
         errors[version] = mape_pct(held.target, model.predict(held.rows))
     assert errors["1.8.0"] < 14 and errors[None] > 1.5 * errors["1.8.0"]
+
+
+def test_where_nothing_says_the_device_s_pytorch_the_runs_do(tx2_dir, tmp_path, capsys):
+    """The TX2's logs record no version: with MobileNetV2 among the training networks, its runs
+    are described better as a PyTorch before 1.10 saves them (no copies); without a network
+    whose layers a version copies, nothing is chosen (the host's way, which is the same there)."""
+    settings = _settings(tx2_dir, tmp_path, train_nets=["resnet18", "mobilenetv2"], eval_logs=[], report=None,
+                         latency_model=False, method="physical")
+    fingerprint_device(settings)
+    said = " ".join(capsys.readouterr().out.split())
+    stored = load_model(settings.model_storedir, stage="training", target=MEMORY.name)
+    assert stored.metadata["torch_version"] == "1.9" == stored.estimator.torch_version
+    reason = stored.metadata["torch_version_reason"]
+    assert reason in said and "described as versions before 1.10 save them, the better with each network left out" in reason
+    errors = [float(part.split()[-2]) for part in reason.split(": ", 2)[2].split(", ")]
+    assert errors[1] < errors[0]  # as the host saves them, then before 1.10
+    fingerprint_device(replace(settings, train_nets=["resnet18"], overwrite=True))
+    stored = load_model(settings.model_storedir, stage="training", target=MEMORY.name)
+    assert stored.metadata["torch_version"] is None and stored.metadata["torch_version_reason"] is None

@@ -22,11 +22,13 @@ from perf4sight.architecture.derived import derived_values
 from perf4sight.architecture.ir import Architecture, Timeline
 from perf4sight.errors import ArgumentError
 
-__all__ = ["COPIED_INPUT_OPS", "as_saved_by", "check_torch_version", "copies_inputs"]
+__all__ = ["BEFORE_COPIES", "COPIED_INPUT_OPS", "as_saved_by", "check_torch_version", "copies_inputs"]
 
 # In-place ops whose input autograd copies from PyTorch 1.10 on (aten names).
 COPIED_INPUT_OPS = frozenset({"hardtanh_"})
 _FIRST_COPYING = (1, 10)
+# The last version before the copies, standing for every earlier one (which save the same).
+BEFORE_COPIES = "1.9"
 _VERSION = re.compile(r"^\s*(\d+)\.(\d+)")
 
 

@@ -24,14 +24,14 @@ import numpy as np
 import pandas as pd
 
 from perf4sight import console
-from perf4sight.architecture import check_torch_version, copies_inputs
+from perf4sight.architecture import BEFORE_COPIES, check_torch_version, copies_inputs
 from perf4sight.config import FingerprintSettings
 from perf4sight.device.definitions import MEMORY, QUANTITIES, Quantity, check_stage
 from perf4sight.errors import ArgumentError, DataNotFoundError, FittedModelError, LogFormatError
 from perf4sight.features import ARCHITECTURE
 from perf4sight.fit.bound import BOUND_QUANTILE
 from perf4sight.fit.calibration import CalibratedModel
-from perf4sight.fit.choice import choose_method
+from perf4sight.fit.choice import MethodChoice, choose_method, held_out_error
 from perf4sight.fit.dataset import ArchitectureCatalog, Dataset, build_dataset, logged_recipes, row_recipes
 from perf4sight.fit.logs import find_logs, read_logs, recorded_torch_versions
 from perf4sight.fit.methods import DEFAULT_METHOD, METHODS, candidate_methods, method_problem, resolve_method
@@ -63,19 +63,27 @@ def _train(settings: FingerprintSettings, target: Quantity, method: str, catalog
     candidates = candidate_methods(target.name) if method == DEFAULT_METHOD else (method,)
     dirs = _log_dirs(settings, target.kind, evaluation=False)
     logs = read_logs(settings.train_nets, settings.train_logs, dirs, [target])
-    torch_version = _device_torch(settings, dirs)
+    torch_version, reason = _device_torch(settings, dirs)
     recipes = logged_recipes(logs[logs["passed"]])
     excluded = {candidate: problem for candidate in candidates
                 if (problem := method_problem(candidate, recipes)) is not None}
     if method != DEFAULT_METHOD and excluded:
         raise ArgumentError(f"method: '{method}' cannot be fitted on these {target.kind} logs: {excluded[method]} "
                             f"(method = physical or default can)")
-    datasets = {}
-    for candidate in (c for c in candidates if c not in excluded):
-        datasets[candidate] = build_dataset(logs, target=target.name, feature_set=METHODS[candidate].feature_set,
-                                            stage=settings.stage, catalog=catalog, torch_version=torch_version)
-        _check_positive(datasets[candidate], target)
-    choice = choose_method(datasets, target.name, excluded) if method == DEFAULT_METHOD else None
+
+    def fitted(version: str | None) -> tuple[dict[str, Dataset], MethodChoice | None]:
+        """Each candidate's training rows as autograd on `version` saves them, and the choice."""
+        datasets = {}
+        for candidate in (c for c in candidates if c not in excluded):
+            datasets[candidate] = build_dataset(logs, target=target.name, feature_set=METHODS[candidate].feature_set,
+                                                stage=settings.stage, catalog=catalog, torch_version=version)
+            _check_positive(datasets[candidate], target)
+        return datasets, choose_method(datasets, target.name, excluded) if method == DEFAULT_METHOD else None
+
+    datasets, choice = fitted(torch_version)
+    if reason is None and target == MEMORY and _holds_copies(next(iter(datasets.values()))):
+        torch_version, datasets, choice, reason = _version_from_runs((datasets, choice), fitted(BEFORE_COPIES),
+                                                                     method, target)
     if choice is not None:
         method = choice.chosen
     dataset = datasets[method]
@@ -90,15 +98,47 @@ def _train(settings: FingerprintSettings, target: Quantity, method: str, catalog
                      f"with their {bound['left_out']} left out of the fit: the memory bound"
                      + (f" ({in_family:.3f}x for another level of a profiled network)" if in_family else ""))
     save_model(model, storedir=settings.model_storedir, stage=settings.stage, target=target.name,
-               dataset=dataset, method_choice=choice.as_dict() if choice is not None else None)
+               dataset=dataset, method_choice=choice.as_dict() if choice is not None else None,
+               torch_version_reason=reason)
     console.info(f"stored the {target.kind} model at {path}")
 
 
-def _device_torch(settings: FingerprintSettings, log_dirs: list[Path]) -> str | None:
-    """The device's PyTorch, which decides what autograd saves: `torch_version`, else the
-    version its profiler recorded beside the logs (the latest), else None (as the host's)."""
+def _holds_copies(dataset: Dataset) -> bool:
+    """Whether an architecture of the rows holds copies that PyTorch versions make or not."""
+    archs = {id(arch): arch for arch in dataset.rows[ARCHITECTURE]}.values()
+    return any(layer.saved_copy_bytes for arch in archs for layer in arch.layers)
+
+
+def _version_from_runs(
+    host: tuple[dict[str, Dataset], MethodChoice | None], before: tuple[dict[str, Dataset], MethodChoice | None],
+    method: str, target: Quantity,
+) -> tuple[str | None, dict[str, Dataset], MethodChoice | None, str]:
+    """Where nothing says the device's PyTorch: the one of the two ways autograd saves (as the
+    host's, with the copies; as versions before 1.10, without) whose model (the method chosen
+    for it, or `method`) predicts the runs better with each training network left out in turn
+    (each architecture, with one network); the host's on a tie or where nothing can be left out."""
+    fits = {None: host, BEFORE_COPIES: before}
+    errors = {}
+    for version, (datasets, choice) in fits.items():
+        chosen = choice.chosen if choice is not None else method
+        errors[version], left_out = held_out_error(chosen, datasets[chosen], target.name) if choice is None \
+            else (choice.errors[chosen], choice.left_out)
+    better = errors[BEFORE_COPIES] < errors[None] if all(np.isfinite(e) for e in errors.values()) else False
+    version = BEFORE_COPIES if better else None
+    said = {None: "as PyTorch 1.10 and later save them", BEFORE_COPIES: "as versions before 1.10 save them"}
+    reason = (f"no PyTorch version recorded beside the logs nor set (torch_version): the runs are described "
+              f"{said[version]}, the better with each {left_out} left out: "
+              + ", ".join(f"{said[v]} {e:.2f} %" for v, e in errors.items()))
+    console.info(reason)
+    return (version, *fits[version], reason)
+
+
+def _device_torch(settings: FingerprintSettings, log_dirs: list[Path]) -> tuple[str | None, str | None]:
+    """The device's PyTorch, which decides what autograd saves, and where that was said:
+    `torch_version`, else the version its profiler recorded beside the logs (the latest); else
+    None and None (nothing said: counted as the host's saves, unless the runs say otherwise)."""
     if settings.torch_version is not None:
-        return settings.torch_version
+        return settings.torch_version, "torch_version in the config"
     recorded = recorded_torch_versions(log_dirs)
     behaviours: dict[bool, tuple[Path, str]] = {}
     for record, version in recorded.items():
@@ -111,10 +151,11 @@ def _device_torch(settings: FingerprintSettings, log_dirs: list[Path]) -> str | 
         raise ArgumentError(f"{', '.join(map(str, log_dirs))}: profiled with PyTorch {old} ({first.name}) and {new} "
                             f"({second.name}), whose autograd saves different tensors; fit their logs apart "
                             "(or set torch_version)")
-    version = list(recorded.values())[-1] if recorded else None
-    if version is not None:
-        console.info(f"the device ran PyTorch {version} ({list(recorded)[-1]}): the features count what it saves")
-    return version
+    if not recorded:
+        return None, None
+    version, record = list(recorded.values())[-1], list(recorded)[-1]
+    console.info(f"the device ran PyTorch {version} ({record}): the features count what it saves")
+    return version, f"recorded in {record}"
 
 
 def _check_positive(dataset: Dataset, target: Quantity) -> None:

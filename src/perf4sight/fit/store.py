@@ -146,6 +146,7 @@ class _Metadata(_Strict):
     feature_probe: Annotated[list[Annotated[list[_Finite], Field(min_length=1)]], Field(min_length=1)]
     recipes: Annotated[list[_Recipe], Field(min_length=1)]
     torch_version: Annotated[str, StringConstraints(pattern=r"^\d+\.\d+")] | None
+    torch_version_reason: str | None
     sha256: Annotated[str, StringConstraints(pattern=r"^[0-9a-f]{64}$")]
 
 
@@ -248,10 +249,10 @@ def _sha256(data: bytes) -> str:
 
 
 def save_model(model: CalibratedModel, *, storedir: str | Path, stage: str, target: str, dataset: Dataset,
-               method_choice: dict[str, Any] | None = None) -> Path:
+               method_choice: dict[str, Any] | None = None, torch_version_reason: str | None = None) -> Path:
     """Store a fitted model (fitted on `dataset`) and its metadata; returns the .skops
     path. `method_choice` (`MethodChoice.as_dict`) says why `method = default` chose its
-    method."""
+    method, `torch_version_reason` where the device's PyTorch (`model.torch_version`) was said."""
     for key, value, fitted_for in (("stage", stage, model.stage), ("target", target, model.target)):
         if value != fitted_for:
             raise ArgumentError(f"{key} {value}: the model was fitted for {fitted_for}")
@@ -283,6 +284,7 @@ def save_model(model: CalibratedModel, *, storedir: str | Path, stage: str, targ
         "recipes": [recipe.columns() for recipe in dataset.recipes()],
         # the device's PyTorch, as its features count what autograd saves (None: the host's)
         "torch_version": model.torch_version,
+        "torch_version_reason": torch_version_reason,
         "sha256": _sha256(path.read_bytes()),
     }
     write_text(path.with_suffix(".json"), json.dumps(metadata, indent=2) + "\n")
