@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from pathlib import Path
 
@@ -95,7 +96,7 @@ def test_the_recording_marks_the_copies_and_a_device_before_1_10_replays_without
     copied = timeline.tensor[timeline.copies]
     assert len(copied) == 2 * 2  # two relu6, two iterations recorded
     assert np.array_equal(timeline.per_sample_bytes[timeline.copies], [8 * 64 * 4, 16 * 64 * 4] * 2)
-    old = as_saved_by(arch.__class__(**{**arch.__dict__, "lifetimes": {"training": timeline}}), "1.8.0")
+    old = as_saved_by(dataclasses.replace(arch, lifetimes={"training": timeline}), "1.8.0")
     kept = old.lifetimes["training"]
     assert not np.isin(kept.tensor, copied).any() and len(kept.tensor) == len(timeline.tensor) - 2 * len(copied)
     assert not kept.copies.any()
