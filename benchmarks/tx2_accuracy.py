@@ -9,7 +9,10 @@ family when it was trained on; `--raw`: the models alone):
       only and evaluate on each of the others.
 Every method (`--method`, repeatable) and then `default`, which chooses per split and target
 as fingerprinting does (on the split's training rows alone); a last table gives every method's
-means side by side.
+means side by side. The device's PyTorch, which decides what autograd saves, is `--torch-version`
+or the one recorded beside the logs; where neither says (the TX2's logs), the memory model of
+each split counts the saved tensors as the one of the two ways fingerprinting chooses
+(`perf4sight.fit.choose_torch_version`; shown beside the method).
 
     .venv/bin/python benchmarks/tx2_accuracy.py [--method paper --method ...]
     .venv/bin/python benchmarks/tx2_accuracy.py --logs out/demo/logs --models out/demo/models \
@@ -37,6 +40,7 @@ import numpy as np
 import pandas as pd
 
 from perf4sight import console
+from perf4sight.architecture import BEFORE_COPIES
 from perf4sight.device.definitions import LATENCY, MEMORY, QUANTITIES
 from perf4sight.device.logs import GT_SUFFIX
 from perf4sight.features import FEATURE_SETS
@@ -56,6 +60,7 @@ from perf4sight.fit import (
 )
 from perf4sight.fit.logs import recorded_torch_versions
 from perf4sight.fit.dataset import logged_recipes
+from perf4sight.fit.choice import choose_torch_version, holds_copies
 from perf4sight.fit.methods import method_problem
 
 TX2_DIR = Path(__file__).resolve().parents[1].parent / "shared" / "datasets" / "tx2"
@@ -160,14 +165,27 @@ def method_datasets(method: str, logs: pd.DataFrame, target: str, catalog: Archi
             for m in fitted}
 
 
-def fit_chosen(method: str, trained_on: dict[str, Dataset], target: str,
-               bound_quantile: float | None = None) -> tuple[str, CalibratedModel]:
-    """The method fitted (for `default`, the one chosen on `trained_on`, as fingerprinting
-    chooses) and its model (with the memory bound at `bound_quantile` if given)."""
-    chosen = choose_method(trained_on, target).chosen if method == DEFAULT_METHOD else method
-    data = trained_on[chosen]
-    return chosen, CalibratedModel(chosen, target, data.stage, bound_quantile=bound_quantile,
-                                   torch_version=data.torch_version).fit(data.rows, data.target)
+def fit_chosen(method: str, trained_on: dict[str | None, dict[str, Dataset]], target: str,
+               bound_quantile: float | None = None) -> tuple[str, str | None, CalibratedModel]:
+    """The method fitted (for `default`, the one chosen on the training rows, as fingerprinting
+    chooses), the device's PyTorch it counts what autograd saves for and its model (with the
+    memory bound at `bound_quantile` if given). `trained_on` holds the rows as each candidate
+    version saves them: one where the version is known, else (memory) the host's and
+    `BEFORE_COPIES`, chosen between as fingerprinting chooses where the rows hold copies."""
+    choices = {v: choose_method(sets, target) if method == DEFAULT_METHOD else None for v, sets in trained_on.items()}
+    version = next(iter(trained_on))
+    if len(trained_on) > 1 and holds_copies(next(iter(trained_on[version].values()))):
+        version, _ = choose_torch_version({v: (trained_on[v], choices[v]) for v in trained_on}, method, target)
+    chosen = choices[version].chosen if choices[version] is not None else method
+    data = trained_on[version][chosen]
+    return chosen, version, CalibratedModel(chosen, target, data.stage, bound_quantile=bound_quantile,
+                                            torch_version=version).fit(data.rows, data.target)
+
+
+def versions_of(data: Data, target: str) -> tuple[str | None, ...]:
+    """The device's PyTorch versions the rows are built for: the one known, else (memory) the
+    two ways autograd saves that fingerprinting chooses between."""
+    return (None, BEFORE_COPIES) if data.torch_version is None and target == MEMORY.name else (data.torch_version,)
 
 
 def evaluate_method(
@@ -178,23 +196,25 @@ def evaluate_method(
     evaluated network's family where it was trained on (the protocol's case; an unseen
     network's family never is)."""
     results: dict[tuple[str, str], dict[str, float]] = {}
-    fitted: dict[tuple[str, str], dict[str, str]] = {}
+    fitted: dict[tuple[str, str], dict[str, tuple[str, str | None]]] = {}
     for target in QUANTITIES:
         logs = read_logs(data.nets, data.levels, [data.logs / target.kind], [target])
-        full = method_datasets(method, logs, target.name, catalog, stage, torch_version=data.torch_version)
-        rows = next(iter(full.values())).rows
+        full = {v: method_datasets(method, logs, target.name, catalog, stage, torch_version=v)
+                for v in versions_of(data, target.name)}
+        rows = next(iter(next(iter(full.values())).values())).rows
         for case, net, train, evaluation in data.cases():
             train_mask, eval_mask = _mask(rows, train), _mask(rows, evaluation)
-            chosen, model = fit_chosen(method, {m: d.select(train_mask) for m, d in full.items()}, target.name)
-            evaluated = full[chosen].select(eval_mask)
+            trained = {v: {m: d.select(train_mask) for m, d in sets.items()} for v, sets in full.items()}
+            chosen, version, model = fit_chosen(method, trained, target.name)
+            evaluated = full[version][chosen].select(eval_mask)
             predicted = model.predict(evaluated.rows, calibrate=calibrate)
             results.setdefault((case, net), {})[target.name] = mape_pct(evaluated.target, predicted)
-            fitted.setdefault((case, net), {})[target.name] = chosen
+            fitted.setdefault((case, net), {})[target.name] = (chosen, version)
     return results, fitted
 
 
 def memory_boundary(
-    method: str, data: Data, catalog: ArchitectureCatalog, fitted: dict[tuple[str, str], dict[str, str]],
+    method: str, data: Data, catalog: ArchitectureCatalog, fitted: dict[tuple[str, str], dict[str, tuple[str, str | None]]],
     stage: str = "training", calibrate: bool = True
 ) -> dict[tuple[str, str], tuple[float, ...]]:
     """Per case and evaluated network: % of its tests (passed or not) whose fit/no-fit is
@@ -203,19 +223,19 @@ def memory_boundary(
     training runs, the calibrated ratio for a calibrated prediction), and how far above the
     measurement the bound lies on average (%, what it costs). Predictions as the tool makes
     them (calibrated on a trained family) unless `calibrate` is False; `fitted` names the
-    memory method of each case (`evaluate_method`'s, the one `default` chose).
+    memory method and PyTorch version of each case (`evaluate_method`'s, those chosen).
 
     A method whose solver learns the device's capacity decides itself (`predict_fits`); any
     other fits when its prediction is at most the largest `mem_used_mib` measured in training.
     """
     logs = read_logs(data.nets, data.levels, [data.logs / MEMORY.kind], [MEMORY])
     passed = set(zip(logs.loc[logs["passed"], "model"].map(architecture_name), logs.loc[logs["passed"], "bs"]))
-    full = method_datasets(method, logs, MEMORY.name, catalog, stage, passed_only=False,
-                           torch_version=data.torch_version)
+    full = {v: method_datasets(method, logs, MEMORY.name, catalog, stage, passed_only=False, torch_version=v)
+            for v in versions_of(data, MEMORY.name)}
     out = {}
     for case, net, train_levels, evaluation in data.cases():
-        chosen = fitted[(case, net)][MEMORY.name]
-        every = full[chosen]
+        chosen, version = fitted[(case, net)][MEMORY.name]
+        every = full[version][chosen]
         ok = np.array([(m, b) in passed for m, b in zip(every.rows["model"], every.rows["batch_size"])])
         train = every.select(_mask(every.rows, train_levels) & ok)
         model = CalibratedModel(chosen, MEMORY.name, train.stage, bound_quantile=BOUND_QUANTILE,
@@ -282,7 +302,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.squeezenet_as_profiled:
         models = as_profiled(models, Path(tempfile.mkdtemp(prefix="tx2_models_")))
     data = find_data(args.logs, models, args.train_levels, TX2_NETS, args.train_nets, args.torch_version)
-    device = (("TX2" if args.logs == TX2_DIR else str(args.logs)) + f", PyTorch {data.torch_version or 'as the host'}"
+    device = (("TX2" if args.logs == TX2_DIR else str(args.logs)) + f", PyTorch {data.torch_version or 'not known: chosen per split for memory'}"
               + (", squeezenet as profiled" if args.squeezenet_as_profiled else ""))
     catalog = ArchitectureCatalog(data.models)
     summary = []
@@ -290,7 +310,8 @@ def main(argv: list[str] | None = None) -> int:
         start = time.perf_counter()
         results, fitted = evaluate_method(method, data, catalog, args.stage, calibrate=not args.raw)
         seconds = time.perf_counter() - start
-        rows = [(case, net, r[MEMORY.name], r[LATENCY.name], *fitted[(case, net)].values())
+        rows = [(case, net, r[MEMORY.name], r[LATENCY.name],
+                 *(f"{m}" + (f" ({v})" if v else "") for m, v in fitted[(case, net)].values()))
                 for (case, net), r in results.items()]
         for case in ("protocol", "unseen"):
             mem = [r[MEMORY.name] for (c, _), r in results.items() if c == case]

@@ -18,12 +18,14 @@ from typing import Any
 import numpy as np
 
 from perf4sight import console
+from perf4sight.architecture import BEFORE_COPIES
+from perf4sight.features import ARCHITECTURE
 from perf4sight.fit.bound import held_out_groups
 from perf4sight.fit.dataset import Dataset
 from perf4sight.fit.methods import CANDIDATE_METHODS, METHODS, fit_method
 from perf4sight.fit.report import mape_pct
 
-__all__ = ["MethodChoice", "held_out_error", "choose_method"]
+__all__ = ["MethodChoice", "held_out_error", "choose_method", "choose_torch_version", "holds_copies"]
 
 
 @dataclass(frozen=True)
@@ -91,3 +93,33 @@ def choose_method(datasets: Mapping[str, Dataset], target: str,
     console.info(f"method for {target}: {chosen} ({reason})")
     return MethodChoice(chosen=chosen, errors=errors, left_out=left_out, reason=reason)
 
+
+
+def holds_copies(dataset: Dataset) -> bool:
+    """Whether an architecture of the rows holds copies that PyTorch versions make or not
+    (`perf4sight.architecture.autograd`)."""
+    archs = {id(arch): arch for arch in dataset.rows[ARCHITECTURE]}.values()
+    return any(layer.saved_copy_bytes for arch in archs for layer in arch.layers)
+
+
+def choose_torch_version(fits: Mapping[str | None, tuple[Mapping[str, Dataset], MethodChoice | None]], method: str,
+                         target: str) -> tuple[str | None, str]:
+    """Where nothing says the device's PyTorch: of the ways autograd saves (`fits`: None, as the
+    host's, with the copies; `BEFORE_COPIES`, without), the one whose model (the method chosen
+    for it, or `method`) predicts the runs better with each training network left out in turn
+    (each architecture, with one network); the host's on a tie or where nothing can be left
+    out. Returns the version and why."""
+    errors, left_out = {}, "network"
+    for version, (datasets, choice) in fits.items():
+        if choice is None:
+            errors[version], left_out = held_out_error(method, datasets[method], target)
+        else:
+            errors[version], left_out = choice.errors[choice.chosen], choice.left_out
+    scored = {version: error for version, error in errors.items() if np.isfinite(error)}
+    version = min(scored, key=lambda v: (scored[v], v is not None)) if len(scored) == len(errors) else None
+    said = {None: "as PyTorch 1.10 and later save them", BEFORE_COPIES: "as versions before 1.10 save them"}
+    reason = (f"no PyTorch version recorded beside the logs nor set (torch_version): the runs are described "
+              f"{said[version]}, the better with each {left_out} left out: "
+              + ", ".join(f"{said[v]} {e:.2f} %" for v, e in errors.items()))
+    console.info(reason)
+    return version, reason

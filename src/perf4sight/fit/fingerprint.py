@@ -31,7 +31,7 @@ from perf4sight.errors import ArgumentError, DataNotFoundError, FittedModelError
 from perf4sight.features import ARCHITECTURE
 from perf4sight.fit.bound import BOUND_QUANTILE
 from perf4sight.fit.calibration import CalibratedModel
-from perf4sight.fit.choice import MethodChoice, choose_method, held_out_error
+from perf4sight.fit.choice import MethodChoice, choose_method, choose_torch_version, holds_copies
 from perf4sight.fit.dataset import ArchitectureCatalog, Dataset, build_dataset, logged_recipes, row_recipes
 from perf4sight.fit.logs import find_logs, read_logs, recorded_torch_versions
 from perf4sight.fit.methods import DEFAULT_METHOD, METHODS, candidate_methods, method_problem, resolve_method
@@ -81,9 +81,10 @@ def _train(settings: FingerprintSettings, target: Quantity, method: str, catalog
         return datasets, choose_method(datasets, target.name, excluded) if method == DEFAULT_METHOD else None
 
     datasets, choice = fitted(torch_version)
-    if reason is None and target == MEMORY and _holds_copies(next(iter(datasets.values()))):
-        torch_version, datasets, choice, reason = _version_from_runs((datasets, choice), fitted(BEFORE_COPIES),
-                                                                     method, target)
+    if reason is None and target == MEMORY and holds_copies(next(iter(datasets.values()))):
+        fits = {None: (datasets, choice), BEFORE_COPIES: fitted(BEFORE_COPIES)}
+        torch_version, reason = choose_torch_version(fits, method, target.name)
+        datasets, choice = fits[torch_version]
     if choice is not None:
         method = choice.chosen
     dataset = datasets[method]
@@ -101,36 +102,6 @@ def _train(settings: FingerprintSettings, target: Quantity, method: str, catalog
                dataset=dataset, method_choice=choice.as_dict() if choice is not None else None,
                torch_version_reason=reason)
     console.info(f"stored the {target.kind} model at {path}")
-
-
-def _holds_copies(dataset: Dataset) -> bool:
-    """Whether an architecture of the rows holds copies that PyTorch versions make or not."""
-    archs = {id(arch): arch for arch in dataset.rows[ARCHITECTURE]}.values()
-    return any(layer.saved_copy_bytes for arch in archs for layer in arch.layers)
-
-
-def _version_from_runs(
-    host: tuple[dict[str, Dataset], MethodChoice | None], before: tuple[dict[str, Dataset], MethodChoice | None],
-    method: str, target: Quantity,
-) -> tuple[str | None, dict[str, Dataset], MethodChoice | None, str]:
-    """Where nothing says the device's PyTorch: the one of the two ways autograd saves (as the
-    host's, with the copies; as versions before 1.10, without) whose model (the method chosen
-    for it, or `method`) predicts the runs better with each training network left out in turn
-    (each architecture, with one network); the host's on a tie or where nothing can be left out."""
-    fits = {None: host, BEFORE_COPIES: before}
-    errors = {}
-    for version, (datasets, choice) in fits.items():
-        chosen = choice.chosen if choice is not None else method
-        errors[version], left_out = held_out_error(chosen, datasets[chosen], target.name) if choice is None \
-            else (choice.errors[chosen], choice.left_out)
-    better = errors[BEFORE_COPIES] < errors[None] if all(np.isfinite(e) for e in errors.values()) else False
-    version = BEFORE_COPIES if better else None
-    said = {None: "as PyTorch 1.10 and later save them", BEFORE_COPIES: "as versions before 1.10 save them"}
-    reason = (f"no PyTorch version recorded beside the logs nor set (torch_version): the runs are described "
-              f"{said[version]}, the better with each {left_out} left out: "
-              + ", ".join(f"{said[v]} {e:.2f} %" for v, e in errors.items()))
-    console.info(reason)
-    return (version, *fits[version], reason)
 
 
 def _device_torch(settings: FingerprintSettings, log_dirs: list[Path]) -> tuple[str | None, str | None]:
