@@ -53,7 +53,9 @@ def test_report_structure_and_accuracy(trained):
     for target in ("mem_used_mib", "latency_ms"):
         entry = report[target]
         bound = {"bound_under_pct"} if target == "mem_used_mib" else set()  # the memory model stores a bound
-        assert set(entry) == {"mape_pct", "n", "under_pct", "per_net", "method", "method_choice", *bound}
+        assert set(entry) == {"mape_pct", "n", "under_pct", "per_net", "method", "method_choice", "torch_version",
+                              *bound}
+        assert entry["torch_version"] is None  # resnet18 alone: nothing a PyTorch version saves differently
         # `method = default`: chosen among the candidates by each level of resnet18 left out
         choice = entry["method_choice"]
         assert entry["method"] == choice["chosen"] in CANDIDATE_METHODS and choice["left_out"] == "architecture"

@@ -228,7 +228,8 @@ def fingerprint_device(settings: FingerprintSettings) -> dict[str, Any]:
                          f"for '{method}'; set overwrite = True to refit")
         predictions[target.name] = _evaluate(settings, target, model, catalog)
         report[target.name] = {**summarise(predictions[target.name]),
-                               "method": model.metadata["method"], "method_choice": choice}
+                               "method": model.metadata["method"], "method_choice": choice,
+                               "torch_version": model.metadata["torch_version"]}
     if report:
         print_report(report, predictions)
     if report and settings.report is not None:

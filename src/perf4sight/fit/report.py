@@ -51,7 +51,8 @@ _MAX_ROWS_SHOWN = 60
 
 def print_report(report: Mapping[str, Any], predictions: Mapping[str, pd.DataFrame]) -> None:
     """Measured against predicted, then the MAPE per network and overall, per target, and
-    each target's method (with why `method = default` chose it)."""
+    each target's method (with why `method = default` chose it) and the device's PyTorch its
+    features count what autograd saves for."""
     _print_predictions(report, predictions)
     rows = []
     for target, entry in report.items():
@@ -63,8 +64,10 @@ def print_report(report: Mapping[str, Any], predictions: Mapping[str, pd.DataFra
     for target, entry in report.items():
         choice = entry.get("method_choice")
         if "method" in entry:
+            version = entry.get("torch_version")
             console.info(f"{target} model: {entry['method']}" + (f", chosen by method = default: {choice['reason']}"
-                                                                 if choice else ""))
+                                                                 if choice else "")
+                         + (f"; what autograd saves as PyTorch {version} saves it" if version else ""))
 
 
 def _print_predictions(report: Mapping[str, Any], predictions: Mapping[str, pd.DataFrame]) -> None:
