@@ -6,7 +6,8 @@ best default everywhere. Fingerprinting measures it instead: each candidate is f
 each training network left out in turn and predicts that network's runs (with a single
 training network, each profiled architecture, i.e. pruning level, is left out); the
 candidate with the lowest mean error over the left-out groups is fitted on everything.
-Ties go to the earlier candidate, the faster one to predict with.
+Ties go to the earlier candidate, the faster one to predict with. The same measure chooses how
+autograd saved on a device whose PyTorch nothing names (`choose_torch_version`).
 """
 
 from __future__ import annotations

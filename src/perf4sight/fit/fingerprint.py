@@ -12,7 +12,8 @@ runs of a network left out of the fit measured. With `method = default` each tar
 method is chosen from the device's own data (`perf4sight.fit.choice`); the choice, every
 candidate's error and the reason are stored in the model's metadata and reported. The
 features count what autograd saves on the device's PyTorch (`torch_version`, or the version
-its profiler recorded beside the logs; `perf4sight.architecture.autograd`).
+its profiler recorded beside the logs; `perf4sight.architecture.autograd`); where neither
+says, the memory runs choose between the ways versions save (`choose_torch_version`).
 """
 
 from __future__ import annotations
