@@ -55,12 +55,13 @@ from perf4sight.fit import (
     build_dataset,
     candidate_methods,
     choose_method,
+    choose_torch_version,
     mape_pct,
     read_logs,
 )
 from perf4sight.fit.logs import recorded_torch_versions
 from perf4sight.fit.dataset import logged_recipes
-from perf4sight.fit.choice import choose_torch_version, holds_copies
+from perf4sight.fit.choice import holds_copies
 from perf4sight.fit.methods import method_problem
 
 TX2_DIR = Path(__file__).resolve().parents[1].parent / "shared" / "datasets" / "tx2"

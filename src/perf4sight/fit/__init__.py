@@ -2,7 +2,7 @@
 
 from perf4sight.fit.bound import BOUND_QUANTILE, held_out_ratio
 from perf4sight.fit.calibration import Answer, CalibratedModel, FamilyCalibration, query_rows
-from perf4sight.fit.choice import MethodChoice, choose_method
+from perf4sight.fit.choice import MethodChoice, choose_method, choose_torch_version
 from perf4sight.fit.dataset import ArchitectureCatalog, Dataset, architecture_name, build_dataset
 from perf4sight.fit.fingerprint import fingerprint_device
 from perf4sight.fit.logs import find_logs, read_gt_log, read_logs
@@ -43,6 +43,7 @@ __all__ = [
     "build_dataset",
     "candidate_methods",
     "choose_method",
+    "choose_torch_version",
     "find_logs",
     "fingerprint_device",
     "fit_method",
