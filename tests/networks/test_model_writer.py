@@ -104,6 +104,7 @@ for job in json.load(open(sys.argv[1])):
     net.load_state_dict(torch.load(job["state"]))  # strict: same names and shapes
     before = [p.detach().clone() for p in net.parameters()]
     optimiser = torch.optim.SGD(net.parameters(), lr=0.1)
+    torch.manual_seed(0)
     x = torch.randn([2] + job["input_size"])
     loss = torch.nn.functional.cross_entropy(net.train()(x), torch.tensor([0, 1]))
     loss.backward()
@@ -111,6 +112,9 @@ for job in json.load(open(sys.argv[1])):
     result[job["name"]] = {
         "shapes": {k: list(v.shape) for k, v in net.state_dict().items()},
         "loss": loss.item(),
+        # a parameter whose gradient is 0 for these two samples (a channel that no ReLU lets
+        # through) keeps its value: every one has a gradient, most change
+        "trained": sum(p.grad is not None for p in net.parameters()),
         "changed": sum(not torch.equal(a, b) for a, b in zip(before, net.parameters())),
         "params": len(before),
     }
@@ -157,7 +161,8 @@ def test_example_model_files_build_train_and_load_the_pruned_state_on_old_stacks
         got = result[job["name"]]
         assert got["shapes"] == job["shapes"], job["name"]
         assert math.isfinite(got["loss"]) and got["loss"] > 0
-        assert got["changed"] == got["params"] > 0, job["name"]  # the step trained every parameter
+        assert got["trained"] == got["params"] > 0, job["name"]  # the step trained every parameter
+        assert got["changed"] >= 0.9 * got["params"], job["name"]
 
 
 @pytest.mark.parametrize("network", ["resnet18", "mobilenet_v2"])
