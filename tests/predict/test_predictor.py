@@ -11,6 +11,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from perf4sight import console
 from perf4sight.cli import main
 from perf4sight.config import FingerprintSettings
 from perf4sight.device.definitions import LATENCY, MEMORY
@@ -252,3 +253,23 @@ def test_plan_with_the_bound_picks_smaller_batch_sizes(predictor: Predictor, mod
     assert main(["plan", "--models", str(models_dir), "--net", "resnet18", "--levels", "0,50", "--budget",
                  f"{budget}MiB", "--bound", "--json"]) == 0
     assert [r["batch_size"] for r in json.loads(capsys.readouterr().out)] == safe["batch_size"].tolist()
+
+
+def test_copies_a_device_may_not_make_are_named_where_its_version_is_not_known(
+        predictor: Predictor, capsys: pytest.CaptureFixture[str]) -> None:
+    """Fitted on TX2 logs without an environment record, on networks without an in-place ReLU6:
+    a MobileNetV2's memory counts the copies PyTorch 1.10 and later save, and says so once."""
+    assert predictor.models["mem_used_mib"].metadata["torch_version_reason"] is None
+    for _ in range(2):
+        predictor.predict("mobilenet_v2", [8], input_size=(3, 64, 64))
+    said = capsys.readouterr().err
+    assert said.count("mobilenet_v2: its in-place ReLU6 layers save a copy of their input on PyTorch 1.10") == 1
+    assert "fingerprint with torch_version" in said
+    predictor.predict("resnet18", [8], input_size=(3, 64, 64))  # no such layer: nothing to say
+    assert "ReLU6" not in capsys.readouterr().err
+    told = Predictor({name: replace(model, metadata={**model.metadata, "torch_version": "1.8.0",
+                                                     "torch_version_reason": "torch_version in the config"})
+                      for name, model in predictor.models.items()})
+    console.reset()  # the warnings already shown
+    told.predict("mobilenet_v2", [8], input_size=(3, 64, 64))
+    assert "ReLU6" not in capsys.readouterr().err

@@ -111,6 +111,7 @@ class Predictor:
         calibrated = False
         unseen: set[str] = set()  # layer groups the models saw in too few networks
         query = queries(arch, sizes)
+        _warn_unknown_version(self.models.get(MEMORY.name), arch)
         for column, model in self.models.items():
             answer = model.estimator.answer(query)
             if answer.method != model.estimator.method:
@@ -192,6 +193,17 @@ class Predictor:
             )
         first_miss = int(np.argmin(fits)) if not fits.all() else len(fits)
         return table.iloc[first_miss - 1]
+
+
+def _warn_unknown_version(model: FittedModel | None, arch: Architecture) -> None:
+    """Say where a memory prediction counts copies that the device's PyTorch, which nothing
+    named when the model was fitted, may not make (`perf4sight.architecture.autograd`)."""
+    if model is None or model.metadata["torch_version_reason"] is not None:
+        return
+    if any(layer.saved_copy_bytes for layer in arch.layers):
+        warn(f"{arch.name}: its in-place ReLU6 layers save a copy of their input on PyTorch 1.10 and later, counted "
+             "so, but the device's version is not known (no environment record beside its logs, no torch_version, "
+             "and no training network with such layers to tell); fingerprint with torch_version to count what it saves")
 
 
 def _needs(model: FittedModel, recipe: Recipe) -> Detail:
