@@ -15,6 +15,7 @@ each split counts the saved tensors as the one of the two ways fingerprinting ch
 (`perf4sight.fit.choose_torch_version`; shown beside the method).
 
     .venv/bin/python benchmarks/tx2_accuracy.py [--method paper --method ...]
+    .venv/bin/python benchmarks/tx2_accuracy.py --torch-version 1.8 --squeezenet-as-profiled   # the TX2 as it ran
     .venv/bin/python benchmarks/tx2_accuracy.py --logs out/demo/logs --models out/demo/models \
         --train-levels 0,30,60,90
     .venv/bin/python benchmarks/tx2_accuracy.py --logs out/heldout/logs --models out/heldout/models \
@@ -300,6 +301,9 @@ def main(argv: list[str] | None = None) -> int:
     if not models.is_dir() or not (args.logs / MEMORY.kind).is_dir():
         print(f"no logs at {args.logs / MEMORY.kind} or specs at {models}; nothing to benchmark")
         return 0
+    if args.logs == TX2_DIR and not (args.torch_version and args.squeezenet_as_profiled):
+        print("the TX2's runs used a PyTorch before 1.10 and the authors' SqueezeNet (BENCHMARKS.md, \"TX2: the "
+              "networks as they ran\"): --torch-version 1.8 --squeezenet-as-profiled describe them so")
     if args.squeezenet_as_profiled:
         models = as_profiled(models, Path(tempfile.mkdtemp(prefix="tx2_models_")))
     data = find_data(args.logs, models, args.train_levels, TX2_NETS, args.train_nets, args.torch_version)
