@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 import shutil
 from dataclasses import replace
 from pathlib import Path
@@ -344,3 +345,16 @@ def test_where_nothing_says_the_device_s_pytorch_the_runs_do(tx2_dir, tmp_path, 
     fingerprint_device(replace(settings, train_nets=["resnet18"], overwrite=True))
     stored = load_model(settings.model_storedir, stage="training", target=MEMORY.name)
     assert stored.metadata["torch_version"] is None and stored.metadata["torch_version_reason"] is None
+
+
+@pytest.mark.parametrize(("content", "message"), [
+    ("{", "not valid JSON"),
+    ('{"python": "3.6"}', "an environment record without a 'torch' version"),
+    ('{"torch": "nightly"}', "torch 'nightly' is not a PyTorch version"),
+])
+def test_a_broken_environment_record_is_one_error_naming_it(tx2_dir, tmp_path, content, message):
+    logs = _logs_with_records(tx2_dir, tmp_path, [])
+    (logs / "environment-20261201T000000Z.json").write_text(content)
+    with pytest.raises(LogFormatError, match=re.escape(str(logs / "environment-20261201T000000Z.json")) + ".*"
+                       + re.escape(message)):
+        fingerprint_device(_memory_settings(tx2_dir, tmp_path, logs))
