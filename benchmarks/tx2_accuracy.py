@@ -174,10 +174,13 @@ def fit_chosen(method: str, trained_on: dict[str | None, dict[str, Dataset]], ta
     memory bound at `bound_quantile` if given). `trained_on` holds the rows as each candidate
     version saves them: one where the version is known, else (memory) the host's and
     `BEFORE_COPIES`, chosen between as fingerprinting chooses where the rows hold copies."""
-    choices = {v: choose_method(sets, target) if method == DEFAULT_METHOD else None for v, sets in trained_on.items()}
-    version = next(iter(trained_on))
-    if len(trained_on) > 1 and holds_copies(next(iter(trained_on[version].values()))):
-        version, _ = choose_torch_version({v: (trained_on[v], choices[v]) for v in trained_on}, method, target)
+    versions = list(trained_on)
+    if not holds_copies(next(iter(trained_on[versions[0]].values()))):
+        versions = versions[:1]  # nothing a version saves differently: no choice to make
+    choices = {v: choose_method(trained_on[v], target) if method == DEFAULT_METHOD else None for v in versions}
+    version = versions[0]
+    if len(versions) > 1:
+        version, _ = choose_torch_version({v: (trained_on[v], choices[v]) for v in versions}, method, target)
     chosen = choices[version].chosen if choices[version] is not None else method
     data = trained_on[version][chosen]
     return chosen, version, CalibratedModel(chosen, target, data.stage, bound_quantile=bound_quantile,

@@ -233,6 +233,8 @@ class _Recorder(TorchDispatchMode):
     # saved tensors --------------------------------------------------------------
     def pack(self, tensor: torch.Tensor) -> torch.Tensor:
         base = tensor._base if tensor._base is not None else tensor
+        if id(base) in self.params or id(tensor) in self.params:
+            return tensor
         if base is self.cloned:  # autograd's copy of an in-place op's input: the op runs next
             self.cloned, self.copy = None, base
             return tensor
@@ -240,8 +242,6 @@ class _Recorder(TorchDispatchMode):
         return tensor
 
     def _save(self, base: torch.Tensor) -> None:
-        if id(base) in self.params:
-            return
         if id(base) in self.seen_saved:
             if self.layers and self.seen_saved[id(base)][1] is not self.layers[-1] and base.dim() >= 2 \
                     and base.shape[0] == self.batch:

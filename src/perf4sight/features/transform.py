@@ -54,10 +54,13 @@ def queries(arch: Architecture, batch_sizes: Sequence[int]) -> pd.DataFrame:
     return pd.DataFrame({ARCHITECTURE: archs, BATCH_SIZE: np.asarray(batch_sizes)}, copy=False)
 
 
-def feature_table(arch: Architecture, batch_sizes: Sequence[int], feature_set: str, stage: str) -> pd.DataFrame:
-    """`FEATURE_SETS[feature_set]` of `arch` at `batch_sizes` (one row each, in their order,
-    index 0..n-1), computed for the batch sizes not asked for before and kept with `arch`;
-    the same list of batch sizes asked again is the same table."""
+def feature_table(arch: Architecture, batch_sizes: Sequence[int], feature_set: str, stage: str,
+                  torch_version: str | None = None) -> pd.DataFrame:
+    """`FEATURE_SETS[feature_set]` of `arch` as autograd on the device's PyTorch `torch_version`
+    saves it (`as_saved_by`; None: the host's) at `batch_sizes` (one row each, in their order,
+    index 0..n-1), computed for the batch sizes not asked for before and kept with it; the
+    same list of batch sizes asked again is the same table."""
+    arch = as_saved_by(arch, torch_version)
     kept = derived_values(arch)
     sizes = tuple(np.asarray(batch_sizes, dtype=np.int64).tolist())
     asked = ("features", feature_set, stage, sizes)
@@ -117,7 +120,7 @@ class FeatureTransformer(TransformerMixin, BaseEstimator, auto_wrap_output_keys=
     def _table(self, arch: Any, sizes: np.ndarray) -> pd.DataFrame:
         if not isinstance(arch, Architecture):
             raise ValueError(f"FeatureTransformer: '{ARCHITECTURE}' holds a {type(arch).__name__}, not an Architecture")
-        return feature_table(as_saved_by(arch, self.torch_version), sizes, self.feature_set, self.stage)
+        return feature_table(arch, sizes, self.feature_set, self.stage, self.torch_version)
 
     def get_feature_names_out(self, input_features: Any = None) -> np.ndarray:
         """The feature columns, as fitted."""

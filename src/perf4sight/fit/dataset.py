@@ -20,7 +20,7 @@ import numpy as np
 import pandas as pd
 
 from perf4sight import console
-from perf4sight.architecture import Architecture, Detail, as_saved_by, family_key
+from perf4sight.architecture import Architecture, Detail, family_key
 from perf4sight.device.definitions import DATASETS, dataset_load_options
 from perf4sight.device.recipe import DEFAULT_RECIPE, RECIPE_COLUMNS, Recipe
 from perf4sight.errors import DataNotFoundError, LogFormatError
@@ -159,7 +159,7 @@ def build_dataset(
             if arch is None:
                 missing.append((name, len(group)))
             else:
-                blocks.append(feature_table(as_saved_by(arch, torch_version), group["bs"].to_numpy(), feature_set, stage))
+                blocks.append(feature_table(arch, group["bs"].to_numpy(), feature_set, stage, torch_version))
                 kept.append(group.assign(params=arch.params, family=family_key(arch), arch=[arch] * len(group)))
             bar.advance(name)
     if missing:

@@ -360,7 +360,7 @@ def _check_content(estimator: Any, method: str, stage: str, target: str, torch_v
     what a fit makes."""
     if type(estimator) is CalibratedModel and getattr(estimator, "torch_version", "missing") != torch_version:
         raise FittedModelError(f"{path}: fitted for PyTorch {clip(repr(getattr(estimator, 'torch_version', None)))}, "
-                               f"its metadata says {torch_version!r}; fingerprint again to refit")
+                               f"its metadata says {clip(repr(torch_version))}; fingerprint again to refit")
     problem = _regressor_problem(estimator, make_regressor(method, target, stage, torch_version), method)
     if problem:
         raise FittedModelError(f"{path}: {problem}")
