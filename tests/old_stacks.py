@@ -137,7 +137,9 @@ def provide_stack(python_version: str, torch_version: str) -> OldStack:
             log.write_text("")
             _step([str(interpreter), "-m", "venv", str(venv)], log)
             _step([str(python), "-m", "pip", "install", "--upgrade", _PIP.get(python_version, "pip")], log)
-            _step([str(python), "-m", "pip", "install", f"torch=={torch_version}"], log)
+            # --no-cache-dir: the wheel (0.7-0.9 GB, with CUDA) is not kept a second time in
+            # pip's cache, beside the stack it is installed in, on a disk the CI shares
+            _step([str(python), "-m", "pip", "install", "--no-cache-dir", f"torch=={torch_version}"], log)
             if _torch_version(python) != torch_version:
                 raise RuntimeError(f"{python} does not import torch {torch_version}; see {log}")
             (venv / _STAMP).write_text(f"{sys.platform} python {python_version} torch {torch_version}\n")
