@@ -7,6 +7,7 @@ handled once. Progress bars are hidden when quiet or when stderr is not a termin
 from __future__ import annotations
 
 import contextlib
+import os
 from collections.abc import Iterator, Sequence
 from typing import Any
 
@@ -24,12 +25,14 @@ from rich.table import Table
 
 __all__ = ["out", "err", "set_quiet", "reset", "info", "warn", "print_table", "progress"]
 
-# Output that is not a terminal (a log file, CI) gets room for wide tables.
-_PIPE_WIDTH = 120
+# Output that is not a terminal (a log file, CI) gets room for the widest table (a plan's
+# recipes and notes, which a narrower table cuts), unless the environment's COLUMNS says
+# how wide, as rich reads it.
+_PIPE_WIDTH = 200
 out = Console(highlight=False)
 err = Console(stderr=True, highlight=False)
 for _console in (out, err):
-    if not _console.is_terminal:
+    if not _console.is_terminal and not os.environ.get("COLUMNS", "").isdigit():
         _console.width = _PIPE_WIDTH
 _state = {"quiet": False}
 _warned: set[str] = set()
