@@ -9,7 +9,7 @@ import pytest
 
 from perf4sight.cli import main
 from perf4sight.config import NetworkDatasetSettings
-from perf4sight.errors import ConfigError, NetworkError
+from perf4sight.errors import ConfigError
 from perf4sight.networks import build_from_spec, create_network_dataset, load_network, read_spec
 
 

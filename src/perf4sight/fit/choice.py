@@ -23,7 +23,7 @@ from perf4sight.architecture import BEFORE_COPIES
 from perf4sight.features import ARCHITECTURE
 from perf4sight.fit.bound import held_out_groups
 from perf4sight.fit.dataset import Dataset
-from perf4sight.fit.methods import CANDIDATE_METHODS, METHODS, fit_method
+from perf4sight.fit.methods import CANDIDATE_METHODS, fit_method
 from perf4sight.fit.report import mape_pct
 
 __all__ = ["MethodChoice", "held_out_error", "choose_method", "choose_torch_version", "holds_copies"]
@@ -93,7 +93,6 @@ def choose_method(datasets: Mapping[str, Dataset], target: str,
         reason += f"; not {method}: {why}"
     console.info(f"method for {target}: {chosen} ({reason})")
     return MethodChoice(chosen=chosen, errors=errors, left_out=left_out, reason=reason)
-
 
 
 def holds_copies(dataset: Dataset) -> bool:

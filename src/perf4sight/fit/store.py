@@ -332,7 +332,6 @@ def load_model(storedir: str | Path, *, stage: str, target: str) -> FittedModel:
     if _sha256(data) != metadata["sha256"]:
         raise FittedModelError(f"{path}: the model file does not match its metadata {meta_path.name}")
     estimator = _load_estimator(data, path)
-    regressor = getattr(estimator, "regressor_", None)
     wanted_identity = _identity(stage=stage, target=target, feature_set=expected.feature_set, method=method)
     identity = getattr(estimator, _IDENTITY, None)
     if identity != wanted_identity:

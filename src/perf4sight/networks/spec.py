@@ -24,7 +24,6 @@ from typing import Any
 
 import torch
 import torch_pruning as tp
-import torchvision
 from torch import nn
 
 from perf4sight.architecture import (
