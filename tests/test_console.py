@@ -19,7 +19,9 @@ console.print_table("plan", ["level", "level reached", "params", "batch size", "
 
 
 def _printed(columns: str | None) -> str:
-    env = {k: v for k, v in os.environ.items() if k != "COLUMNS"}
+    # nothing that tells rich to act as a terminal or how wide one is, but COLUMNS as given
+    env = {k: v for k, v in os.environ.items()
+           if k not in ("COLUMNS", "LINES", "FORCE_COLOR", "TTY_COMPATIBLE", "TTY_INTERACTIVE")}
     if columns is not None:
         env["COLUMNS"] = columns
     run = subprocess.run([sys.executable, "-c", _SCRIPT], capture_output=True, text=True, env=env, check=True)
