@@ -18,23 +18,14 @@ console.print_table("plan", ["level", "level reached", "params", "batch size", "
 """
 
 
-def _printed(columns: str | None) -> str:
-    # nothing that tells rich to act as a terminal or how wide one is, but COLUMNS as given
+@pytest.mark.parametrize("columns", [None, "80"])
+def test_a_piped_table_keeps_every_note_whole(columns):
+    """Whatever COLUMNS says where no terminal is (pytest-xdist's workers have 80)."""
     env = {k: v for k, v in os.environ.items()
            if k not in ("COLUMNS", "LINES", "FORCE_COLOR", "TTY_COMPATIBLE", "TTY_INTERACTIVE")}
     if columns is not None:
         env["COLUMNS"] = columns
-    run = subprocess.run([sys.executable, "-c", _SCRIPT], capture_output=True, text=True, env=env, check=True)
-    return run.stdout
-
-
-def test_a_piped_table_keeps_every_note_whole():
-    printed = _printed(None)
-    assert "extrapolated (conv_depthwise)" in printed and "…" not in printed
-
-
-@pytest.mark.parametrize("columns", ["80", "300"])
-def test_a_piped_table_is_as_wide_as_columns_says(columns):
-    widths = [len(line) for line in _printed(columns).splitlines()]
-    assert max(widths) <= int(columns)
-    assert (max(widths) < 100) == (columns == "80")  # narrowed to fit, or as wide as it needs
+    printed = subprocess.run([sys.executable, "-c", _SCRIPT], capture_output=True, text=True, env=env,
+                             check=True).stdout
+    assert "extrapolated (conv_depthwise)" in printed and "sgd, fp32, train all" in printed
+    assert "…" not in printed

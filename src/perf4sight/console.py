@@ -7,7 +7,6 @@ handled once. Progress bars are hidden when quiet or when stderr is not a termin
 from __future__ import annotations
 
 import contextlib
-import os
 from collections.abc import Iterator, Sequence
 from typing import Any
 
@@ -26,13 +25,13 @@ from rich.table import Table
 __all__ = ["out", "err", "set_quiet", "reset", "info", "warn", "print_table", "progress"]
 
 # Output that is not a terminal (a log file, CI) gets room for the widest table (a plan's
-# recipes and notes, which a narrower table cuts), unless the environment's COLUMNS says
-# how wide, as rich reads it.
+# recipes and notes, which a narrower table cuts), whatever COLUMNS says there (test
+# runners and CI set it to 80 with no terminal to fit).
 _PIPE_WIDTH = 200
 out = Console(highlight=False)
 err = Console(stderr=True, highlight=False)
 for _console in (out, err):
-    if not _console.is_terminal and not os.environ.get("COLUMNS", "").isdigit():
+    if not _console.is_terminal:
         _console.width = _PIPE_WIDTH
 _state = {"quiet": False}
 _warned: set[str] = set()
