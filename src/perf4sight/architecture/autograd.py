@@ -22,11 +22,12 @@ from perf4sight.architecture.derived import derived_values
 from perf4sight.architecture.ir import Architecture, Timeline
 from perf4sight.errors import ArgumentError
 
-__all__ = ["BEFORE_COPIES", "COPIED_INPUT_OPS", "as_saved_by", "check_torch_version", "copies_inputs"]
+__all__ = ["BEFORE_COPIES", "COPIED_INPUT_OPS", "FIRST_COPYING", "as_saved_by", "check_torch_version", "copies_inputs",
+           "version_name"]
 
 # In-place ops whose input autograd copies from PyTorch 1.10 on (aten names).
 COPIED_INPUT_OPS = frozenset({"hardtanh_"})
-_FIRST_COPYING = (1, 10)
+FIRST_COPYING = "1.10"
 # The last version before the copies, standing for every earlier one (which save the same).
 BEFORE_COPIES = "1.9"
 _VERSION = re.compile(r"^\s*(\d+)\.(\d+)")
@@ -35,6 +36,9 @@ _VERSION = re.compile(r"^\s*(\d+)\.(\d+)")
 def _major_minor(torch_version: str) -> tuple[int, int] | None:
     match = _VERSION.match(torch_version)
     return (int(match.group(1)), int(match.group(2))) if match else None
+
+
+_FIRST = _major_minor(FIRST_COPYING)
 
 
 def check_torch_version(torch_version: str, where: str) -> str:
@@ -53,7 +57,12 @@ def copies_inputs(torch_version: str | None) -> bool:
     version = _major_minor(torch_version)
     if version is None:
         raise ValueError(f"'{torch_version}' is not a PyTorch version")
-    return version >= _FIRST_COPYING
+    return version >= _FIRST
+
+
+def version_name(torch_version: str) -> str:
+    """A version as a reader takes it: `BEFORE_COPIES` stands for every earlier one."""
+    return f"before {FIRST_COPYING}" if torch_version == BEFORE_COPIES else torch_version
 
 
 def as_saved_by(arch: Architecture, torch_version: str | None) -> Architecture:

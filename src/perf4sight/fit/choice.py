@@ -19,7 +19,7 @@ from typing import Any
 import numpy as np
 
 from perf4sight import console
-from perf4sight.architecture import BEFORE_COPIES
+from perf4sight.architecture import BEFORE_COPIES, FIRST_COPYING, version_name
 from perf4sight.features import ARCHITECTURE
 from perf4sight.fit.bound import held_out_groups
 from perf4sight.fit.dataset import Dataset
@@ -117,7 +117,8 @@ def choose_torch_version(fits: Mapping[str | None, tuple[Mapping[str, Dataset], 
             errors[version], left_out = choice.errors[choice.chosen], choice.left_out
     scored = {version: error for version, error in errors.items() if np.isfinite(error)}
     version = min(scored, key=lambda v: (scored[v], v is not None)) if len(scored) == len(errors) else None
-    said = {None: "as PyTorch 1.10 and later save them", BEFORE_COPIES: "as versions before 1.10 save them"}
+    said = {None: f"as PyTorch {FIRST_COPYING} and later save them",
+            BEFORE_COPIES: f"as versions {version_name(BEFORE_COPIES)} save them"}
     reason = (f"no PyTorch version recorded beside the logs nor set (torch_version): the runs are described "
               f"{said[version]}, the better with each {left_out} left out: "
               + ", ".join(f"{said[v]} {e:.2f} %" for v, e in errors.items()))

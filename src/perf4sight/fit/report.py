@@ -14,7 +14,7 @@ import numpy as np
 import pandas as pd
 
 from perf4sight import console
-from perf4sight.architecture import BEFORE_COPIES
+from perf4sight.architecture import version_name
 from perf4sight.files import replaced, write_text
 
 __all__ = ["mape_pct", "summarise", "print_report", "write_report"]
@@ -68,12 +68,7 @@ def print_report(report: Mapping[str, Any], predictions: Mapping[str, pd.DataFra
             version = entry.get("torch_version")
             console.info(f"{target} model: {entry['method']}" + (f", chosen by method = default: {choice['reason']}"
                                                                  if choice else "")
-                         + (f"; what autograd saves as PyTorch {_named(version)} saves it" if version else ""))
-
-
-def _named(version: str) -> str:
-    """A PyTorch version as a reader takes it: `BEFORE_COPIES` stands for every earlier one."""
-    return "before 1.10" if version == BEFORE_COPIES else version
+                         + (f"; what autograd saves as PyTorch {version_name(version)} saves it" if version else ""))
 
 
 def _print_predictions(report: Mapping[str, Any], predictions: Mapping[str, pd.DataFrame]) -> None:

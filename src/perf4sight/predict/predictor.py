@@ -17,7 +17,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from perf4sight.architecture import Architecture, Detail
+from perf4sight.architecture import FIRST_COPYING, Architecture, Detail
 from perf4sight.console import warn
 from perf4sight.device.definitions import LATENCY, MEMORY, QUANTITIES, check_batch_sizes, check_stage, is_positive_int
 from perf4sight.device.recipe import DEFAULT_RECIPE, Recipe
@@ -201,7 +201,7 @@ def _warn_unknown_version(model: FittedModel | None, arch: Architecture) -> None
     if model is None or model.metadata["torch_version_reason"] is not None:
         return
     if any(layer.saved_copy_bytes for layer in arch.layers):
-        warn(f"{arch.name}: its in-place ReLU6 layers save a copy of their input on PyTorch 1.10 and later, counted "
+        warn(f"{arch.name}: its in-place ReLU6 layers save a copy of their input on PyTorch {FIRST_COPYING} and later, counted "
              "so, but the device's version is not known (no environment record beside its logs, no torch_version, "
              "and no training network with such layers to tell); fingerprint with torch_version to count what it saves")
 
