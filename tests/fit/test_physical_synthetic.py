@@ -110,12 +110,13 @@ def test_latency_recovers_each_rate_and_ties_an_absent_kind(rows):
         assert fitted[name] == pytest.approx(rates[name], rel=1e-6), name
     assert model[-1].intercept_ == pytest.approx(3.0, rel=1e-6)
 
-    # without the networks that have depthwise convolutions, they move bytes at the traffic rate
+    # without the networks that have depthwise convolutions, their operations cost the GEMMs'
     plain = rows[_amount(rows, "depthwise", "latency") == 0]
     without = _model("latency_ms").fit(plain.drop(columns="net"), _latency(plain, 3.0, rates))
     fitted = dict(zip(without[-1].terms_, without[-1].coef_))
     assert without[-1].tied_terms_ == ["depthwise", "grouped", "autocast_gemm"]
-    assert fitted["depthwise"] == fitted["traffic"] == pytest.approx(rates["traffic"], rel=1e-6)
+    assert fitted["depthwise"] == fitted["gemm"] == pytest.approx(rates["gemm"], rel=1e-6)
+    assert fitted["traffic"] == pytest.approx(rates["traffic"], rel=1e-6)
 
 
 def test_weights_count_networks_not_rows(rows):

@@ -133,7 +133,7 @@ def test_another_library_version_is_refused(stored, tmp_path, edit_metadata):
 
 def test_an_older_storage_format_is_refused(stored, tmp_path, edit_metadata):
     edit_metadata(stored[1], lambda meta: meta.update(format=1))
-    with pytest.raises(FittedModelError, match="stored in format 1, this perf4sight reads format 13; fingerprint again"):
+    with pytest.raises(FittedModelError, match="stored in format 1, this perf4sight reads format 14; fingerprint again"):
         load_model(tmp_path, stage="training", target="latency_ms")
 
 
@@ -209,7 +209,7 @@ def test_a_model_file_that_is_not_skops_is_one_error(stored, tmp_path, content):
                                      "calibrated_ratio": None}), "bound_ratio: Extra inputs are not permitted"),
     (lambda m: m.update(family_residuals="abc"), "family_residuals: Extra inputs are not permitted"),
     (lambda m: m.update(training_ranges="zzz"), "training_ranges: Input should be a valid dictionary"),
-    (lambda m: m.update(format="13"), "stored in format '13', this perf4sight reads format 13"),
+    (lambda m: m.update(format="14"), "stored in format '14', this perf4sight reads format 14"),
     (lambda m: m.update(torch_version="new"), "torch_version: String should match pattern"),
     (lambda m: m.update(layer_groups="abc"), "layer_groups: Input should be a valid dictionary"),
     (lambda m: m.update(method_choice={"chosen": "replay", "errors": "x", "left_out": "network", "reason": ""}),

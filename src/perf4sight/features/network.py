@@ -407,11 +407,12 @@ MEMORY_PARTS = {
 }
 # Latency (ms): GEMM work with the output channels padded to whole tiles (the steps pruned
 # widths cause), bytes moved (every layer's, and the parameters' passes), kernel launches.
-# Depthwise and grouped convolutions run kernels of their own, whose cost per byte or
-# operation differs from one device and library to the next (the TX2's depthwise layers
-# cost nothing beyond their neighbours' traffic, the H200's 9 times the traffic rate): each
-# has a rate of its own where the training networks hold such layers, and otherwise the rate
-# of what it is: depthwise convolutions move bytes, grouped ones are GEMMs.
+# Depthwise and grouped convolutions run kernels of their own, whose cost per operation
+# differs from one device and library to the next (the TX2's depthwise layers cost nothing
+# beyond their neighbours' traffic, the H200's several times what their bytes would at the
+# traffic rate): each has a rate per operation of its own where the training networks hold
+# such layers (per operation, so that a 5x5 depthwise kernel costs more than a 3x3 one on
+# the same bytes), and otherwise the only other rate per operation, the GEMM's.
 # Under autocast that work runs in a 16-bit dtype, at a rate of its own (a GPU's tensor cores,
 # a CPU's bf16 instructions or their emulation): the GEMM term counts what runs in fp32 and
 # `autocast_gemm` the rest, at the GEMM rate until a profiled recipe with autocast shows its own.
@@ -424,7 +425,7 @@ AUTOCAST_TERMS = (_AUTOCAST_GEMM_WORK.name,)
 _PARAMETER_PASSES = {_PARAM_TRAFFIC: PARAMETER_STREAM_FACTOR, _CONV_WEIGHT_TRAFFIC: 1.0}
 _LAUNCHES = Term("launches", {_LAYERS: 1.0}, "count")
 _GROUPED_WORK = Term("grouped", {group_column(_GROUPED, "padded_flops"): 1.0}, "flops", tie="gemm")
-_DEPTHWISE_BYTES = {group_column(_DEPTHWISE, "bytes"): 1.0}
+_DEPTHWISE_WORK = Term("depthwise", {group_column(_DEPTHWISE, "flops"): 1.0}, "flops", tie="gemm")
 _LATENCY_TERMS = (
     _GEMM_WORK,
     Term("traffic", {
@@ -432,7 +433,7 @@ _LATENCY_TERMS = (
         **_PARAMETER_PASSES,
     }, "bytes"),
     _LAUNCHES,
-    Term("depthwise", _DEPTHWISE_BYTES, "bytes", tie="traffic"),
+    _DEPTHWISE_WORK,
     _GROUPED_WORK,
     _AUTOCAST_GEMM_WORK,
 )
@@ -440,11 +441,11 @@ NETWORK_TERMS = TermSet("network", memory=_MEMORY_TERMS, latency=_LATENCY_TERMS)
 # The same latency model with the bytes moved split by the kernels that move them, each at a
 # rate of its own: the GEMM layers' activations with the parameters' passes (what the GEMM
 # and optimizer kernels stream), and the memory-bound layers' (normalisation, activation,
-# pooling, elementwise), whose kernels reach another share of the device's bandwidth. A
-# depthwise convolution is a memory-bound kernel too: where no training network holds one,
-# it takes their rate. Which of the two latency models a device's data support is measured
-# per device (`perf4sight.fit.choice`): with one rate for all bytes, networks whose bytes are
-# mostly the memory-bound layers' (the depthwise ones) are predicted at the GEMM layers' cost.
+# pooling, elementwise), whose kernels reach another share of the device's bandwidth
+# (depthwise and grouped convolutions as in `network`). Which of the two latency models a
+# device's data support is measured per device (`perf4sight.fit.choice`): with one rate for
+# all bytes, networks whose bytes are mostly the memory-bound layers' (the depthwise ones)
+# are predicted at the GEMM layers' cost.
 _STREAM_LATENCY_TERMS = (
     _GEMM_WORK,
     Term("gemm_traffic", {
@@ -453,7 +454,7 @@ _STREAM_LATENCY_TERMS = (
     }, "bytes"),
     Term("memory_bound_traffic", {group_column(group, "bytes"): 1.0 for group in _MEMORY_BOUND_GROUPS}, "bytes"),
     _LAUNCHES,
-    Term("depthwise", _DEPTHWISE_BYTES, "bytes", tie="memory_bound_traffic"),
+    _DEPTHWISE_WORK,
     _GROUPED_WORK,
     _AUTOCAST_GEMM_WORK,
 )

@@ -24,10 +24,10 @@ Latency (ms per iteration): a fixed cost, plus GEMM operations at the device's
 arithmetic rate (output channels padded to whole tiles), plus bytes moved at its memory
 rate (every layer, and the passes over the parameters, which do not depend on the batch
 size: the kernels' and the optimizer step's, and the reorders of convolution weights),
-plus a cost per layer (kernel launches), plus depthwise and grouped convolutions at rates
-of their own where the training networks hold them (their kernels' cost differs most
-between devices; tied to the traffic and GEMM rates where no network shows it); fitted with
-non-negative least squares on relative error.
+plus a cost per layer (kernel launches), plus depthwise and grouped convolutions' operations
+at rates of their own where the training networks hold them (their kernels' cost differs most
+between devices; tied to the GEMM rate where no network shows it); fitted with non-negative
+least squares on relative error.
 
 The terms are declared by the feature set (`perf4sight.features.FEATURE_TERMS`, named in
 `TERM_SETS`): `TermDesign` turns a feature table into one column per term of a term set,

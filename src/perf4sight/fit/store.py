@@ -55,8 +55,9 @@ __all__ = ["FittedModel", "library_versions", "stored_model_path", "save_model",
 # physical models hold their fitted solver (`solver_`); 8: targets named with their units
 # (`training_mem_used_mib.skops`); 9: the regressor is a pipeline from a query frame (its features,
 # term design and solver); 10: the training recipes the runs fitted on (`recipes`); 12: the
-# method's fallback model (`fallback_`)
-_FORMAT = 13
+# method's fallback model (`fallback_`); 13: the device's PyTorch (`torch_version`); 14: depthwise
+# convolutions' latency per operation
+_FORMAT = 14
 # The attribute of a stored model that names what it was fitted for (`_identity`).
 _IDENTITY = "perf4sight_identity_"
 # Versions that must match for a stored model to be used: the estimator's internals
