@@ -63,7 +63,7 @@ def fit(out: Path, method: str) -> Path:
     storedir = out / method
     fingerprint_device(
         FingerprintSettings(
-            train_nets=["resnet18", "googlenet", "squeezenet"],
+            train_nets=["resnet18", "googlenet", "squeezenet", "mobilenetv2"],
             train_logs=[0, 10, 20, 25, 30, 35, 45, 50, 65, 70, 75, 85, 90],
             memory_logs=[TX2 / "memory"],
             latency_logs=[TX2 / "latency"],
@@ -140,6 +140,7 @@ def main() -> None:
         out = Path(tmp)
         networks = _networks(out, args.networks, args.levels, args.model_files)
         predictor = Predictor.load(fit(out, args.method))
+        chosen = ", ".join(f"{name}: {model.metadata['method']}" for name, model in predictor.models.items())
         paper_dir = fit(out, "paper")
         paper = [load_model(paper_dir, stage="training", target=q.name) for q in QUANTITIES]
         # The setup's objects (torch, the fitted models) leave the collector's generations,
@@ -161,7 +162,7 @@ def main() -> None:
     what = "model files of resnet_like, mobilenet_like (examples) and the TX2's mobilenetv2" if args.model_files \
         else ", ".join(args.networks)
     print(f"{len(networks)} networks ({what} at levels {args.levels}), {len(BATCH_SIZES)} batch sizes each, "
-          f"method {args.method}, torch threads {torch.get_num_threads()}")
+          f"method {args.method} ({chosen}), torch threads {torch.get_num_threads()}")
     print(f"{'network':<24}{'perf4sight ms':>15}{'original ms':>13}{'ratio':>8}")
     for (_, model_file, _), ours, theirs in zip(networks, cold, original):
         print(f"{model_file.stem:<24}{ours * 1e3:>15.1f}{theirs * 1e3:>13.1f}{theirs / ours:>8.1f}")
