@@ -409,10 +409,10 @@ MEMORY_PARTS = {
 # widths cause), bytes moved (every layer's, and the parameters' passes), kernel launches.
 # Depthwise and grouped convolutions run kernels of their own, whose cost per operation
 # differs from one device and library to the next (the TX2's depthwise layers cost nothing
-# beyond their neighbours' traffic, the H200's several times what their bytes would at the
-# traffic rate): each has a rate per operation of its own where the training networks hold
-# such layers (per operation, so that a 5x5 depthwise kernel costs more than a 3x3 one on
-# the same bytes), and otherwise the only other rate per operation, the GEMM's.
+# beyond their neighbours' traffic; on the H200 a depthwise operation costs about a hundred
+# GEMM operations): each has a rate per operation of its own where the training networks
+# hold such layers (per operation, so that a 5x5 depthwise kernel costs more than a 3x3 one
+# on the same bytes), and otherwise the only other rate per operation, the GEMM's.
 # Under autocast that work runs in a 16-bit dtype, at a rate of its own (a GPU's tensor cores,
 # a CPU's bf16 instructions or their emulation): the GEMM term counts what runs in fp32 and
 # `autocast_gemm` the rest, at the GEMM rate until a profiled recipe with autocast shows its own.
