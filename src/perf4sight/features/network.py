@@ -412,7 +412,9 @@ MEMORY_PARTS = {
 # beyond their neighbours' traffic; on the H200 a depthwise operation costs about a hundred
 # GEMM operations): each has a rate per operation of its own where the training networks
 # hold such layers (per operation, so that a 5x5 depthwise kernel costs more than a 3x3 one
-# on the same bytes), and otherwise the only other rate per operation, the GEMM's.
+# on the same bytes), and otherwise the only other rate per operation, the GEMM's. A
+# depthwise layer's operations are counted as they are, not padded: its kernel does not
+# tile output channels as a GEMM does.
 # Under autocast that work runs in a 16-bit dtype, at a rate of its own (a GPU's tensor cores,
 # a CPU's bf16 instructions or their emulation): the GEMM term counts what runs in fp32 and
 # `autocast_gemm` the rest, at the GEMM rate until a profiled recipe with autocast shows its own.

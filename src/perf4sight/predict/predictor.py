@@ -201,8 +201,8 @@ def _warn_unknown_version(model: FittedModel | None, arch: Architecture) -> None
     if model is None or model.metadata["torch_version_reason"] is not None:
         return
     if any(layer.saved_copy_bytes for layer in arch.layers):
-        warn(f"{arch.name}: its in-place ReLU6 layers save a copy of their input on PyTorch {FIRST_COPYING} and later, counted "
-             "so, but the device's version is not known (no environment record beside its logs, no torch_version, "
+        warn(f"{arch.name}: its in-place ReLU6 layers save a copy of their input on PyTorch {FIRST_COPYING} and later, "
+             "counted so, but the device's version is not known (no environment record beside its logs, no torch_version, "
              "and no training network with such layers to tell); fingerprint with torch_version to count what it saves")
 
 
