@@ -24,7 +24,7 @@ from perf4sight.fit import (
     mape_pct,
     read_logs,
 )
-from perf4sight.fit.methods import CANDIDATE_METHODS, candidate_methods
+from perf4sight.fit.methods import CANDIDATE_METHODS, METHODS, candidate_methods
 
 
 def _settings(tx2_dir: Path, tmp_path: Path, **changes) -> FingerprintSettings:
@@ -61,7 +61,10 @@ def test_report_structure_and_accuracy(trained):
         choice = entry["method_choice"]
         assert entry["method"] == choice["chosen"] in CANDIDATE_METHODS and choice["left_out"] == "architecture"
         assert set(choice["errors"]) == set(candidate_methods(target))
-        assert choice["errors"][choice["chosen"]] == min(choice["errors"].values()) and choice["reason"]
+        # the lowest error, or the simpler model where the lowest adds rates without being clearly better
+        best = min(choice["errors"], key=choice["errors"].get)
+        assert choice["chosen"] == best or (METHODS[best].extends == choice["chosen"]
+                                            and "one standard error" in choice["reason"])
         assert set(entry["per_net"]["resnet18"]) == {"mape_pct", "n", "under_pct", *bound}
         assert set(entry["per_net"]) == {"resnet18"}
         assert entry["per_net"]["resnet18"]["n"] == entry["n"] >= 10

@@ -6,8 +6,13 @@ best default everywhere. Fingerprinting measures it instead: each candidate is f
 each training network left out in turn and predicts that network's runs (with a single
 training network, each profiled architecture, i.e. pruning level, is left out); the
 candidate with the lowest mean error over the left-out groups is fitted on everything.
-Ties go to the earlier candidate, the faster one to predict with. The same measure chooses how
-autograd saved on a device whose PyTorch nothing names (`choose_torch_version`).
+Ties go to the earlier candidate, the faster one to predict with. A candidate whose model is
+another's with more rates (`Method.extends`: `streams` splits `physical`'s traffic rate in two)
+fits the training networks at least as well by construction, so it must also be clearly better
+on those left out: lower by more than one standard error of the paired differences over the
+left-out groups (the one-standard-error rule); otherwise the simpler one is chosen. The same
+measure chooses how autograd saved on a device whose PyTorch nothing names
+(`choose_torch_version`).
 """
 
 from __future__ import annotations
@@ -23,10 +28,10 @@ from perf4sight.architecture import BEFORE_COPIES, FIRST_COPYING, version_name
 from perf4sight.features import ARCHITECTURE
 from perf4sight.fit.bound import held_out_groups
 from perf4sight.fit.dataset import Dataset
-from perf4sight.fit.methods import CANDIDATE_METHODS, fit_method
+from perf4sight.fit.methods import CANDIDATE_METHODS, METHODS, fit_method
 from perf4sight.fit.report import mape_pct
 
-__all__ = ["MethodChoice", "held_out_error", "choose_method", "choose_torch_version", "holds_copies"]
+__all__ = ["MethodChoice", "held_out_errors", "choose_method", "choose_torch_version", "holds_copies"]
 
 
 @dataclass(frozen=True)
@@ -44,20 +49,28 @@ class MethodChoice:
         return {**asdict(self), "errors": errors}
 
 
-def held_out_error(method: str, dataset: Dataset, target: str) -> tuple[float, str]:
-    """Mean MAPE (%) over the training networks of `method` fitted without each in turn
-    (each architecture when one network was profiled), and what was left out; NaN when
-    there is nothing to leave out (a single architecture)."""
+def held_out_errors(method: str, dataset: Dataset, target: str) -> tuple[np.ndarray, str]:
+    """MAPE (%) of `method` on each training network, fitted without it (on each
+    architecture when one network was profiled), and what was left out; empty when there is
+    nothing to leave out (a single architecture)."""
     left_out, groups = held_out_groups(dataset.rows)
     if groups.nunique() < 2:
-        return float("nan"), left_out
+        return np.empty(0), left_out
     errors = []
     for group in groups.unique():
         out = (groups == group).to_numpy()
         held, rest = dataset.select(out), dataset.select(~out)
         estimator = fit_method(method, rest.rows, rest.target, target, dataset.stage, dataset.torch_version)
         errors.append(mape_pct(held.target, estimator.predict(held.rows)))
-    return float(np.mean(errors)), left_out
+    return np.array(errors), left_out
+
+
+def _mean(errors: np.ndarray) -> float:
+    return float(errors.mean()) if len(errors) else float("nan")
+
+
+def _standard_error(differences: np.ndarray) -> float:
+    return float(differences.std(ddof=1) / np.sqrt(len(differences)))
 
 
 def choose_method(datasets: Mapping[str, Dataset], target: str,
@@ -71,12 +84,13 @@ def choose_method(datasets: Mapping[str, Dataset], target: str,
         raise ValueError(f"choose_method: candidates must be among {', '.join(CANDIDATE_METHODS)}; "
                          f"got {list(datasets)}")
     keys = ["model", "batch_size"]
-    errors, left_out = {}, "network"
+    per_group, left_out = {}, "network"
     for method in candidates:
         if not datasets[method].rows[keys].reset_index(drop=True).equals(
                 datasets[candidates[0]].rows[keys].reset_index(drop=True)):
             raise ValueError(f"choose_method: the datasets of {candidates[0]} and {method} hold different runs")
-        errors[method], left_out = held_out_error(method, datasets[method], target)
+        per_group[method], left_out = held_out_errors(method, datasets[method], target)
+    errors = {method: _mean(values) for method, values in per_group.items()}
     scored = {method: error for method, error in errors.items() if np.isfinite(error)}
     if not scored:
         chosen = candidates[0]
@@ -88,6 +102,18 @@ def choose_method(datasets: Mapping[str, Dataset], target: str,
         tie = [m for m in scored if m != chosen and np.isclose(scored[m], scored[chosen], rtol=1e-9, atol=0.0)]
         reason = (f"lowest mean MAPE with each {left_out} left out of the fit ({nets}): {listed}"
                   + (f"; tied with {', '.join(tie)}, the faster one" if tie else ""))
+        simpler = METHODS[chosen].extends
+        if simpler in scored:
+            gains = per_group[simpler] - per_group[chosen]
+            margin = (f"{gains.mean():.2f} points, against one standard error of the paired differences "
+                      f"of {_standard_error(gains):.2f}")
+            if gains.mean() > _standard_error(gains):
+                reason += f"; below {simpler}, which has fewer rates, by {margin}"
+            else:
+                reason = (f"{simpler}: {chosen}, the same model with more rates, is not lower by more than one "
+                          f"standard error with each {left_out} left out of the fit ({nets}): {listed}; "
+                          f"by {margin}")
+                chosen = simpler
     for method, why in (excluded or {}).items():
         errors[method] = float("nan")
         reason += f"; not {method}: {why}"
@@ -112,7 +138,8 @@ def choose_torch_version(fits: Mapping[str | None, tuple[Mapping[str, Dataset], 
     errors, left_out = {}, "network"
     for version, (datasets, choice) in fits.items():
         if choice is None:
-            errors[version], left_out = held_out_error(method, datasets[method], target)
+            per_group, left_out = held_out_errors(method, datasets[method], target)
+            errors[version] = _mean(per_group)
         else:
             errors[version], left_out = choice.errors[choice.chosen], choice.left_out
     scored = {version: error for version, error in errors.items() if np.isfinite(error)}

@@ -69,11 +69,14 @@ class PaperExtraTrees(RegressorMixin, BaseEstimator):
 @dataclass(frozen=True)
 class Method:
     """A method: the feature set it reads and, per target, the steps after the features;
-    and the method (`fallback`) that answers the queries its features cannot describe."""
+    the method (`fallback`) that answers the queries its features cannot describe; and the
+    method whose model is this one's with fewer rates (`extends`), which `method = default`
+    prefers unless this one is clearly better."""
 
     feature_set: str
     steps: Callable[[str], list[tuple[str, BaseEstimator]]]
     fallback: str | None = None
+    extends: str | None = None
 
 
 def _trees(target: str) -> list[tuple[str, BaseEstimator]]:
@@ -88,7 +91,7 @@ METHODS: dict[str, Method] = {
     # whose tensor lifetimes cannot be recorded (autocast)
     "replay": Method("replay", partial(physical_steps, "replay"), fallback="physical"),
     # latency with the bytes moved at two rates (GEMM and memory-bound layers); memory as `physical`
-    "streams": Method("network", partial(physical_steps, "streams")),
+    "streams": Method("network", partial(physical_steps, "streams"), extends="physical"),
 }
 # The types a fitted regressor of any method holds, which skops may load.
 _TRUSTED = (Pipeline, FeatureTransformer, TermDesign, MemorySolver, LatencySolver, PaperExtraTrees)
@@ -98,8 +101,9 @@ _TRUSTED_SKLEARN = (
     "sklearn.tree._tree.Tree",
 )
 
-# `method = default`: the candidate with the lowest error on networks left out of the fit,
-# chosen per device and target at fingerprint time (`perf4sight.fit.choice`); ties go to
+# `method = default`: the candidate with the lowest error on networks left out of the fit
+# (one that `extends` another only where clearly lower), chosen per device and target at
+# fingerprint time (`perf4sight.fit.choice`); ties go to
 # the earlier one, the faster to predict with.
 DEFAULT_METHOD = "default"
 # The candidates that differ in each target: `replay` differs from `physical` in memory only
