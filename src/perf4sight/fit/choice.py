@@ -105,9 +105,9 @@ def choose_method(datasets: Mapping[str, Dataset], target: str,
         simpler = METHODS[chosen].extends
         if simpler in scored:
             gains = per_group[simpler] - per_group[chosen]
-            margin = (f"{gains.mean():.2f} points, against one standard error of the paired differences "
-                      f"of {_standard_error(gains):.2f}")
-            if gains.mean() > _standard_error(gains):
+            error = _standard_error(gains)
+            margin = f"{gains.mean():.2f} points, against one standard error of the paired differences of {error:.2f}"
+            if gains.mean() > error:
                 reason += f"; below {simpler}, which has fewer rates, by {margin}"
             else:
                 reason = (f"{simpler}: {chosen}, the same model with more rates, is not lower by more than one "
