@@ -103,8 +103,8 @@ _TRUSTED_SKLEARN = (
 
 # `method = default`: the candidate with the lowest error on networks left out of the fit
 # (one that `extends` another only where clearly lower), chosen per device and target at
-# fingerprint time (`perf4sight.fit.choice`); ties go to
-# the earlier one, the faster to predict with.
+# fingerprint time (`perf4sight.fit.choice`); ties go to the earlier one, the faster to
+# predict with.
 DEFAULT_METHOD = "default"
 # The candidates that differ in each target: `replay` differs from `physical` in memory only
 # (the replay's features, seconds per base network, are not computed for latency), `streams`
