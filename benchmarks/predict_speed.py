@@ -14,6 +14,11 @@ with models fitted on the TX2 data (skipped when ../shared/datasets/tx2 is absen
   batch size 8 on a 224x224 input with hooks that read each Conv2d's shapes, then the
   paper's features one batch size at a time, then the paper's ExtraTrees models.
 
+Where the memory model replays the allocator (`replay`, chosen or forced), each network's
+replays are also timed alone (its timeline at hand, the replays a query of the 25 batch
+sizes runs): the most any way of describing a network could leave to the replay method is
+the original way's time over theirs.
+
 With `--model-files`, both ways predict model description files instead of specs: the
 hand-written examples (`examples/model_files`, which flatten with `x.view(x.size(0), -1)`)
 pruned at each level and written as standalone model files by the network-dataset stage,
@@ -29,6 +34,7 @@ Setup (pruning, writing specs and model files, fitting) is not timed.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import gc
 import statistics
 import tempfile
@@ -40,9 +46,11 @@ import pandas as pd
 import torch
 from torch import nn
 
+from perf4sight.architecture import Detail, as_saved_by
 from perf4sight.config import FingerprintSettings, NetworkDatasetSettings
 from perf4sight.device.definitions import QUANTITIES
 from perf4sight.features import FEATURE_SETS
+from perf4sight.features.caching_allocator import replay_peaks
 from perf4sight.fit import fingerprint_device, load_model
 from perf4sight.networks import architecture_from_spec, create_network_dataset, read_spec
 from perf4sight.networks.model_file import build_from_file
@@ -109,6 +117,20 @@ def _time_set(predictor: Predictor, sources: list[str], *, cleared: bool = True)
     return time.perf_counter() - start
 
 
+def _replays(predictor: Predictor, source: str, torch_version: str | None) -> float:
+    """Seconds of the allocator replays a memory prediction of `source` runs (its base
+    described and its timeline at hand, as the device's PyTorch `torch_version` saves it;
+    the median of 3, no replay kept between them)."""
+    timeline = as_saved_by(predictor.describe(source), torch_version).lifetimes[predictor.stage]
+    times = []
+    for _ in range(3):
+        fresh = dataclasses.replace(timeline, peaks={})
+        start = time.perf_counter()
+        replay_peaks(fresh, BATCH_SIZES)
+        times.append(time.perf_counter() - start)
+    return statistics.median(times)
+
+
 def _networks(out: Path, networks: list[str], levels: list[int], model_files: bool) -> list[tuple[str, Path, str]]:
     """(source perf4sight predicts, model file the original way builds, its factory) per network."""
     create_network_dataset(NetworkDatasetSettings(
@@ -159,13 +181,20 @@ def main() -> None:
         sources = [source for source, *_ in networks]
         whole_set = statistics.median(_time_set(predictor, sources) for _ in range(REPEATS))
         warm = statistics.median(_time_set(predictor, sources, cleared=False) for _ in range(REPEATS))
+        replaying = [model.metadata["torch_version"] for model in predictor.models.values()
+                     if FEATURE_SETS[model.metadata["feature_set"]].needs is Detail.LIFETIMES]
+        replays = [_replays(predictor, source, replaying[0]) for source in sources] if replaying else None
     what = "model files of resnet_like, mobilenet_like (examples) and the TX2's mobilenetv2" if args.model_files \
         else ", ".join(args.networks)
     print(f"{len(networks)} networks ({what} at levels {args.levels}), {len(BATCH_SIZES)} batch sizes each, "
           f"method {args.method} ({chosen}), torch threads {torch.get_num_threads()}")
-    print(f"{'network':<24}{'perf4sight ms':>15}{'original ms':>13}{'ratio':>8}")
-    for (_, model_file, _), ours, theirs in zip(networks, cold, original):
-        print(f"{model_file.stem:<24}{ours * 1e3:>15.1f}{theirs * 1e3:>13.1f}{theirs / ours:>8.1f}")
+    # With the allocator replay: what its replays alone cost, and the most they leave (the
+    # original way's time over theirs: the ratio were nothing else to do).
+    extra = f"{'replays ms':>12}{'at most':>9}" if replays else ""
+    print(f"{'network':<24}{'perf4sight ms':>15}{'original ms':>13}{'ratio':>8}{extra}")
+    for i, ((_, model_file, _), ours, theirs) in enumerate(zip(networks, cold, original)):
+        extra = f"{replays[i] * 1e3:>12.1f}{theirs / replays[i]:>9.1f}" if replays else ""
+        print(f"{model_file.stem:<24}{ours * 1e3:>15.1f}{theirs * 1e3:>13.1f}{theirs / ours:>8.1f}{extra}")
     n, total_original = len(networks), sum(original)
     print(f"original way: {n / total_original:.2f} networks/s")
     print(f"perf4sight, each network cold (its base traced anew): {n / sum(cold):.1f} networks/s, "
@@ -174,6 +203,9 @@ def main() -> None:
           f"networks/s, {total_original / whole_set:.1f}x the original")
     print(f"perf4sight, the whole set with its bases already described (each network's own cost): {n / warm:.1f} "
           f"networks/s, {total_original / warm:.1f}x the original")
+    if replays:
+        print(f"the allocator replays alone (each network's, its timeline at hand): {n / sum(replays):.1f} "
+              f"networks/s, {total_original / sum(replays):.1f}x the original")
 
 
 if __name__ == "__main__":
