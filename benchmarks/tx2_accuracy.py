@@ -29,6 +29,7 @@ the networks and levels are those of the memory logs. The default is ../shared/d
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import re
 import sys
@@ -265,11 +266,14 @@ def memory_boundary(
 
 def feature_ms(feature_set: str, data: Data, catalog: ArchitectureCatalog, batch_sizes: list[int],
                stage: str) -> float:
-    """Median time to compute one network's features of `stage` for all `batch_sizes`, in ms."""
+    """Median time to compute one network's features of `stage` for all `batch_sizes`, in ms
+    (the allocator's replays included: none kept from the evaluation's queries)."""
     times = []
     for net in data.nets:
         for level in data.levels:
             arch = catalog.get(f"{net}_{level}", needs=FEATURE_SETS[feature_set].needs, stage=stage)
+            arch = dataclasses.replace(arch, lifetimes={name: dataclasses.replace(timeline, peaks={})
+                                                        for name, timeline in arch.lifetimes.items()})
             start = time.perf_counter()
             FEATURE_SETS[feature_set](arch, batch_sizes, stage)
             times.append((time.perf_counter() - start) * 1e3)
