@@ -1,7 +1,8 @@
 # Two entry points on a fresh machine: `make demo` (the main job) and `make test` (every test,
 # the slow end-to-end ones and those under old Python + PyTorch stacks included; the stacks are
-# made once under .stacks/). Both spread the tests over every core (pytest-xdist); `make test-fast`
-# leaves the slow ones out.
+# made once under .stacks/). Both spread the tests over every core (pytest-xdist), except the
+# timings checked against a plain training loop (`serial`), which `make test` runs alone
+# afterwards; `make test-fast` leaves the slow ones out.
 PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
@@ -21,7 +22,8 @@ demo: $(STAMP)
 	$(BIN)/perf4sight run --config examples/cpu_demo.ini
 
 test: $(STAMP)
-	$(BIN)/python -m pytest -q -n auto
+	$(BIN)/python -m pytest -q -n auto -m "not serial"
+	$(BIN)/python -m pytest -q -p no:xdist -m serial
 
 test-fast: $(STAMP)
 	$(BIN)/python -m pytest -q -m "not slow" -n auto

@@ -20,7 +20,7 @@ import torch
 from torch import nn
 
 from .errors import ArgumentError
-from .memory import PeakSampler, ResidentPeak, UnifiedMemoryMeter, fix_malloc_mmap_threshold, release_free_memory
+from .memory import PeakSampler, ResidentPeak, UnifiedMemoryMeter, release_free_memory
 from .system import BYTES_PER_MIB, read_meminfo, system_memory_mib
 
 __all__ = [
@@ -127,9 +127,8 @@ class CpuBackend(Backend):
         return torch.device("cpu")
 
     def setup(self) -> Dict[str, Any]:
-        fix_malloc_mmap_threshold()
-        prime(self.device)
-        self.release()
+        """Nothing to prime: a test's warm-up iterations start the thread pools, and a memory
+        test counts what its first iteration initialises, as a training script's process would."""
         return {
             "device_name": _cpu_model(),
             "torch_threads": torch.get_num_threads(),
@@ -313,7 +312,6 @@ class JetsonBackend(_TorchCudaBackend):
 
     def setup(self) -> Dict[str, Any]:
         self._check_cuda()
-        fix_malloc_mmap_threshold()
         facts = self._init_cuda(self._meter.used_mib)
         facts["power_mode"] = _nvpmodel_mode()
         facts["l4t_release"] = _read_first(Path("/etc/nv_tegra_release"))

@@ -1,5 +1,8 @@
 """A profiling campaign: every test of a test config, crash-isolated and resumable.
 
+Latency tests share a worker process; each memory test runs in a worker that has run
+no test before it, as a user's training script is a process of its own.
+
 Tests already in the logs are skipped, so a campaign killed at any point (SIGKILL
 included) picks up where it stopped when started again. With `till_first_fail`, a
 failed batch size ends its model's run for that stage and variable: the larger batch
@@ -147,6 +150,8 @@ def _run(tests: Sequence[ProfileTest], recorded: Dict[tuple, LogRow], log_dir: P
             if till_first_fail and failed_at.get(test.group, test.bs + 1) < test.bs:
                 result = TestResult(test, "skipped", None)
             else:
+                if test.test_var == "memory" and worker.tests_run:
+                    worker.stop()  # a memory test's reading holds nothing an earlier test left
                 if not worker.alive and save and summary.environment_file is None:
                     _record_environment(worker, settings, log_dir, summary, console)
                 result = _run_one(worker, test, iterations=iterations, warmup=warmup)

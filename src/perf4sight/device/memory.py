@@ -1,10 +1,11 @@
 """Memory readings the device backends share.
 
-A worker runs many tests, so every reading must be the test's own: the resident
-high-water mark is reset before each test (Linux `clear_refs`), freed heap pages are
-handed back to the OS after each one (`malloc_trim`), and large blocks always get their
-own mapping (a fixed `M_MMAP_THRESHOLD`), so a small test after a big one is not served
-from pages the big one left resident. Figures are MiB.
+The C library's allocator is left as a user's training script leaves it: its settings
+decide how much of an iteration's memory is mapped afresh each time, so changing them
+would time and measure a training no user runs. A memory test has a worker of its own
+(`campaign.py`), so nothing an earlier test left in the heap is in its reading; the
+resident high-water mark is reset before the test (Linux `clear_refs`), and freed heap
+pages are handed back to the OS after every test (`malloc_trim`). Figures are MiB.
 """
 
 import ctypes
@@ -21,14 +22,11 @@ __all__ = [
     "ResidentPeak",
     "PeakSampler",
     "UnifiedMemoryMeter",
-    "fix_malloc_mmap_threshold",
     "release_free_memory",
 ]
 
 _STATUS = Path("/proc/self/status")
 _CLEAR_REFS = Path("/proc/self/clear_refs")
-_M_MMAP_THRESHOLD = -3
-_MMAP_THRESHOLD_BYTES = 128 * 1024
 
 
 @functools.lru_cache(maxsize=None)
@@ -39,17 +37,7 @@ def _libc() -> Optional[ctypes.CDLL]:
         libc = ctypes.CDLL(name)
     except OSError:
         return None
-    return libc if hasattr(libc, "malloc_trim") and hasattr(libc, "mallopt") else None
-
-
-def fix_malloc_mmap_threshold() -> bool:
-    """Give every block over 128 KiB its own mapping, returned to the OS when freed.
-
-    glibc otherwise raises the threshold after big frees, and later tensors come from a
-    heap that earlier tests grew. Returns False where glibc is not the allocator.
-    """
-    libc = _libc()
-    return bool(libc and libc.mallopt(_M_MMAP_THRESHOLD, _MMAP_THRESHOLD_BYTES))
+    return libc if hasattr(libc, "malloc_trim") else None
 
 
 def release_free_memory() -> None:

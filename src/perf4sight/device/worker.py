@@ -63,6 +63,7 @@ class WorkerProcess:
         self.memory_limit_mib = memory_limit_mib
         self.log_path = log_path
         self.facts: Dict[str, Any] = {}
+        self.tests_run = 0  # by this interpreter: a memory test needs one that has run none
         self._proc: Optional[subprocess.Popen] = None
         self._results: Optional[IO[bytes]] = None
         self._buffer = b""
@@ -91,6 +92,7 @@ class WorkerProcess:
                 log.close()
         self._results = os.fdopen(read_fd, "rb", buffering=0)
         self._buffer = b""
+        self.tests_run = 0
         try:
             reply = self._receive(timeout_s=_START_TIMEOUT_S)
         except WorkerCrashed as exc:
@@ -110,6 +112,7 @@ class WorkerProcess:
             self.start()
         request = {"test": test.params(), "iterations": iterations, "warmup": warmup}
         assert self._proc is not None and self._proc.stdin is not None
+        self.tests_run += 1
         try:
             self._proc.stdin.write((json.dumps(request) + "\n").encode())
             self._proc.stdin.flush()

@@ -45,7 +45,7 @@ OPTIMIZER_RUNS = {
 _REENTRANT = {"use_reentrant": True} if "use_reentrant" in inspect.signature(
     torch.utils.checkpoint.checkpoint).parameters else {}
 _ERROR_CHARS = 300
-_DRY_RUN_BS = 2
+_PROBE_BS = 2  # the batch that finds a network's checkpoint blocks
 
 # test -> an object with `module`, `input_size` (C, H, W) and `num_classes` (`models.py`)
 Loader = Callable[[ProfileTest], Any]
@@ -87,10 +87,9 @@ def run_test(test: ProfileTest, backend: Backend, load: Loader, *, iterations: i
     """Run one test on `backend`, its model built by `load`; any error (out of memory
     included) is a failed outcome.
 
-    A memory test first runs one step of its model at batch size 2 and throws it away,
-    so that what the first use of a kind of model leaves behind for good (imported
-    modules, lazily initialised kernels and tables) is not charged to whichever test
-    happens to come first in a worker.
+    A memory test runs in a worker of its own (`campaign.py`) and counts everything from
+    the model's construction on, what its first iteration initialises for good (kernels,
+    tables, thread pools) included, as a user's training script pays it.
     """
     times: List[float] = []
     error = None
@@ -98,8 +97,6 @@ def run_test(test: ProfileTest, backend: Backend, load: Loader, *, iterations: i
     elsewhere = CpuElsewhere()
     try:
         if test.test_var == "memory":
-            _iterate(test._replace(bs=min(test.bs, _DRY_RUN_BS)), backend, load, 0, 1, [])
-            backend.release()
             backend.memory_begin()
             measuring = True
         _iterate(test, backend, load, iterations, warmup, times, elsewhere)
@@ -285,7 +282,7 @@ def check_recipes(tests: Sequence[ProfileTest], load: Loader, device_type: str) 
     for (model, _, net_name), group in needs_network.items():
         network = load(group[0])
         recipes = dict.fromkeys(test.recipe for test in group)
-        blocks = checkpoint_blocks(network.module, torch.randn(_DRY_RUN_BS, *network.input_size)) \
+        blocks = checkpoint_blocks(network.module, torch.randn(_PROBE_BS, *network.input_size)) \
             if any(recipe.checkpoint_segments for recipe in recipes) else []
         for recipe in recipes:
             problems = recipe_problems(network.module, recipe, blocks, network=net_name)

@@ -2,6 +2,8 @@
 loads (specs, model files, torchvision names), at the size the test runs at.
 
 The worker imports it by name (`LOADER`), so the device package never imports the host.
+It imports `perf4sight.networks` itself, so that the worker has done so before its first
+test: a memory test counts what training allocates, not the loader's modules.
 """
 
 from __future__ import annotations
@@ -14,10 +16,10 @@ from perf4sight.device.errors import ArgumentError, ConfigError
 from perf4sight.device.models import test_shape
 from perf4sight.device.recipe import TRAIN_ALL, TRAIN_CLASSIFIER, Recipe
 from perf4sight.device.test_config import ProfileTest
+from perf4sight.networks import LoadedNetwork, load_network
 
 if TYPE_CHECKING:
     from perf4sight.config import ProfileSettings
-    from perf4sight.networks import LoadedNetwork
 
 __all__ = ["LOADER", "check_models", "check_network_recipes", "load_test_model", "model_source"]
 
@@ -42,8 +44,6 @@ def model_source(test: ProfileTest) -> str:
 def load_test_model(test: ProfileTest) -> LoadedNetwork:
     """The test's network, at its dataset's input size and classes (a spec's own for `spec`,
     also for a model file with its spec beside it: the size fitting will assume)."""
-    from perf4sight.networks import load_network
-
     shape = test_shape(test)
     options = {} if shape is None else {"input_size": shape[0], "num_classes": shape[1]}
     return load_network(model_source(test), **options)

@@ -1,0 +1,115 @@
+"""A plain PyTorch training loop, written without perf4sight: what a user's own script sees.
+
+The profiler's figures are checked against it (`test_reference_loop.py`), never against
+themselves. Run as a script, it trains a torchvision network on random data, as a user's
+script would, and prints one JSON line:
+
+- `latency_ms`: the mean wall time of the timed iterations (zero_grad, forward, loss,
+  backward, step; on a GPU, up to the device's end of the step);
+- `mem_used_mib`: on the CPU, the process's peak resident memory (VmHWM, reset after the
+  imports) minus its resident memory just before the model is built; on a GPU, the peak of
+  the device's used memory (NVML, sampled every millisecond) minus its value before the
+  process touched CUDA, so the CUDA context is included.
+"""
+
+import argparse
+import contextlib
+import json
+import threading
+import time
+from pathlib import Path
+
+import torch
+import torchvision
+
+OPTIMIZERS = {
+    "sgd": lambda params: torch.optim.SGD(params, lr=0.1, momentum=0.9, weight_decay=5e-4),
+    "adam": lambda params: torch.optim.Adam(params, lr=1e-3),
+}
+
+
+def _status_mib(field: str) -> float:
+    for line in Path("/proc/self/status").read_text().splitlines():
+        if line.startswith(field + ":"):
+            return int(line.split()[1]) / 1024
+    raise OSError("/proc/self/status has no " + field)
+
+
+class _GpuUsed:
+    """The device's used memory, MiB, and its peak while sampling (NVML)."""
+
+    def __init__(self) -> None:
+        import pynvml
+
+        pynvml.nvmlInit()
+        self._nvml = pynvml
+        self._handle = pynvml.nvmlDeviceGetHandleByIndex(0)
+        self.peak = self.read()
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._sample, daemon=True)
+
+    def read(self) -> float:
+        return self._nvml.nvmlDeviceGetMemoryInfo(self._handle).used / 2**20
+
+    def _sample(self) -> None:
+        while not self._stop.wait(0.001):
+            self.peak = max(self.peak, self.read())
+
+    def __enter__(self) -> "_GpuUsed":
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join()
+        self.peak = max(self.peak, self.read())
+
+
+def train(network: str, bs: int, size: int, classes: int, optimizer: str, device: str,
+          iterations: int, warmup: int) -> dict:
+    """Train `network` for `warmup + iterations` steps; the timed steps' mean and the peak memory."""
+    gpu = device == "cuda"
+    if gpu:
+        meter = _GpuUsed()
+        idle = meter.peak
+    else:
+        Path("/proc/self/clear_refs").write_text("5")
+        idle = _status_mib("VmRSS")
+    times = []
+    with meter if gpu else contextlib.nullcontext():
+        model = getattr(torchvision.models, network)(num_classes=classes).to(device)
+        model.train()
+        step = OPTIMIZERS[optimizer](model.parameters())
+        loss_fn = torch.nn.CrossEntropyLoss()
+        inputs = torch.randn(bs, 3, size, size, device=device)
+        labels = torch.randint(0, classes, (bs,), device=device)
+        for i in range(warmup + iterations):
+            start = time.perf_counter()
+            step.zero_grad(set_to_none=True)
+            loss_fn(model(inputs), labels).backward()
+            step.step()
+            if gpu:
+                torch.cuda.synchronize()
+            if i >= warmup:
+                times.append((time.perf_counter() - start) * 1000)
+    peak = meter.peak if gpu else _status_mib("VmHWM")
+    return {"latency_ms": sum(times) / len(times), "mem_used_mib": peak - idle}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--network", default="resnet18", help="a torchvision builder's name")
+    parser.add_argument("--bs", type=int, default=16)
+    parser.add_argument("--size", type=int, default=64, help="input height and width")
+    parser.add_argument("--classes", type=int, default=10)
+    parser.add_argument("--optimizer", choices=sorted(OPTIMIZERS), default="sgd")
+    parser.add_argument("--device", choices=["cpu", "cuda"], default="cpu")
+    parser.add_argument("--iterations", type=int, default=5)
+    parser.add_argument("--warmup", type=int, default=1)
+    args = parser.parse_args()
+    print(json.dumps(train(args.network, args.bs, args.size, args.classes, args.optimizer, args.device,
+                           args.iterations, args.warmup)))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,109 @@
+"""The profiler against a plain training loop (`reference_loop.py`, which imports nothing of
+perf4sight): what `profile run` records must be what a user's own script sees on the device.
+
+Both run the same networks, batch sizes and recipes, interleaved over rounds, and their
+medians are compared: latency within 15 %, memory within 10 %. Timing needs the machine
+to itself, so these tests are marked `serial`: `make test` runs them after the others.
+"""
+
+from __future__ import annotations
+
+import json
+import statistics
+import subprocess
+import sys
+from pathlib import Path
+from typing import NamedTuple
+
+import pytest
+import torch
+import torchvision
+
+from perf4sight.device.recipe import Recipe
+from perf4sight.networks import spec_from_module, write_spec
+from perf4sight.profile import ProfileTest, profile_campaign
+
+REFERENCE = Path(__file__).with_name("reference_loop.py")
+ROUNDS = 5
+SIZE = 64
+CLASSES = 10
+ITERATIONS = 6  # timed by both, after WARMUP: a mean of a few is noisy on a small machine
+WARMUP = 2
+LATENCY_TOLERANCE = 0.15
+MEMORY_TOLERANCE = 0.10
+
+
+class Case(NamedTuple):
+    network: str  # a torchvision builder
+    bs: int
+    optimizer: str
+
+    @property
+    def name(self) -> str:
+        return f"{self.network}_0"
+
+
+CASES = [Case("resnet18", 16, "sgd"), Case("mobilenet_v2", 16, "adam")]
+
+
+def _reference(case: Case, device: str) -> dict[str, float]:
+    command = [sys.executable, str(REFERENCE), "--network", case.network, "--bs", str(case.bs),
+               "--size", str(SIZE), "--classes", str(CLASSES), "--optimizer", case.optimizer,
+               "--device", device, "--iterations", str(ITERATIONS), "--warmup", str(WARMUP)]
+    done = subprocess.run(command, capture_output=True, text=True, check=True)
+    return json.loads(done.stdout)
+
+
+def _tests(models: Path) -> list[ProfileTest]:
+    tests = []
+    for case in CASES:
+        spec_path = models / f"{case.name}.json"
+        if not spec_path.exists():
+            module = getattr(torchvision.models, case.network)(num_classes=CLASSES)
+            write_spec(spec_from_module(module, name=case.name, net=case.network, prune_level=0,
+                                        input_size=(3, SIZE, SIZE), num_classes=CLASSES,
+                                        torchvision_name=case.network), spec_path)
+        recipe = Recipe(optimizer=case.optimizer)
+        tests += [ProfileTest(var, case.bs, "spec", case.network, "training", str(spec_path), recipe)
+                  for var in ("memory", "latency")]
+    return tests
+
+
+def _agreement(tmp_path: Path, device: str) -> list[str]:
+    """Each case's medians over the rounds; the lines that miss a tolerance."""
+    tests = _tests(tmp_path / "models")
+    figures: dict[Case, dict[str, list[float]]] = {case: {} for case in CASES}
+    for _ in range(ROUNDS):
+        for case in CASES:
+            for key, value in _reference(case, device).items():
+                figures[case].setdefault("reference " + key, []).append(value)
+        summary = profile_campaign(tests, log_dir=tmp_path / "logs", device=device, save=False,
+                                   iterations=ITERATIONS, warmup=WARMUP)
+        for case, (memory, latency) in zip(CASES, zip(summary.results[::2], summary.results[1::2])):
+            assert memory.passed and latency.passed, (memory, latency)
+            figures[case].setdefault("profiler mem_used_mib", []).append(memory.outcome.memory.mem_used)
+            figures[case].setdefault("profiler latency_ms", []).append(latency.latency_ms)
+    misses = []
+    for case, values in figures.items():
+        medians = {key: statistics.median(series) for key, series in values.items()}
+        print(device, case, {key: round(value, 1) for key, value in medians.items()})  # the figures, with -s
+        for key, tolerance in (("mem_used_mib", MEMORY_TOLERANCE), ("latency_ms", LATENCY_TOLERANCE)):
+            reference, profiler = medians["reference " + key], medians["profiler " + key]
+            if abs(profiler / reference - 1) > tolerance:
+                misses.append(f"{case}: {key} profiler {profiler:.1f} against a plain loop's {reference:.1f} "
+                              f"(rounds: {values['profiler ' + key]} / {values['reference ' + key]})")
+    return misses
+
+
+@pytest.mark.slow
+@pytest.mark.serial
+def test_cpu_profile_agrees_with_a_plain_training_loop(tmp_path: Path) -> None:
+    assert _agreement(tmp_path, "cpu") == []
+
+
+@pytest.mark.slow
+@pytest.mark.serial
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+def test_cuda_profile_agrees_with_a_plain_training_loop(tmp_path: Path) -> None:
+    pytest.importorskip("pynvml")
+    assert _agreement(tmp_path, "cuda") == []
