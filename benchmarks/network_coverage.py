@@ -1,7 +1,7 @@
 """Which networks the toolflow handles: every torchvision classification network, traced,
 pruned at 50 % (random channels) and predicted with a device's fitted models.
 
-    .venv/bin/python benchmarks/coverage.py [--models out/demo/fitted] [--nets resnet18,vit_b_16]
+    .venv/bin/python benchmarks/network_coverage.py [--models out/demo/fitted] [--nets resnet18,vit_b_16]
 
 Each network runs in its own process (one thread, `--timeout` seconds: torch-pruning can
 take very long on some graphs) at 3x64x64, or at 3x224x224 when it does not run at 64

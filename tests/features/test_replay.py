@@ -19,7 +19,7 @@ from perf4sight.architecture.lifetimes import _record, record_timeline
 from perf4sight.errors import NetworkError
 from perf4sight.config import NetworkDatasetSettings, load_section
 from perf4sight.features import FEATURE_SETS
-from perf4sight.features.caching_allocator import AllocatorPeaks, replay, replay_peaks
+from perf4sight.features.caching_allocator import replay, replay_peaks, replays
 from perf4sight.features.network import network_features
 from perf4sight.features.replay import replay_features
 from perf4sight.networks import build_from_spec, create_network_dataset, load_architecture, read_spec
@@ -34,47 +34,6 @@ def _tiny() -> nn.Module:
         nn.Conv2d(3, 8, 3, padding=1, bias=False), nn.BatchNorm2d(8), nn.ReLU(inplace=True),
         nn.Conv2d(8, 16, 3, padding=1), nn.ReLU(), nn.AdaptiveAvgPool2d(1), nn.Flatten(), nn.Linear(16, 10),
     )
-
-
-# the caching allocator's rules ---------------------------------------------------------------
-
-def test_small_requests_share_a_2_mib_segment_and_large_ones_get_their_own():
-    allocator = AllocatorPeaks()
-    allocator.malloc(0, 100)  # rounded to 512 bytes, from a new 2 MiB segment
-    allocator.malloc(1, 1000)  # 1024 bytes from the same segment
-    assert allocator.reserved == 2 * MIB and allocator.allocated == 512 + 1024
-    allocator.malloc(2, 3 * MIB)  # a 20 MiB segment for requests between 1 and 10 MiB
-    allocator.malloc(3, 11 * MIB)  # from the 17 MiB left in it
-    assert allocator.reserved == (2 + 20) * MIB
-    allocator.malloc(4, 11 * MIB + 1)  # a segment of its own, rounded up to 2 MiB: 12 MiB
-    assert allocator.reserved == (2 + 20 + 12) * MIB
-
-
-def test_a_freed_block_serves_a_smaller_request_but_not_a_larger_one():
-    allocator = AllocatorPeaks()
-    allocator.malloc(0, 40 * MIB)
-    allocator.free(0)
-    allocator.malloc(1, 30 * MIB)  # fits in the cached 40 MiB segment (split)
-    assert allocator.reserved == 40 * MIB
-    allocator.malloc(2, 10 * MIB)  # the 10 MiB left over after the split
-    assert allocator.reserved == 40 * MIB
-    allocator.free(1)
-    allocator.free(2)  # merges with its free neighbour: 40 MiB in one block again
-    allocator.malloc(3, 40 * MIB)
-    assert allocator.reserved == 40 * MIB
-    allocator.malloc(4, 50 * MIB)  # nothing cached fits: a new segment
-    assert allocator.reserved == 90 * MIB and allocator.peak_allocated == 90 * MIB
-
-
-def test_growing_requests_after_frees_fragment_the_cache():
-    """Gradients in backward come in the reverse order of the activations: none fits."""
-    allocator = AllocatorPeaks()
-    for tensor, size in enumerate((40, 30, 20)):
-        allocator.malloc(tensor, size * MIB)
-    for tensor, size in zip((0, 1, 2), (20, 30, 40)):
-        allocator.free(tensor)
-        allocator.malloc(10 + tensor, (size + 5) * MIB)
-    assert allocator.peak_allocated < allocator.peak_reserved
 
 
 # lifetimes ---------------------------------------------------------------------------------
@@ -173,7 +132,7 @@ def test_the_peaks_are_running_maxima_over_the_grid_interpolated_between():
     block at one sample (a second segment, 50 MiB reserved) but does from two on (40 MiB):
     the reserved peak falls, the features do not."""
     timeline = _timeline([(0, True, 0, 20), (0, False, 0, 0), (1, True, 30, 0)])
-    runs = [replay(timeline, bs) for bs in (1, 2, 3, 4, 6)]
+    runs = replays(timeline, [1, 2, 3, 4, 6])
     assert [run.peak_reserved // MIB for run in runs] == [50, 40, 60, 80, 120]
     assert [run.peak_allocated // MIB for run in runs] == [30, 40, 60, 80, 120]
     allocated, cached = replay_peaks(timeline, [1, 2, 3, 4, 5])
@@ -188,7 +147,7 @@ def test_the_peaks_never_fall_as_the_batch_size_grows():
     """vgg11's replayed peaks fall at some batch sizes (up to 700 MiB at 224x224); the features do not."""
     timeline = _with_lifetimes("vgg11").lifetimes["training"]
     sizes = list(range(1, 65))
-    runs = [replay(timeline, bs) for bs in sizes]
+    runs = replays(timeline, sizes)
     raw = np.array([run.peak_reserved for run in runs])
     assert (np.diff(raw) < 0).any()
     allocated, cached = replay_peaks(timeline, sizes)
@@ -322,10 +281,10 @@ def test_a_timelines_replays_serve_its_next_query(monkeypatch):
 
     timeline = _timeline([(0, True, 0, 20), (0, False, 0, 0), (1, True, 30, 0)])
     replayed = []
-    original = caching_allocator.replay
-    monkeypatch.setattr(caching_allocator, "replay", lambda t, bs: replayed.append(bs) or original(t, bs))
+    original = caching_allocator.replays
+    monkeypatch.setattr(caching_allocator, "replays", lambda t, sizes: replayed.append(sizes) or original(t, sizes))
     first = replay_peaks(timeline, [5])
-    assert replayed == [1, 2, 3, 4, 6]
+    assert replayed == [[1, 2, 3, 4, 6]]  # in one call
     assert [a.tolist() for a in replay_peaks(timeline, [5])] == [a.tolist() for a in first]
     replay_peaks(timeline, [7, 3])
-    assert replayed == [1, 2, 3, 4, 6, 8]  # only the grid's new size
+    assert replayed == [[1, 2, 3, 4, 6], [], [8]]  # the second query replays nothing, the third the new size
