@@ -8,53 +8,23 @@ imported on first use, so that `import perf4sight` (and the CLI's start) stays c
 
 from __future__ import annotations
 
-import importlib
 from importlib.metadata import version
-from typing import Any
+
+from perf4sight.lazy import lazy_exports
 
 __version__ = version("perf4sight")
 
-_EXPORTS = {
+__all__, __getattr__, __dir__ = lazy_exports(__name__, {
     # the workload's names, defined once on the device side
-    "STAGES": "perf4sight.device.definitions",
-    "QUANTITIES": "perf4sight.device.definitions",
-    "DATASETS": "perf4sight.device.definitions",
-    "Recipe": "perf4sight.device.recipe",
-    "load_config": "perf4sight.config",
-    "run_config": "perf4sight.pipeline",
-    "Architecture": "perf4sight.architecture",
-    "Layer": "perf4sight.architecture",
-    "Detail": "perf4sight.architecture",
-    "trace_architecture": "perf4sight.architecture",
-    "load_network": "perf4sight.networks",
-    "load_architecture": "perf4sight.networks",
-    "prune_network": "perf4sight.networks",
-    "ChannelPruner": "perf4sight.networks",
-    "create_network_dataset": "perf4sight.networks",
-    "read_spec": "perf4sight.networks",
-    "write_spec": "perf4sight.networks",
-    "spec_from_module": "perf4sight.networks",
-    "create_test_config": "perf4sight.profile",
-    "profile_campaign": "perf4sight.profile",
-    "profile_from_settings": "perf4sight.profile",
-    "FEATURE_SETS": "perf4sight.features",
-    "paper_features": "perf4sight.features",
-    "network_features": "perf4sight.features",
-    "METHODS": "perf4sight.fit",
-    "fingerprint_device": "perf4sight.fit",
-    "load_model": "perf4sight.fit",
-    "Predictor": "perf4sight.predict",
-    "plan_variants": "perf4sight.predict",
-}
-
-__all__ = ["__version__", *_EXPORTS]
-
-
-def __getattr__(name: str) -> Any:
-    if name not in _EXPORTS:
-        raise AttributeError(f"module 'perf4sight' has no attribute '{name}'")
-    return getattr(importlib.import_module(_EXPORTS[name]), name)
-
-
-def __dir__() -> list[str]:
-    return sorted(__all__)
+    ".device.definitions": ("STAGES", "QUANTITIES", "DATASETS"),
+    ".device.recipe": ("Recipe",),
+    ".config": ("load_config",),
+    ".pipeline": ("run_config",),
+    ".architecture": ("Architecture", "Layer", "Detail", "trace_architecture"),
+    ".networks": ("load_network", "load_architecture", "prune_network", "ChannelPruner", "create_network_dataset",
+                  "read_spec", "write_spec", "spec_from_module"),
+    ".profile": ("create_test_config", "profile_campaign", "profile_from_settings"),
+    ".features": ("FEATURE_SETS", "paper_features", "network_features"),
+    ".fit": ("METHODS", "fingerprint_device", "load_model"),
+    ".predict": ("Predictor", "plan_variants"),
+}, own=["__version__"])

@@ -223,9 +223,14 @@ def _fingerprint_folders(raw: dict[str, str], networks: NetworkDatasetSettings |
 
 def load_section(path: str | Path, name: str) -> Any:
     """The settings of section `name` of the config at `path`; ConfigError when it is absent."""
-    settings = getattr(load_config(path), name)
+    return config_section(load_config(path), name)
+
+
+def config_section(config: Config, name: str) -> Any:
+    """The settings of section `name` of a config read; ConfigError when it is absent."""
+    settings = getattr(config, name)
     if settings is None:
-        raise ConfigError(f"{path}: no [{name}] section")
+        raise ConfigError(f"{config.path}: no [{name}] section")
     return settings
 
 

@@ -4,6 +4,10 @@ Each stage registers its own subcommand from a module of this package. Any
 `Perf4sightError` (bad config, missing file, bad CSV...) or `OSError` (an output folder
 blocked by a file, no permission, a full disk) becomes one line on stderr and exit
 code 2, never a traceback.
+
+Importing this package loads no torch, scikit-learn or pandas: each command checks its
+options first and imports what its stage needs after, so that a wrong option is answered
+at once. An option given twice is refused here, for every command.
 """
 
 from __future__ import annotations
@@ -11,14 +15,17 @@ from __future__ import annotations
 import signal
 import sys
 import threading
+from collections import Counter
+from collections.abc import Sequence
 
 import typer
+import typer.main
 from rich.markup import escape
 
 from perf4sight import console
 from perf4sight.cli import fingerprint, predict, profile, prune, run
 from perf4sight.device.runner import interrupt
-from perf4sight.errors import Perf4sightError, clip
+from perf4sight.errors import Perf4sightError, UsageError, clip
 
 __all__ = ["app", "main"]
 
@@ -57,6 +64,30 @@ for _module in (prune, profile, fingerprint, predict, run):
     _module.register(app)
 
 
+def _refuse_repeated_options(args: Sequence[str]) -> None:
+    """Refuse an option given more than once (UsageError naming it), where click would keep
+    the last value silently: all but those documented as repeatable lists (`multiple`, as
+    `prune --net`). The command line is read by click's own parser, level by level (the
+    app's options, then each subcommand's); what does not parse is left to click's errors."""
+    command = typer.main.get_command(app)
+    parent, name, rest = None, "perf4sight", list(args)
+    while command is not None:
+        ctx = command.context_class(command, parent=parent, info_name=name, resilient_parsing=True,
+                                    **command.context_settings)
+        _, rest, order = command.make_parser(ctx).parse_args(args=rest)
+        given = Counter(param for param in order
+                        if param.param_type_name == "option" and param.expose_value and not param.multiple)
+        for param, count in given.items():
+            if count > 1:
+                flag = next((opt for opt in param.opts if opt.startswith("--")), param.opts[0])
+                raise UsageError(f"{flag} is given {'twice' if count == 2 else f'{count} times'}; give it once")
+        resolve = getattr(command, "resolve_command", None)  # a group: on to its subcommand
+        if resolve is None or not rest:
+            return
+        parent = ctx
+        name, command, rest = resolve(ctx, rest)
+
+
 # The longest error line printed: the list of known networks fits, a file's content does not.
 _MESSAGE_LENGTH = 4000
 
@@ -69,6 +100,7 @@ def main(argv: list[str] | None = None) -> int:
     on_main_thread = threading.current_thread() is threading.main_thread()
     previous = signal.signal(signal.SIGTERM, interrupt) if on_main_thread else None
     try:
+        _refuse_repeated_options(sys.argv[1:] if argv is None else argv)
         code = app(args=argv, prog_name="perf4sight", standalone_mode=False)
     except (Perf4sightError, OSError) as exc:  # OSError: a folder blocked by a file, no permission, a full disk
         console.err.print(f"[red]error:[/red] {escape(clip(str(exc), _MESSAGE_LENGTH))}", soft_wrap=True, emoji=False)

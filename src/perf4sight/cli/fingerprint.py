@@ -20,8 +20,8 @@ def register(app: typer.Typer) -> None:
         config: Path = typer.Option(..., "--config", "-c", help="config.ini with a [fingerprint] section."),
     ) -> None:
         """Fit the device's memory and latency models from its logs and evaluate them."""
+        settings = load_section(config, "fingerprint")  # read and checked before scikit-learn and torch load
         from perf4sight.fit import fingerprint_device
 
-        settings = load_section(config, "fingerprint")
         with in_settings("[fingerprint]"):
             fingerprint_device(settings)

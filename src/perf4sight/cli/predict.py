@@ -1,20 +1,26 @@
-"""CLI for prediction and planning: `perf4sight predict` and `perf4sight plan`."""
+"""CLI for prediction and planning: `perf4sight predict` and `perf4sight plan`.
+
+Each command checks every option before it imports pandas, torch or scikit-learn and loads
+the models: a wrong option is answered at once. A budget of `auto` is read last, as it asks
+the device."""
 
 from __future__ import annotations
 
 import itertools
 import json
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import typer
 
 from perf4sight import console
 from perf4sight.cli.prune import parse_input_size, parse_levels
 from perf4sight.device.checks import parse_decimal
-from perf4sight.device.definitions import check_batch_sizes
+from perf4sight.device.definitions import check_batch_sizes, check_stage
 from perf4sight.device.recipe import DEFAULT_RECIPE, OPTIMIZERS, PRECISIONS, RECIPE_COLUMNS, Recipe, check_recipe
 from perf4sight.errors import UsageError, clip
+from perf4sight.networks.checks import check_input_size, check_mode, check_num_classes, check_seed
+from perf4sight.predict.units import check_dataset_size, parse_duration_ms, parse_memory_mib
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -32,8 +38,11 @@ def _batch_sizes(text: str) -> list[int]:
     return check_batch_sizes(sizes, "--bs", UsageError)
 
 
-def _input_size(text: str | None) -> tuple[int, ...] | None:
-    return tuple(parse_input_size(text)) if text else None
+def _shape(input_size: str | None, num_classes: int | None) -> dict[str, Any]:
+    """The network's `input_size` and `num_classes` options, checked as the loader checks them."""
+    check_num_classes(num_classes)
+    return {"input_size": check_input_size(parse_input_size(input_size)) if input_size else None,
+            "num_classes": num_classes}
 
 
 def _recipes(optimizer: str, precision: str, trainable: str, segments: str) -> list[Recipe]:
@@ -122,10 +131,6 @@ def register(app: typer.Typer) -> None:
         as_json: bool = typer.Option(False, "--json", help="Print JSON records instead of a table."),
     ) -> None:
         """Predicted memory and latency per iteration of NET at each batch size, per training recipe."""
-        import pandas as pd
-
-        from perf4sight.predict import MAX_SEARCH_BATCH, Predictor, parse_memory_mib
-
         if max_batch_size and budget is None:
             raise UsageError("--max-batch-size needs --budget (e.g. --budget 7.5GiB or auto)")
         if max_batch_size and bs is not None:
@@ -134,12 +139,18 @@ def register(app: typer.Typer) -> None:
             raise UsageError(f"{'--budget' if budget is not None else '--bound'} needs --max-batch-size")
         recipes = _recipes(optimizer, precision, trainable, segments)
         sizes = None if max_batch_size else _batch_sizes(bs if bs is not None else _DEFAULT_BATCH_SIZES)
+        check_stage(stage, "stage", UsageError)
+        check_dataset_size(dataset_size)
+        options = {**_shape(input_size, num_classes), "dataset_size": dataset_size, "breakdown": breakdown}
+        budget_mib = parse_memory_mib(budget) if budget is not None else None
+
+        import pandas as pd
+
+        from perf4sight.predict import MAX_SEARCH_BATCH, Predictor
+
         predictor = Predictor.load(models, stage=stage)
-        options = {"input_size": _input_size(input_size), "num_classes": num_classes, "dataset_size": dataset_size,
-                   "breakdown": breakdown}
-        if max_batch_size:
-            assert budget is not None
-            rows = [predictor.max_batch_size(net, parse_memory_mib(budget), bound=bound, recipe=recipe, **options)
+        if budget_mib is not None:
+            rows = [predictor.max_batch_size(net, budget_mib, bound=bound, recipe=recipe, **options)
                     for recipe in recipes]
             _show(pd.DataFrame(rows).reset_index(drop=True), title=f"{net}: largest batch size within {budget}",
                   as_json=as_json)
@@ -170,19 +181,26 @@ def register(app: typer.Typer) -> None:
     ) -> None:
         """Pruned variants of NET (and training recipes, given several) that fit the budget, ranked by
         predicted throughput."""
-        from perf4sight.predict import Predictor, parse_duration_ms, parse_memory_mib, plan_variants
+        pruning_levels = parse_levels(levels)
+        check_mode(mode)
+        check_seed(seed)
+        recipes = _recipes(optimizer, precision, trainable, segments)
+        shape = _shape(input_size, num_classes)
+        max_latency_ms = parse_duration_ms(max_latency) if max_latency else None
+        budget_mib = parse_memory_mib(budget)
+
+        from perf4sight.predict import Predictor, plan_variants
 
         table = plan_variants(
             predictor=Predictor.load(models),
             network=net,
-            levels=parse_levels(levels),
-            budget_mib=parse_memory_mib(budget),
-            max_latency_ms=parse_duration_ms(max_latency) if max_latency else None,
+            levels=pruning_levels,
+            budget_mib=budget_mib,
+            max_latency_ms=max_latency_ms,
             bound=bound,
             mode=mode,
             seed=seed,
-            input_size=_input_size(input_size),
-            num_classes=num_classes,
-            recipes=_recipes(optimizer, precision, trainable, segments),
+            recipes=recipes,
+            **shape,
         )
         _show(table, title=f"{net}: feasible pruned variants within {budget}", as_json=as_json)

@@ -1,4 +1,6 @@
-"""CLI for the profile stage: `perf4sight profile create-config`, `run` and `bundle`."""
+"""CLI for the profile stage: `perf4sight profile create-config`, `run` and `bundle`.
+
+The config is read and checked before the stage's modules (torch) are imported."""
 
 from __future__ import annotations
 
@@ -7,7 +9,7 @@ from pathlib import Path
 import typer
 
 from perf4sight import console
-from perf4sight.config import ProfileSettings, load_section
+from perf4sight.config import ProfileSettings, config_section, load_config, load_section
 from perf4sight.errors import in_settings
 
 __all__ = ["register"]
@@ -29,9 +31,9 @@ def register(app: typer.Typer) -> None:
     @profile_app.command("create-config")
     def create_config(config: Path = _CONFIG) -> None:
         """On the host: write the test config listing the models of [profile] network."""
+        settings = _settings(config)
         from perf4sight.profile import create_test_config
 
-        settings = _settings(config)
         with in_settings("[profile]"):
             path = create_test_config(settings)
         console.info(f"test config written to {path}; copy it to the device with the models")
@@ -39,9 +41,9 @@ def register(app: typer.Typer) -> None:
     @profile_app.command("run")
     def run(config: Path = _CONFIG) -> None:
         """On the device: run the test config named by [profile] test_config."""
+        settings = _settings(config)
         from perf4sight.profile import run_test_config
 
-        settings = _settings(config)
         with in_settings("[profile]"):
             run_test_config(settings)
 
@@ -52,8 +54,10 @@ def register(app: typer.Typer) -> None:
     ) -> None:
         """On the host: write a folder that profiles [profile]'s tests on a device without
         perf4sight (Python >= 3.6 and PyTorch >= 1.8): `python3 OUT/run_profile.py` there."""
+        read = load_config(config)
+        config_section(read, "profile")
         from perf4sight.profile import write_bundle
 
-        write_bundle(config, out)
+        write_bundle(read, out)
 
     app.add_typer(profile_app, name="profile")

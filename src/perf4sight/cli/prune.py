@@ -12,6 +12,7 @@ from perf4sight import console
 from perf4sight.config import NetworkDatasetSettings
 from perf4sight.device.checks import parse_decimal
 from perf4sight.errors import ConfigError, NetworkError, clip, in_settings
+from perf4sight.networks.checks import check_level, check_settings_values
 
 __all__ = ["register", "parse_levels", "parse_input_size"]
 
@@ -19,8 +20,6 @@ __all__ = ["register", "parse_levels", "parse_input_size"]
 def parse_levels(text: str) -> list[int]:
     """'0,10,20' -> [0, 10, 20]; 'start:stop:step' -> start to stop inclusive (never empty);
     every level within [0, MAX_LEVEL], refused before any work."""
-    from perf4sight.networks.pruning import check_level  # torch: not for `--help`
-
     def checked(level: int) -> int:
         try:
             check_level(level)
@@ -73,8 +72,6 @@ def register(app: typer.Typer) -> None:
         write_model_files: bool = typer.Option(False, "--write-model-files", help="Also write standalone <net>_<level>.py files."),
     ) -> None:
         """Prune networks at several levels; write architecture specs and a manifest."""
-        from perf4sight.networks import create_network_dataset
-
         settings = NetworkDatasetSettings(
             networks=[n.strip() for item in net for n in item.split(",") if n.strip()],
             pruning_perc=parse_levels(levels),
@@ -87,6 +84,9 @@ def register(app: typer.Typer) -> None:
             write_model_files=write_model_files,
         )
         with in_settings("[create_network_dataset]"):
+            check_settings_values(settings)  # before torch loads; the stage checks the networks' names
+            from perf4sight.networks import create_network_dataset
+
             manifest = create_network_dataset(settings)
         console.print_table(
             f"pruned networks ({out})",

@@ -18,10 +18,10 @@ from typing import Any
 from torch import nn
 
 from perf4sight.architecture import Architecture, Detail, check_classes, output_shape, trace_architecture, with_lifetimes
-from perf4sight.device.definitions import input_size_problem, num_classes_problem
 from perf4sight.device.recipe import DEFAULT_RECIPE, Recipe, check_recipe
 from perf4sight.device.models import spec_shape
 from perf4sight.errors import NetworkError
+from perf4sight.networks.checks import check_input_size, check_num_classes
 from perf4sight.networks.model_file import build_from_file, is_model_file, split_model_source
 from perf4sight.networks.registry import (
     DEFAULT_INPUT_SIZE,
@@ -40,7 +40,7 @@ from perf4sight.networks.spec import (
     torchvision_architecture,
 )
 
-__all__ = ["LoadedNetwork", "check_input_size", "check_num_classes", "load_network", "load_architecture"]
+__all__ = ["LoadedNetwork", "load_network", "load_architecture"]
 
 Source = str | Path | nn.Module
 
@@ -132,24 +132,6 @@ def _at_own_size(spec: dict[str, Any], input_size: Sequence[int] | None, num_cla
     """Whether a spec is asked for at the input size and class count it records."""
     return ((input_size is None or tuple(input_size) == tuple(spec["input_size"]))
             and (num_classes is None or num_classes == int(spec["num_classes"])))
-
-
-def check_input_size(input_size: Sequence[int]) -> tuple[int, int, int]:
-    """`input_size` as (channels, height, width) of positive integers up to MAX_INPUT_EXTENT,
-    or NetworkError."""
-    size = tuple(input_size)
-    problem = input_size_problem(list(size), "input size")
-    if problem is not None:
-        raise NetworkError(problem)
-    return size  # type: ignore[return-value]
-
-
-def check_num_classes(num_classes: int | None) -> None:
-    """Refuse a class count that is not a positive integer up to MAX_CLASSES (None: the
-    network's own)."""
-    problem = None if num_classes is None else num_classes_problem(num_classes)
-    if problem is not None:
-        raise NetworkError(problem)
 
 
 def _load(

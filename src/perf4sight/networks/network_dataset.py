@@ -12,7 +12,6 @@ one spec written just before the stop). The specs are what later stages load.
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -21,13 +20,14 @@ import torch
 from torch import nn
 
 from perf4sight import console
-from perf4sight.config import NetworkDatasetSettings, check_output_path
+from perf4sight.config import NetworkDatasetSettings
 from perf4sight.errors import ArgumentError, DataNotFoundError, NetworkError, clip
 from perf4sight.files import remove_stale_temporaries, write_text
-from perf4sight.networks.loader import check_input_size, check_num_classes, load_network
+from perf4sight.networks.checks import check_settings_values
+from perf4sight.networks.loader import load_network
 from perf4sight.networks.model_file import is_model_file, split_model_source
 from perf4sight.networks.model_writer import write_model_file
-from perf4sight.networks.pruning import ChannelPruner, check_level, check_mode, check_seed
+from perf4sight.networks.pruning import ChannelPruner
 from perf4sight.networks.registry import build_torchvision, is_torchvision_network, known_networks, resolve_network
 from perf4sight.networks.spec import architecture_from_spec, read_spec, spec_from_module, spec_macs, write_spec
 
@@ -40,27 +40,7 @@ MANIFEST_COLUMNS = ("name", "network", "target_level", "level_reached", "params"
 def check_settings(settings: NetworkDatasetSettings) -> tuple[list[str], list[int]]:
     """Refuse bad settings before any work, a network that cannot be found among them;
     returns the networks and the levels without repeats."""
-    if not settings.networks:
-        raise ArgumentError("networks: no network given")
-    if not settings.pruning_perc:
-        raise ArgumentError("pruning_perc: no level given")
-    if settings.dataset is not None and Path(settings.dataset).name != settings.dataset:
-        raise ArgumentError(f"dataset: '{settings.dataset}' is not a folder name")
-    if settings.model_desc_dir is not None and not settings.model_desc_dir.is_dir():
-        raise ArgumentError(f"model_desc_dir: directory not found: {settings.model_desc_dir}")
-    check_output_path(settings.spec_dir, "folder", "model_path")
-    checks: list[tuple[str, Callable[[Any], Any], Any]] = [
-        ("mode", check_mode, settings.mode),
-        ("seed", check_seed, settings.seed),
-        *(("pruning_perc", check_level, level) for level in settings.pruning_perc),
-        ("input_size", check_input_size, settings.input_size),
-        ("num_classes", check_num_classes, settings.num_classes),
-    ]
-    for key, check, value in checks:
-        try:
-            check(value)
-        except NetworkError as exc:
-            raise ArgumentError(f"{key}: {exc}") from None
+    check_settings_values(settings)
     for network in settings.networks:
         _check_found(network, settings.model_desc_dir)
     return list(dict.fromkeys(settings.networks)), list(dict.fromkeys(settings.pruning_perc))

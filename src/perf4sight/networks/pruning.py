@@ -35,17 +35,11 @@ from torch_pruning.pruner import function as tp_function
 
 from perf4sight.architecture import output_shape
 from perf4sight.errors import NetworkError
+from perf4sight.networks.checks import check_level, check_mode, check_seed
 from perf4sight.networks.param_count import ParamCounter, UnpredictableError, meta_memo
 
-__all__ = [
-    "MODES", "MAX_LEVEL", "MAX_SEED", "MIN_CHANNELS", "PrunedNetwork", "ChannelPruner", "prune_network", "check_level",
-    "check_mode", "check_seed",
-]
+__all__ = ["MIN_CHANNELS", "PrunedNetwork", "ChannelPruner", "prune_network"]
 
-MODES = ("random", "l1-norm")
-MAX_LEVEL = 95
-# The largest seed: what every RNG takes (torch's are 64-bit, numpy's legacy ones 32-bit).
-MAX_SEED = 2**32 - 1
 MIN_CHANNELS = 2
 # The search stops once the level reached is this close to the target (percentage points).
 _LEVEL_TOLERANCE = 0.1
@@ -71,25 +65,6 @@ class _Group:
     channels: int
     order: np.ndarray  # root channel indices, first to prune first
     weight: float  # multiplier on the common pruning ratio
-
-
-def check_level(level: float) -> float:
-    """Refuse a pruning level outside [0, MAX_LEVEL]."""
-    if not isinstance(level, (int, float)) or isinstance(level, bool) or not 0 <= level <= MAX_LEVEL:
-        raise NetworkError(f"pruning level {level!r} is outside [0, {MAX_LEVEL}] (percent of parameters removed)")
-    return float(level)
-
-
-def check_mode(mode: str) -> None:
-    """Refuse a pruning mode other than MODES."""
-    if mode not in MODES:
-        raise NetworkError(f"unknown pruning mode '{mode}'; known modes: {', '.join(MODES)}")
-
-
-def check_seed(seed: int) -> None:
-    """Refuse a seed that is not an integer in [0, MAX_SEED]."""
-    if isinstance(seed, bool) or not isinstance(seed, int) or not 0 <= seed <= MAX_SEED:
-        raise NetworkError(f"pruning seed {seed!r} is not an integer in [0, {MAX_SEED}]")
 
 
 @contextlib.contextmanager

@@ -1,16 +1,13 @@
-"""Prediction and planning: fitted models + architecture -> memory, latency, batch size."""
+"""Prediction and planning: fitted models + architecture -> memory, latency, batch size.
 
-from perf4sight.predict.plan import plan_variants
-from perf4sight.predict.predictor import MAX_SEARCH_BATCH, MEMORY_BOUND, BudgetError, Predictor
-from perf4sight.predict.units import device_memory_mib, parse_duration_ms, parse_memory_mib
+Each name is imported on first use (`perf4sight.lazy`): `units` parses budgets and limits
+without torch or scikit-learn, before the CLI loads any model.
+"""
 
-__all__ = [
-    "BudgetError",
-    "MAX_SEARCH_BATCH",
-    "MEMORY_BOUND",
-    "Predictor",
-    "device_memory_mib",
-    "parse_duration_ms",
-    "parse_memory_mib",
-    "plan_variants",
-]
+from perf4sight.lazy import lazy_exports
+
+__all__, __getattr__, __dir__ = lazy_exports(__name__, {
+    ".plan": ("plan_variants",),
+    ".predictor": ("BudgetError", "MAX_SEARCH_BATCH", "MEMORY_BOUND", "Predictor"),
+    ".units": ("device_memory_mib", "parse_duration_ms", "parse_memory_mib"),
+})

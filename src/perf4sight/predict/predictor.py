@@ -19,13 +19,14 @@ import pandas as pd
 
 from perf4sight.architecture import FIRST_COPYING, Architecture, Detail
 from perf4sight.console import warn
-from perf4sight.device.definitions import LATENCY, MEMORY, QUANTITIES, check_batch_sizes, check_stage, is_positive_int
+from perf4sight.device.definitions import LATENCY, MEMORY, QUANTITIES, check_batch_sizes, check_stage
 from perf4sight.device.recipe import DEFAULT_RECIPE, Recipe
 from perf4sight.errors import DataNotFoundError, UsageError
 from perf4sight.features import FEATURE_SETS, queries, recipe_extrapolation
 from perf4sight.features.network import EXACT_COLUMNS, group_column
 from perf4sight.fit import FittedModel, load_model
 from perf4sight.fit.methods import method_problem
+from perf4sight.predict.units import check_dataset_size
 
 __all__ = ["Predictor", "MEMORY_BOUND", "MAX_SEARCH_BATCH", "BudgetError"]
 
@@ -101,8 +102,7 @@ class Predictor:
         or a recipe that changes what no profiled recipe showed, which `extrapolated_recipe`
         names with the recipe to profile to calibrate it: `recipe_extrapolation`)."""
         sizes = check_batch_sizes(batch_sizes, "batch sizes", UsageError)
-        if dataset_size is not None and not is_positive_int(dataset_size):
-            raise UsageError(f"dataset size {dataset_size!r}: expected a positive number of images per epoch")
+        check_dataset_size(dataset_size)
         arch = self.describe(network, recipe=recipe, **load_options)
         batch = np.asarray(sizes)
         columns: dict[str, np.ndarray] = {"batch_size": batch,

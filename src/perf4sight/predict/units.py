@@ -1,4 +1,6 @@
-"""Memory budgets and latency limits as people write them: '7.5GiB', '512MB', '500ms'."""
+"""Memory budgets and latency limits as people write them: '7.5GiB', '512MB', '500ms'; the
+dataset size an epoch's time is counted in. Checked without torch (the CLI's options, before
+any model loads)."""
 
 from __future__ import annotations
 
@@ -6,11 +8,11 @@ import math
 import re
 
 import psutil
-import torch
 
+from perf4sight.device.definitions import is_positive_int
 from perf4sight.errors import UsageError
 
-__all__ = ["parse_memory_mib", "parse_duration_ms", "device_memory_mib"]
+__all__ = ["parse_memory_mib", "parse_duration_ms", "device_memory_mib", "check_dataset_size"]
 
 _MEMORY_UNITS = {
     "b": 1 / 2**20, "kb": 1e3 / 2**20, "kib": 1 / 2**10, "mb": 1e6 / 2**20, "mib": 1.0,
@@ -43,8 +45,16 @@ def parse_duration_ms(text: str) -> float:
     return _parse(text, _DURATION_UNITS, "ms", "latency limit")
 
 
+def check_dataset_size(dataset_size: int | None) -> None:
+    """Refuse a dataset size (images per epoch) that is not a positive integer; None: no epoch time."""
+    if dataset_size is not None and not is_positive_int(dataset_size):
+        raise UsageError(f"dataset size {dataset_size!r}: expected a positive number of images per epoch")
+
+
 def device_memory_mib() -> float:
     """Total memory of the local training device: the first CUDA GPU, else system memory."""
+    import torch  # only here: the budgets and limits are parsed without it
+
     if torch.cuda.is_available():
         return torch.cuda.get_device_properties(0).total_memory / 2**20
     return psutil.virtual_memory().total / 2**20

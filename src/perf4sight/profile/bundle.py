@@ -15,7 +15,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 
 from perf4sight import __version__, console
-from perf4sight.config import Config, ProfileSettings, load_config
+from perf4sight.config import Config, ProfileSettings, config_section, load_config
 from perf4sight.device import runner
 from perf4sight.errors import ConfigError, in_settings
 from perf4sight.files import write_text
@@ -52,11 +52,12 @@ if __name__ == "__main__":
 '''
 
 
-def write_bundle(config_path: str | Path, out: str | Path) -> Path:
-    """Write the bundle of the [profile] section of the config at `config_path` to `out`."""
-    config = load_config(config_path)
-    if config.profile is None:
-        raise ConfigError(f"{config_path}: no [profile] section")
+def write_bundle(config: Config | str | Path, out: str | Path) -> Path:
+    """Write the bundle of the [profile] section of `config` (a config file, or one read by
+    `load_config`: the CLI reads it before torch loads) to `out`."""
+    if not isinstance(config, Config):
+        config = load_config(config)
+    config_section(config, "profile")
     settings = _with_models(config)
     with in_settings("[profile]"):
         check_settings(settings, test_config=True)
