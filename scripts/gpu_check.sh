@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Check the CUDA backend on a machine with an NVIDIA GPU, in a few minutes:
-#   1. the CUDA tests (tests/profile/test_cuda.py);
+#   1. the CUDA tests (tests/profile/test_cuda.py), and the profiler against a plain training loop
+#      on the GPU (tests/test_reference_loop.py: latency within 15 %, memory within 10 %);
 #   2. the profiling of examples/cuda_gpu.ini (eight networks at four pruning levels, 3x224x224,
 #      training first, then inference), stopped after GPU_CHECK_PROFILE_S seconds (default 330);
 #      a second run resumes where the first stopped when out/cuda/logs is still there;
@@ -52,6 +53,8 @@ nvidia-smi --query-gpu=name,driver_version,memory.total,memory.used --format=csv
 status=0
 timeout 150 "$PYTHON" -m pytest -q -p no:cacheprovider tests/profile/test_cuda.py 2>&1 \
     | tee "$LOG_DIR/pytest_cuda.log" || status=1
+timeout 240 "$PYTHON" -m pytest -q -s -p no:cacheprovider -p no:xdist tests/test_reference_loop.py -k cuda 2>&1 \
+    | tee "$LOG_DIR/pytest_reference_loop.log" || status=1
 
 timeout --signal=INT --kill-after=20 "${GPU_CHECK_PROFILE_S:-330}" "$PYTHON" - <<'EOF' || status=1
 from pathlib import Path
