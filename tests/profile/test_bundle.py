@@ -93,7 +93,32 @@ def test_a_bundle_record_without_a_default_is_one_line(bundle: Path, tmp_path: P
     (bundle / "bundle.json").write_text(json.dumps(record))
     done = subprocess.run(_runner(bundle), capture_output=True, text=True)
     assert done.returncode == 2
-    assert done.stderr.splitlines() == [f"error: {bundle / 'bundle.json'}: not a bundle's record ('no default for device')"]
+    assert done.stderr.splitlines() == [f"error: {bundle / 'bundle.json'}: not a bundle's record (no default for device)"]
+
+
+@pytest.mark.parametrize(("key", "value", "expected"), [
+    ("iterations", 2.5, "an integer >= 1"),
+    ("iterations", True, "an integer >= 1"),
+    ("iterations", 0, "an integer >= 1"),
+    ("warmup", None, "an integer >= 0"),
+    ("device", 5, "a device name"),
+    ("gpu_id", "0", "an integer >= 0"),
+    ("memory_limit_mib", 0, "a positive integer or null"),
+    ("till_first_fail", "yes", "true or false"),
+    ("test_config", ["t.ini"], "a path"),
+])
+def test_a_bundle_default_of_the_wrong_type_is_one_line_before_any_test(
+        bundle: Path, tmp_path: Path, key: str, value: object, expected: str) -> None:
+    """Such a value would fail every test (and be journalled as failed); it is refused first."""
+    bundle = Path(shutil.copytree(bundle, tmp_path / "bundle"))
+    record = json.loads((bundle / "bundle.json").read_text())
+    record["defaults"][key] = value
+    (bundle / "bundle.json").write_text(json.dumps(record))
+    done = subprocess.run(_runner(bundle), capture_output=True, text=True)
+    assert done.returncode == 2
+    assert done.stderr.splitlines() == [f"error: {bundle / 'bundle.json'}: not a bundle's record "
+                                        f"({key} = {json.dumps(value)}: expected {expected})"]
+    assert not (bundle / "logs").exists()
 
 
 @pytest.mark.slow

@@ -136,6 +136,38 @@ def test_same_test_after_a_big_one_measures_as_in_a_fresh_worker(tmp_path: Path,
     assert small_after_big == pytest.approx(small, rel=0.1, abs=2)
 
 
+PIDNET = """
+import os
+from torch import nn
+
+
+def pidnet(num_classes=10):
+    with open(os.environ["PIDNET_LOG"], "a") as log:
+        log.write(f"{os.getpid()}\\n")
+    return nn.Sequential(nn.Flatten(), nn.Linear(3 * 32 * 32, num_classes))
+"""
+
+
+@pytest.mark.slow
+def test_each_memory_test_runs_in_a_worker_of_its_own(tmp_path: Path, write_test_config,
+                                                       monkeypatch: pytest.MonkeyPatch) -> None:
+    """A memory test's reading must hold nothing an earlier test left in the process: it gets a
+    worker that has run no test; latency tests go on in the worker they find."""
+    model = tmp_path / "pidnet_0.py"
+    model.write_text(PIDNET)
+    log = tmp_path / "pids.txt"
+    monkeypatch.setenv("PIDNET_LOG", str(log))
+    tests = read_test_config(write_test_config(tmp_path / "t.ini", [model], [2, 4]))
+    assert [(t.test_var, t.bs) for t in tests] == [("memory", 2), ("memory", 4), ("latency", 2), ("latency", 4)]
+    summary = profile_campaign(tests, log_dir=tmp_path / "logs", iterations=1, warmup=0)
+    assert summary.passed == 4
+    built_by = [int(pid) for pid in log.read_text().split() if int(pid) != os.getpid()]  # not the host's checks
+    assert len(built_by) == 4
+    first_memory, second_memory, first_latency, second_latency = built_by
+    assert first_memory != second_memory
+    assert first_latency == second_latency == second_memory
+
+
 @pytest.mark.slow
 def test_campaign_killed_mid_way_resumes_with_one_row_per_test(tmp_path: Path, model_dir: Path, write_test_config) -> None:
     test_config = write_test_config(tmp_path / "t.ini", [model_dir / "tinynet_0.py"], [2, 4, 8])

@@ -18,7 +18,7 @@ from typing import Any, Callable, Dict, List, Optional, Sequence
 
 from . import console as plain_console
 from .backends import BACKENDS, backend_name
-from .definitions import is_positive_int
+from .definitions import is_int_at_least, is_positive_int
 from .contention import BUSY_ELSEWHERE_WARNING
 from .environment import environment_record, write_environment
 from .errors import ArgumentError
@@ -184,9 +184,10 @@ def _record_environment(worker: WorkerProcess, settings: Dict[str, Any], log_dir
 
 
 def check_run(iterations: int, warmup: int, memory_limit_mib: Optional[int]) -> None:
-    """Refuse run settings no campaign can use."""
-    if iterations < 1 or warmup < 0:
-        raise ArgumentError("iterations >= 1 and warmup >= 0 needed, got {}, {}".format(iterations, warmup))
+    """Refuse run settings no campaign can use (a float or a bool is no count of iterations)."""
+    if not is_positive_int(iterations) or not is_int_at_least(warmup, 0):
+        raise ArgumentError("iterations >= 1 and warmup >= 0 needed, integers, got {!r}, {!r}".format(
+            iterations, warmup))
     if memory_limit_mib is not None and not is_positive_int(memory_limit_mib):
         raise ArgumentError("memory_limit_mib: expected a positive integer (MiB), got {!r}".format(
             memory_limit_mib))

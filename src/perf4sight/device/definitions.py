@@ -27,6 +27,7 @@ __all__ = [
     "MAX_CLASSES",
     "MAX_INPUT_EXTENT",
     "dataset_load_options",
+    "is_int_at_least",
     "is_positive_int",
     "check_batch_sizes",
     "check_choices",
@@ -75,9 +76,14 @@ def dataset_load_options(dataset: str) -> Dict[str, Any]:
     return {} if shape is None else {"input_size": shape[0], "num_classes": shape[1]}
 
 
+def is_int_at_least(value: object, low: int) -> bool:
+    """Whether `value` is an integer of `low` or more, numpy's included (a bool, though an int, is not)."""
+    return isinstance(value, numbers.Integral) and not isinstance(value, bool) and value >= low
+
+
 def is_positive_int(value: object) -> bool:
-    """Whether `value` is an integer of 1 or more, numpy's included (a bool, though an int, is not)."""
-    return isinstance(value, numbers.Integral) and not isinstance(value, bool) and value > 0
+    """Whether `value` is an integer of 1 or more (`is_int_at_least`)."""
+    return is_int_at_least(value, 1)
 
 
 def check_batch_sizes(values: Iterable[object], where: str, error: Type[Exception] = ArgumentError) -> List[int]:

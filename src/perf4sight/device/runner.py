@@ -15,9 +15,10 @@ from pathlib import Path
 from typing import Any, Dict, List, Optional
 
 from . import console
+from .definitions import is_int_at_least
 from .errors import Perf4sightError
 
-__all__ = ["BUNDLE_FILE", "RUN_KEYS", "interrupt", "main"]
+__all__ = ["BUNDLE_FILE", "RUN_KEYS", "defaults_problem", "interrupt", "main"]
 
 BUNDLE_FILE = "bundle.json"
 
@@ -68,15 +69,44 @@ def interrupt(signum: int, frame: Any) -> None:
 RUN_KEYS = ("device", "gpu_id", "iterations", "warmup", "memory_limit_mib", "till_first_fail")
 
 
+# What each recorded default must be (a bool is no count: `iterations = true`), and how a
+# message says it.
+_DEFAULTS = {
+    "test_config": (lambda value: isinstance(value, str), "a path"),
+    "log_dir": (lambda value: isinstance(value, str), "a path"),
+    "device": (lambda value: isinstance(value, str), "a device name"),
+    "gpu_id": (lambda value: is_int_at_least(value, 0), "an integer >= 0"),
+    "iterations": (lambda value: is_int_at_least(value, 1), "an integer >= 1"),
+    "warmup": (lambda value: is_int_at_least(value, 0), "an integer >= 0"),
+    "memory_limit_mib": (lambda value: value is None or is_int_at_least(value, 1), "a positive integer or null"),
+    "till_first_fail": (lambda value: isinstance(value, bool), "true or false"),
+}
+
+
+def defaults_problem(defaults: Any) -> str:
+    """Why a bundle's recorded defaults cannot run (empty when they can): a key missing or a
+    value of the wrong type, found before the first test rather than recorded as every test's
+    failure."""
+    if not isinstance(defaults, dict):
+        return "defaults: expected an object, got {!r}".format(defaults)
+    for key in ("test_config", "log_dir") + RUN_KEYS:
+        if key not in defaults:
+            return "no default for {}".format(key)
+        accepts, expected = _DEFAULTS[key]
+        if not accepts(defaults[key]):
+            return "{} = {}: expected {}".format(key, json.dumps(defaults[key]), expected)
+    return ""
+
+
 def main(bundle_dir: str, argv: Optional[List[str]] = None) -> int:
     """Run the bundle at `bundle_dir`; returns the exit code (2 for bad input, 130 when
     interrupted or terminated: what was recorded is kept, and a rerun resumes)."""
     bundle = Path(bundle_dir).resolve()
     try:
         defaults = json.loads((bundle / BUNDLE_FILE).read_text(encoding="utf-8"))["defaults"]
-        missing = [key for key in ("test_config", "log_dir") + RUN_KEYS if key not in defaults]
-        if missing:
-            raise KeyError("no default for {}".format(", ".join(missing)))
+        problem = defaults_problem(defaults)
+        if problem:
+            raise ValueError(problem)
     except (OSError, ValueError, KeyError, TypeError) as exc:
         print("error: {}: not a bundle's record ({})".format(bundle / BUNDLE_FILE, exc), file=sys.stderr)
         return 2

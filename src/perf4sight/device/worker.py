@@ -215,6 +215,17 @@ def _exit_with_parent() -> None:
     threading.Thread(target=watch, daemon=True).start()
 
 
+def _import_training_runtime() -> None:
+    """Import what a training script's process holds before it builds its model: from PyTorch
+    2.0 the first optimizer step (or importing torchvision) loads `torch._dynamo`, about
+    150 MiB of modules, which a memory test must not charge to the network it measures,
+    whether its model comes from a standalone file (torch only) or through torchvision."""
+    try:
+        import torch._dynamo  # noqa: F401
+    except ImportError:  # PyTorch before 2.0: nothing of the kind
+        pass
+
+
 def main(argv: Optional[List[str]] = None) -> int:
     """The worker's loop: set up the backend, then one request in, one result out.
 
@@ -230,6 +241,8 @@ def main(argv: Optional[List[str]] = None) -> int:
         from .backends import make_backend
         from .models import import_loader
         from .workload import run_test
+
+        _import_training_runtime()
 
         try:
             load = import_loader(options.get("loader"))

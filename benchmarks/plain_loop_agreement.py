@@ -1,0 +1,67 @@
+"""A fingerprint's predictions against a plain training loop on this machine: the user's truth.
+
+For each case (a torchvision network, batch size and optimizer, at 3x64x64 and 10 classes, as
+`make demo` profiles), `tests/reference_loop.py` (a training loop written without perf4sight)
+runs three times and its medians are compared with `perf4sight predict` from the fitted models
+of this CPU (`--models`, default `out/demo/fitted`). Prints each case and the mean absolute
+error for memory and latency.
+
+    make demo
+    .venv/bin/python benchmarks/plain_loop_agreement.py [--models out/demo/fitted]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+REFERENCE = ROOT / "tests" / "reference_loop.py"
+PERF4SIGHT = Path(sys.executable).with_name("perf4sight")
+CASES = (("resnet18", 16, "sgd"), ("resnet18", 32, "sgd"), ("mobilenet_v2", 16, "sgd"), ("mobilenet_v2", 32, "sgd"),
+         ("squeezenet1_0", 16, "sgd"), ("resnet18", 16, "adam"), ("mobilenet_v2", 32, "adam"))
+RUNS = 3
+
+
+def _loop(net: str, bs: int, optimizer: str) -> tuple[float, float]:
+    """The plain loop's median memory (MiB) and latency (ms) over RUNS processes."""
+    runs = [json.loads(subprocess.run([sys.executable, str(REFERENCE), "--network", net, "--bs", str(bs),
+                                       "--optimizer", optimizer, "--iterations", "6", "--warmup", "2"],
+                                      capture_output=True, text=True, check=True).stdout) for _ in range(RUNS)]
+    return statistics.median(r["mem_used_mib"] for r in runs), statistics.median(r["latency_ms"] for r in runs)
+
+
+def _predicted(models: Path, net: str, bs: int, optimizer: str) -> tuple[float, float]:
+    out = subprocess.run([str(PERF4SIGHT), "--quiet", "predict", "--models", str(models), "--net", net,
+                          "--input-size", "3,64,64", "--num-classes", "10", "--bs", str(bs),
+                          "--optimizer", optimizer, "--json"], capture_output=True, text=True, check=True).stdout
+    record = json.loads(out)
+    record = record[0] if isinstance(record, list) else record
+    return record["mem_used_mib"], record["latency_ms"]
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--models", type=Path, default=ROOT / "out" / "demo" / "fitted")
+    args = parser.parse_args(argv)
+    if not args.models.is_dir():
+        print(f"no fitted models at {args.models}: run `make demo` first")
+        return 0
+    errors = []
+    for net, bs, optimizer in CASES:
+        (loop_mem, loop_lat), (mem, lat) = _loop(net, bs, optimizer), _predicted(args.models, net, bs, optimizer)
+        errors.append((100 * (mem / loop_mem - 1), 100 * (lat / loop_lat - 1)))
+        print(f"{net:14} bs {bs:2} {optimizer:4} | memory: loop {loop_mem:6.1f} predicted {mem:6.1f} "
+              f"({errors[-1][0]:+5.1f} %) | latency: loop {loop_lat:6.1f} predicted {lat:6.1f} ({errors[-1][1]:+5.1f} %)",
+              flush=True)
+    print(f"mean |error|: memory {statistics.mean(abs(m) for m, _ in errors):.1f} %, "
+          f"latency {statistics.mean(abs(t) for _, t in errors):.1f} %")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
