@@ -1,8 +1,9 @@
 """The profiler against a plain training loop (`reference_loop.py`, which imports nothing of
 perf4sight): what `profile run` records must be what a user's own script sees on the device.
 
-Both run the same networks, batch sizes and recipes, one after the other in each round, and
-the median over rounds of their ratio must lie within 15 % of 1 for latency, 10 % for memory. Timing needs the machine
+Both run the same networks, batch sizes and recipes, one after the other in each round: the
+median over rounds of their memory ratio must lie within 10 % of 1, and the ratio of their
+fastest rounds' latencies within 15 %. Timing needs the machine
 to itself, so these tests are marked `serial`: `make test` runs them after the others.
 """
 
@@ -70,28 +71,31 @@ def _tests(models: Path) -> list[ProfileTest]:
 
 
 def _agreement(tmp_path: Path, device: str) -> list[str]:
-    """Per case, the median over rounds of the profiler's figure over the plain loop's in the
-    same round (a pair close in time, so that the machine's slower and faster spells cancel);
-    the lines that miss a tolerance."""
+    """Per case: memory, the median over rounds of the profiler's reading over the plain loop's
+    in the same round; latency, the fastest round of each (other processes only ever add
+    time: a spell of load, such as the end of the parallel suite, slows whichever ran in it).
+    The lines that miss a tolerance."""
     tests = _tests(tmp_path / "models")
-    ratios: dict[Case, dict[str, list[float]]] = {case: {} for case in CASES}
+    figures: dict[Case, dict[str, list[float]]] = {case: {} for case in CASES}
     for _ in range(ROUNDS):
         references = {case: _reference(case, device) for case in CASES}
         summary = profile_campaign(tests, log_dir=tmp_path / "logs", device=device, save=False,
                                    iterations=ITERATIONS, warmup=WARMUP)
         for case, (memory, latency) in zip(CASES, zip(summary.results[::2], summary.results[1::2])):
             assert memory.passed and latency.passed, (memory, latency)
-            profiled = {"mem_used_mib": memory.outcome.memory.mem_used, "latency_ms": latency.latency_ms}
-            for key, value in profiled.items():
-                ratios[case].setdefault(key, []).append(value / references[case][key])
+            rounds = figures[case]
+            rounds.setdefault("memory ratio", []).append(memory.outcome.memory.mem_used / references[case]["mem_used_mib"])
+            rounds.setdefault("profiler latency_ms", []).append(latency.latency_ms)
+            rounds.setdefault("plain loop latency_ms", []).append(references[case]["latency_ms"])
     misses = []
-    for case, by_key in ratios.items():
+    for case, rounds in figures.items():
+        ratios = {"mem_used_mib": statistics.median(rounds["memory ratio"]),
+                  "latency_ms": min(rounds["profiler latency_ms"]) / min(rounds["plain loop latency_ms"])}
+        print(device, case, {key: round(value, 3) for key, value in ratios.items()},
+              {key: [round(v, 3) for v in values] for key, values in rounds.items()})  # the figures, with -s
         for key, tolerance in (("mem_used_mib", MEMORY_TOLERANCE), ("latency_ms", LATENCY_TOLERANCE)):
-            ratio = statistics.median(by_key[key])
-            print(device, case, key, f"profiler / plain loop: median {ratio:.3f}, rounds",
-                  [round(r, 3) for r in by_key[key]])  # the figures, with -s
-            if abs(ratio - 1) > tolerance:
-                misses.append(f"{case}: {key} profiler / plain loop {ratio:.3f} (rounds: {by_key[key]})")
+            if abs(ratios[key] - 1) > tolerance:
+                misses.append(f"{case}: {key} profiler / plain loop {ratios[key]:.3f} (rounds: {rounds})")
     return misses
 
 
