@@ -99,8 +99,7 @@ def run_test(test: ProfileTest, backend: Backend, load: Loader, *, iterations: i
     try:
         if test.test_var == "memory":
             load(test)  # built once and dropped: what loading costs (a spec's pruning graph, a model file's import) is not training's
-            backend.release()
-            backend.memory_begin()
+            backend.memory_begin()  # frees what the build left (`release`) before its idle reading
             measuring = True
         _iterate(test, backend, load, iterations, warmup, times, elsewhere)
     except Exception as exc:  # the model's own code, OOM included: a failed test, not a crash
