@@ -94,6 +94,7 @@ class ProfileSettings:
     device: str = "cpu"
     gpu_id: int = 0
     till_first_fail: bool = False
+    retry_failed: bool = True
     log_dir: Path = Path("out/logs")
     test_config: Path = Path("out/test_config.ini")
     save: bool = True

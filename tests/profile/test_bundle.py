@@ -66,24 +66,25 @@ def test_bundle_holds_what_the_device_needs(bundle: Path) -> None:
     assert [t.model for t in read_test_config(bundle / "test_config.ini")] == ["models/squeezenet_0.py"] * TESTS
     defaults = json.loads((bundle / "bundle.json").read_text())["defaults"]
     assert defaults == {"test_config": "test_config.ini", "log_dir": "logs", "device": "cpu", "gpu_id": 0,
-                        "iterations": 1, "warmup": 0, "memory_limit_mib": None, "till_first_fail": False}
+                        "iterations": 1, "warmup": 0, "memory_limit_mib": None, "till_first_fail": False,
+                        "retry_failed": True}
     done = subprocess.run(_runner(bundle, "--help"), capture_output=True, text=True, check=True)
     for option in ("--device", "--gpu-id", "--log-dir", "--iterations", "--warmup", "--memory-limit-mib",
-                   "--till-first-fail"):
+                   "--till-first-fail", "--no-retry-failed"):
         assert option in done.stdout
     assert "timed iterations per test (default: 1)" in " ".join(done.stdout.split())
 
 
 def test_the_runners_switches_turn_the_recorded_defaults_off(bundle: Path) -> None:
-    """A bundle made with till_first_fail and a memory limit can still be run without them."""
+    """A bundle made with till_first_fail, a memory limit and retries can still be run without them."""
     from perf4sight.device.runner import _parser
 
     recorded = {**json.loads((bundle / "bundle.json").read_text())["defaults"],
                 "till_first_fail": True, "memory_limit_mib": 900}
-    args = _parser(recorded).parse_args(["--no-till-first-fail", "--memory-limit-mib", "none"])
-    assert (args.till_first_fail, args.memory_limit_mib) == (False, None)
+    args = _parser(recorded).parse_args(["--no-till-first-fail", "--memory-limit-mib", "none", "--no-retry-failed"])
+    assert (args.till_first_fail, args.memory_limit_mib, args.retry_failed) == (False, None, False)
     args = _parser(recorded).parse_args([])
-    assert (args.till_first_fail, args.memory_limit_mib) == (True, 900)
+    assert (args.till_first_fail, args.memory_limit_mib, args.retry_failed) == (True, 900, True)
 
 
 def test_a_bundle_record_without_a_default_is_one_line(bundle: Path, tmp_path: Path) -> None:
@@ -105,6 +106,7 @@ def test_a_bundle_record_without_a_default_is_one_line(bundle: Path, tmp_path: P
     ("gpu_id", "0", "an integer >= 0"),
     ("memory_limit_mib", 0, "a positive integer or null"),
     ("till_first_fail", "yes", "true or false"),
+    ("retry_failed", 1, "true or false"),
     ("test_config", ["t.ini"], "a path"),
 ])
 def test_a_bundle_default_of_the_wrong_type_is_one_line_before_any_test(

@@ -202,6 +202,58 @@ def test_campaign_killed_mid_way_resumes_with_one_row_per_test(tmp_path: Path, m
     assert {dict(k)["bs"] for k in keys} == {2, 4, 8}
 
 
+# fails while its switch file exists, as a model whose code has a bug until it is fixed
+BROKEN_UNTIL_FIXED = """
+import os
+from torch import nn
+
+
+class Broken(nn.Module):
+    def __init__(self, num_classes):
+        super().__init__()
+        self.body = nn.Sequential(nn.Conv2d(3, 8, 3), nn.AdaptiveAvgPool2d(1), nn.Flatten(),
+                                  nn.Linear(8, num_classes))
+
+    def forward(self, x):
+        if os.path.exists(os.environ["BROKEN_SWITCH"]):
+            raise ValueError("a bug in the model's code")
+        return self.body(x)
+
+
+def broken(num_classes=10):
+    return Broken(num_classes)
+"""
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("retry_failed", [True, False])
+def test_a_resumed_campaign_runs_again_what_failed_for_another_reason_than_memory(
+        tmp_path: Path, model_dir: Path, write_test_config, monkeypatch: pytest.MonkeyPatch, retry_failed: bool) -> None:
+    switch = tmp_path / "broken"
+    switch.touch()
+    monkeypatch.setenv("BROKEN_SWITCH", str(switch))
+    (model_dir / "broken_0.py").write_text(BROKEN_UNTIL_FIXED)
+    config = read_test_config(write_test_config(tmp_path / "t.ini", [model_dir / "broken_0.py", model_dir / "fragile_0.py"],
+                                                [4, 16, 32], test_var=("latency",)))
+    log_dir = tmp_path / "logs"
+    first = profile_campaign(config, log_dir=log_dir, iterations=1, till_first_fail=True)
+    assert [r.status for r in first.results] == ["error", "skipped", "skipped", "ok", "error", "skipped"]
+
+    switch.unlink()  # the model's bug fixed
+    again = profile_campaign(config, log_dir=log_dir, iterations=1, till_first_fail=True, retry_failed=retry_failed)
+    broken = _gt(log_dir, "latency", "broken_0")
+    fragile = _gt(log_dir, "latency", "fragile_0")
+    # fragile's failure says "not enough memory": the device's answer, never run again
+    assert fragile["status"].tolist() == ["ok", "error", "skipped"]
+    if retry_failed:
+        assert (again.passed, again.already_recorded) == (3, 3)
+        assert broken["status"].tolist() == ["ok", "ok", "ok"]  # each test's new row, and only it
+        assert len(read_journal(log_dir / "latency" / "broken_0.csv")) == 6
+    else:
+        assert (len(again.results), again.already_recorded) == (0, 6)
+        assert broken["status"].tolist() == ["error", "skipped", "skipped"]
+
+
 def _busy_loops() -> list[subprocess.Popen]:
     """One spinning process per CPU: another job taking the machine."""
     return [subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in range(os.cpu_count() or 1)]

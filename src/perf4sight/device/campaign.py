@@ -4,7 +4,9 @@ Latency tests share a worker process; each memory test runs in a worker that has
 no test before it, as a user's training script is a process of its own.
 
 Tests already in the logs are skipped, so a campaign killed at any point (SIGKILL
-included) picks up where it stopped when started again. With `till_first_fail`, a
+included) picks up where it stopped when started again; a test that failed for another
+reason than running out of memory (an error in a model's code, a worker killed by hand)
+is run again, unless `retry_failed` is off, and its new row is its result. With `till_first_fail`, a
 failed batch size ends its model's run for that stage and variable: the larger batch
 sizes are recorded as `skipped` (passed=False), which also makes a resumed campaign
 skip them again. One campaign at a time writes into a log folder (`lock.py`).
@@ -14,7 +16,7 @@ the host hands it its model loader, model check and console.
 """
 
 from pathlib import Path
-from typing import Any, Callable, Dict, List, Optional, Sequence
+from typing import Any, Callable, Dict, List, Optional, Sequence, Set
 
 from . import console as plain_console
 from .backends import BACKENDS, backend_name
@@ -23,7 +25,7 @@ from .contention import BUSY_ELSEWHERE_WARNING
 from .environment import environment_record, write_environment
 from .errors import ArgumentError
 from .lock import LogFolderLock
-from .logs import LogRow, append_gt_row, append_row, journal_path, read_journal, write_gt
+from .logs import LogRow, append_gt_row, append_row, journal_path, latest_rows, ran_out_of_memory, read_journal, write_gt
 from .models import check_model_files, import_loader
 from .test_config import ProfileTest
 from .worker import WorkerCrashed, WorkerProcess
@@ -91,6 +93,7 @@ def profile_campaign(
     iterations: int = 3,
     warmup: int = 1,
     till_first_fail: bool = False,
+    retry_failed: bool = True,
     save: bool = True,
     memory_limit_mib: Optional[int] = None,
     loader: Optional[str] = None,
@@ -109,7 +112,7 @@ def profile_campaign(
     backend = backend_name(device)
     log_dir = Path(log_dir)
     # checked before the log folder is made or locked: a bad model is one line, nothing written
-    todo = _todo(tests, _recorded(tests, log_dir, repair=False) if save else {})
+    todo = _todo(tests, _kept(_recorded(tests, log_dir, repair=False), retry_failed) if save else {})
     check_models(todo)
     check_recipes(todo, import_loader(loader), BACKENDS[backend].device_type)
     if not save:
@@ -117,17 +120,41 @@ def profile_campaign(
                     memory_limit_mib, loader, console)
     with LogFolderLock(log_dir):
         recorded = _recorded(tests, log_dir, repair=True)
-        return _run(tests, recorded, log_dir, backend, gpu_id, iterations, warmup, till_first_fail, True,
-                    memory_limit_mib, loader, console)
+        kept = _kept(recorded, retry_failed)
+        if len(kept) < len(recorded):
+            console.info("{} failed tests (not out of memory) run again; retry_failed off keeps them "
+                         "as failed".format(len(recorded) - len(kept)))
+        return _run(tests, kept, log_dir, backend, gpu_id, iterations, warmup, till_first_fail, True,
+                    memory_limit_mib, loader, console, rerun=set(recorded) - set(kept))
 
 
 def _todo(tests: Sequence[ProfileTest], recorded: Dict[tuple, LogRow]) -> List[ProfileTest]:
     return [t for t in tests if t.key not in recorded]
 
 
+def _kept(recorded: Dict[tuple, LogRow], retry_failed: bool) -> Dict[tuple, LogRow]:
+    """The recorded rows a campaign keeps: all of them without `retry_failed`; otherwise all but
+    failures other than out of memory, and the batch sizes skipped after those."""
+    if not retry_failed:
+        return recorded
+    retried: Dict[tuple, int] = {}  # test group -> smallest batch size run again
+    for row in recorded.values():
+        if row.get("status") in ("error", "crashed") and not ran_out_of_memory(row):
+            _note_failure(retried, ProfileTest.from_params(row["params"]))
+    if not retried:
+        return recorded
+    kept: Dict[tuple, LogRow] = {}
+    for key, row in recorded.items():
+        test = ProfileTest.from_params(row["params"])
+        rerun = row.get("status") == "skipped" or not (row["passed"] or ran_out_of_memory(row))
+        if not rerun or test.bs < retried.get(test.group, test.bs + 1):
+            kept[key] = row
+    return kept
+
+
 def _run(tests: Sequence[ProfileTest], recorded: Dict[tuple, LogRow], log_dir: Path, backend: str, gpu_id: int,
          iterations: int, warmup: int, till_first_fail: bool, save: bool, memory_limit_mib: Optional[int],
-         loader: Optional[str], console: Any) -> CampaignSummary:
+         loader: Optional[str], console: Any, rerun: Set[tuple] = frozenset()) -> CampaignSummary:
     summary = CampaignSummary()
     failed_at: Dict[tuple, int] = {}  # test group -> smallest failed batch size
     for row in recorded.values():
@@ -163,7 +190,10 @@ def _run(tests: Sequence[ProfileTest], recorded: Dict[tuple, LogRow], log_dir: P
                 path = journal_path(log_dir, test)
                 row = _row(result)
                 append_row(path, test.test_var, row)
-                append_gt_row(path, test.test_var, row)
+                if test.key in rerun:
+                    write_gt(path, test.test_var)  # its new row replaces the old one
+                else:
+                    append_gt_row(path, test.test_var, row)
             bar.advance(label)
     _report(summary, log_dir if save else None, console)
     return summary
@@ -218,8 +248,8 @@ def _recorded(tests: Sequence[ProfileTest], log_dir: Path, *, repair: bool) -> D
     recorded: Dict[tuple, LogRow] = {}
     for path in dict.fromkeys(journal_path(log_dir, t) for t in tests):
         rows = read_journal(path, repair=repair)
-        for row in rows:
-            recorded.setdefault(ProfileTest.from_params(row["params"]).key, row)
+        for row in latest_rows(rows):
+            recorded[ProfileTest.from_params(row["params"]).key] = row
         if rows and repair:
             write_gt(path, path.parent.name)
     return recorded

@@ -16,7 +16,9 @@ to tell, `contention`), `status` (`ok`; `error` for
 an exception such as out of memory; `crashed` when the worker died; `skipped` for a
 batch size not run after a smaller one failed under till_first_fail) and `error`. Rows
 are appended in the columns of the file's own header, so a journal begun by a version
-with fewer columns stays readable when resumed.
+with fewer columns stays readable when resumed. A test run again (a resumed campaign
+retries failures other than running out of memory) appends a row of its own: a test's
+result is its last row in the journal, and the `-gt.csv` holds that row only.
 
 Both files are read field by field with one rule (`parse_field`): the journal when a
 campaign resumes, the `-gt.csv` by fingerprinting on the host (`read_gt`), so that the two
@@ -45,7 +47,9 @@ __all__ = [
     "LogRow",
     "journal_path",
     "gt_path",
+    "latest_rows",
     "parse_field",
+    "ran_out_of_memory",
     "read_gt",
     "read_journal",
     "append_gt_row",
@@ -114,6 +118,30 @@ def read_journal(path: Path, *, repair: bool = False) -> List[LogRow]:
         if line.strip():
             rows.append(_parse_journal(line, header, where="{}: line {}".format(path, number)))
     return rows
+
+
+def latest_rows(rows: Sequence[LogRow]) -> List[LogRow]:
+    """Each test's last row (a test run again appends a row), in the order the tests first
+    appear."""
+    latest: Dict[tuple, LogRow] = {}
+    for row in rows:
+        latest[ProfileTest.from_params(row["params"]).key] = row  # a key keeps its first place
+    return list(latest.values())
+
+
+# What an error or a worker's death says when a test ran out of memory: PyTorch's allocators
+# (CUDA's `OutOfMemoryError`, older PyTorch's "CUDA out of memory", the CPU's "can't allocate
+# memory"), cuBLAS's and cuDNN's ALLOC_FAILED, Python's MemoryError, the memory-limit watchdog,
+# and the SIGKILL that Linux's out-of-memory killer sends.
+_OUT_OF_MEMORY_SIGNS = ("out of memory", "outofmemoryerror", "can't allocate memory", "not enough memory",
+                        "alloc_failed", "memoryerror", "memory_limit_mib", "sigkill")
+
+
+def ran_out_of_memory(row: LogRow) -> bool:
+    """Whether a failed row is out of memory: a result the device gives again, not a failure to
+    run again."""
+    error = str(row.get("error") or "").lower()
+    return any(sign in error for sign in _OUT_OF_MEMORY_SIGNS)
 
 
 def read_gt(path: Path, targets: Sequence[str]) -> Tuple[List[str], List[LogRow]]:
@@ -236,10 +264,11 @@ def _field(value: Any) -> str:
 
 
 def write_gt(path: Path, test_var: str) -> Path:
-    """Rewrite `<model>-gt.csv` from the journal at `path`; returns the gt path."""
+    """Rewrite `<model>-gt.csv` from the journal at `path`, each test's last row; returns the
+    gt path."""
     target = gt_path(path)
     lines = [SEPARATOR.join(GT_COLUMNS[test_var])]
-    lines.extend(_gt_line(row, GT_COLUMNS[test_var]) for row in read_journal(path))
+    lines.extend(_gt_line(row, GT_COLUMNS[test_var]) for row in latest_rows(read_journal(path)))
     write_text(target, "\n".join(lines) + "\n")
     return target
 

@@ -49,6 +49,11 @@ def _parser(defaults: Dict[str, Any]) -> argparse.ArgumentParser:
                              "variable (default: %(default)s)")
     parser.add_argument("--no-till-first-fail", dest="till_first_fail", action="store_false",
                         help="run every batch size")
+    parser.add_argument("--retry-failed", action="store_true", default=defaults["retry_failed"],
+                        help="when resuming, run again the tests that failed for another reason than "
+                             "running out of memory (default: %(default)s)")
+    parser.add_argument("--no-retry-failed", dest="retry_failed", action="store_false",
+                        help="when resuming, keep every recorded failure")
     parser.add_argument("--quiet", action="store_true", help="no progress or info lines")
     return parser
 
@@ -66,7 +71,7 @@ def interrupt(signum: int, frame: Any) -> None:
 
 # The [profile] run keys whose values a bundle records as the runner's defaults, beside its
 # test config and log folder.
-RUN_KEYS = ("device", "gpu_id", "iterations", "warmup", "memory_limit_mib", "till_first_fail")
+RUN_KEYS = ("device", "gpu_id", "iterations", "warmup", "memory_limit_mib", "till_first_fail", "retry_failed")
 
 
 # What each recorded default must be (a bool is no count: `iterations = true`), and how a
@@ -80,6 +85,7 @@ _DEFAULTS = {
     "warmup": (lambda value: is_int_at_least(value, 0), "an integer >= 0"),
     "memory_limit_mib": (lambda value: value is None or is_int_at_least(value, 1), "a positive integer or null"),
     "till_first_fail": (lambda value: isinstance(value, bool), "true or false"),
+    "retry_failed": (lambda value: isinstance(value, bool), "true or false"),
 }
 
 
@@ -128,7 +134,8 @@ def main(bundle_dir: str, argv: Optional[List[str]] = None) -> int:
         profile_campaign(
             read_test_config(defaults["test_config"]), log_dir=log_dir, device=args.device,
             gpu_id=args.gpu_id, iterations=args.iterations, warmup=args.warmup,
-            till_first_fail=args.till_first_fail, memory_limit_mib=args.memory_limit_mib,
+            till_first_fail=args.till_first_fail, retry_failed=args.retry_failed,
+            memory_limit_mib=args.memory_limit_mib,
         )
     except (Perf4sightError, OSError) as exc:  # OSError: a log folder blocked by a file, no permission, a full disk
         print("error: {}".format(" ".join(str(exc).split())), file=sys.stderr)

@@ -47,6 +47,7 @@ def run_test_config(settings: ProfileSettings) -> CampaignSummary:
         iterations=settings.iterations,
         warmup=settings.warmup,
         till_first_fail=settings.till_first_fail,
+        retry_failed=settings.retry_failed,
         save=settings.save,
         memory_limit_mib=settings.memory_limit_mib,
     )
