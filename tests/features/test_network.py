@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+import torch
 from torch import nn
 
 from perf4sight.architecture import trace_architecture
@@ -72,6 +73,20 @@ def test_gemm_flops_by_hand(tiny_arch):
     # channels (the GEMM's reduction) are not padded
     assert table.loc[1, "conv_1x1_padded_flops"] == 3 * 2 * 64 * 8 * spatial
     assert table.loc[1, "linear_padded_flops"] == 3 * 2 * 64 * 16
+
+
+@pytest.mark.parametrize(("kernel", "size", "stride"), [(3, 16, 1), (7, 4, 1), (5, 7, 2), (7, 2, 1)])
+def test_a_depthwise_convolution_computes_the_taps_inside_its_input(kernel, size, stride):
+    """A depthwise kernel skips the taps on the zero padding, which a GEMM convolution computes:
+    a 3x3 on a 16x16 map computes 77 % of its k*k*outputs, a 7x7 on a 4x4 map 37 %."""
+    layer = nn.Conv2d(8, 8, kernel, stride=stride, padding=kernel // 2, groups=8, bias=False)
+    arch = trace_architecture(layer, (8, size, size))
+    taps = nn.functional.conv2d(torch.ones(1, 1, size, size), torch.ones(1, 1, kernel, kernel), stride=stride,
+                                padding=kernel // 2).sum().item()
+    table = network_features(arch, [1], "inference")
+    assert table["conv_depthwise_flops"].iloc[0] == 2 * 8 * taps
+    out = -(-size // stride)
+    assert taps < kernel * kernel * out * out or kernel == 1
 
 
 def test_saved_bytes_grow_linearly_and_everything_is_monotone(tiny_arch):

@@ -132,9 +132,24 @@ def _gemm_flops(layer: Layer, tile: int = 1) -> int:
     linear = layer.kind == "linear"
     c_in = layer.in_shape[-1] if linear else layer.in_shape[0] // layer.groups
     c_out = layer.output[-1] if linear else layer.output[0]
-    spatial = math.prod(layer.output[:-1] if linear else layer.output[1:])
     c_out = -(-c_out // tile) * tile
-    return 2 * c_out * c_in * (1 if linear else math.prod(layer.kernel)) * spatial
+    if linear:
+        return 2 * c_out * c_in * math.prod(layer.output[:-1])
+    if layer.depthwise:
+        return 2 * c_out * c_in * _valid_taps(layer)
+    return 2 * c_out * c_in * math.prod(layer.kernel) * math.prod(layer.output[1:])
+
+
+def _valid_taps(layer: Layer) -> int:
+    """Kernel taps over the output that fall inside the input, not on its zero padding: a
+    depthwise kernel computes those only (a 7x7 one on a 4x4 map, 37 % of its k*k*outputs)."""
+    taps = 1
+    for axis, (size, kernel, stride) in enumerate(zip(layer.in_shape[1:], layer.kernel, layer.stride)):
+        pad = layer.padding[axis] if layer.padding else 0
+        dilation = layer.dilation[axis] if layer.dilation else 1
+        taps *= sum(sum(1 for k in range(kernel) if 0 <= o * stride - pad + k * dilation < size)
+                    for o in range(layer.output[1 + axis]))
+    return taps
 
 
 def _im2col_bytes(layer: Layer, dtype_bytes: int) -> int:
