@@ -25,6 +25,7 @@ H200_DIR = ROOT / "benchmarks" / "data" / "h200"
 # PERF4SIGHT_TX2 points elsewhere (a missing path runs the suite as a clean clone would).
 TX2_DIR = Path(os.environ.get("PERF4SIGHT_TX2", ROOT.parent / "shared" / "datasets" / "tx2"))
 TX2_SKIP = "TX2 dataset not found at"
+_UNEXPECTED = pytest.StashKey[list]()
 # The skips a run may have: no CUDA GPU (or one present, for the check of its absence), an old
 # Python stack not provided (old_stacks.py says how), and the TX2 data for the `tx2` tests.
 ALLOWED_SKIPS = re.compile(r"needs a CUDA GPU|CUDA is available here|no Python \d\.\d+ found|is not a Python \d\.\d+ interpreter")
@@ -57,17 +58,22 @@ def _unexpected_skips(reports: list[pytest.TestReport]) -> list[str]:
 
 
 def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
-    """An unexpected skip fails the run, listed by name: a test that quietly stopped running
-    would otherwise read as a pass."""
+    """An unexpected skip fails the run: a test that quietly stopped running would otherwise
+    read as a pass. (Runs before the terminal's summary, which lists them.)"""
     reporter = session.config.pluginmanager.get_plugin("terminalreporter")
     if reporter is None or hasattr(session.config, "workerinput"):
         return  # an xdist worker: the controller sees every report
-    unexpected = _unexpected_skips(reporter.stats.get("skipped", []))
-    if unexpected:
-        reporter.write_sep("=", f"{len(unexpected)} unexpected skips (see tests/conftest.py)", red=True, bold=True)
-        for line in unexpected:
-            reporter.write_line(line)
+    session.config.stash[_UNEXPECTED] = _unexpected_skips(reporter.stats.get("skipped", []))
+    if session.config.stash[_UNEXPECTED] and session.exitstatus == pytest.ExitCode.OK:
         session.exitstatus = pytest.ExitCode.TESTS_FAILED
+
+
+def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter, config: pytest.Config) -> None:
+    unexpected = config.stash.get(_UNEXPECTED, [])
+    if unexpected:
+        terminalreporter.write_sep("=", f"{len(unexpected)} unexpected skips (see tests/conftest.py)", red=True, bold=True)
+        for line in unexpected:
+            terminalreporter.write_line(line)
 
 
 @pytest.fixture(scope="session")
