@@ -7,8 +7,8 @@ Categories: config files (every key of every section given values that are wrong
 range, hostile or huge, and broken files), command-line options, profiling-log rows,
 tampered stored models, impossible architecture specs, temporary files left by a killed
 writer, and `prune` killed part-way (then run again). Stored models, specs and logs start from the
-H200 measurements in the repository (squeezenet at levels 0, 60 and 90). Each case runs in this process through `perf4sight.cli.main` (kills: in a child
-process), and is counted as
+H200 measurements in the repository (squeezenet at levels 0, 60 and 90). Each case runs in this
+process through `perf4sight.cli.main` (kills: in a child process), and is counted as
 
 - one line: exit code 2 and one line on stderr (at most 4096 characters), as asked;
 - right: a case with a right answer (a config with a byte order mark is read, a repeated

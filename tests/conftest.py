@@ -28,7 +28,8 @@ TX2_SKIP = "TX2 dataset not found at"
 _UNEXPECTED = pytest.StashKey[list]()
 # The skips a run may have: no CUDA GPU (or one present, for the check of its absence), an old
 # Python stack not provided (old_stacks.py says how), and the TX2 data for the `tx2` tests.
-ALLOWED_SKIPS = re.compile(r"needs a CUDA GPU|CUDA is available here|no Python \d\.\d+ found|is not a Python \d\.\d+ interpreter")
+ALLOWED_SKIPS = re.compile(
+    r"needs a CUDA GPU|CUDA is available here|no Python \d\.\d+ found|is not a Python \d\.\d+ interpreter")
 
 
 @pytest.fixture(autouse=True)
