@@ -16,12 +16,12 @@ from pathlib import Path
 
 import pytest
 from old_stacks import OldStack, StackUnavailable, provide_stack, stack_name
+from repository_data import H200
 
 from perf4sight import console
 from perf4sight.networks import CHECKED_STACKS
 
 ROOT = Path(__file__).resolve().parents[1]
-H200_DIR = ROOT / "benchmarks" / "data" / "h200"
 # PERF4SIGHT_TX2 points elsewhere (a missing path runs the suite as a clean clone would).
 TX2_DIR = Path(os.environ.get("PERF4SIGHT_TX2", ROOT.parent / "shared" / "datasets" / "tx2"))
 TX2_SKIP = "TX2 dataset not found at"
@@ -79,9 +79,8 @@ def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter, config: p
 
 @pytest.fixture(scope="session")
 def h200_dir() -> Path:
-    """The H200 measurements in the repository (benchmarks/data/h200): specs of eight networks
-    at levels 0, 30, 60 and 90 and their memory and latency logs."""
-    return H200_DIR
+    """The H200 measurements in the repository (repository_data.H200)."""
+    return H200
 
 
 @pytest.fixture(scope="session")
