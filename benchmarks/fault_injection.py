@@ -1,14 +1,14 @@
 """Fault injection: hostile and broken inputs fed to the `perf4sight` command, each case
 classified by what the user sees.
 
-    .venv/bin/python benchmarks/fault_injection.py [--tx2 ../shared/datasets/tx2] [--only config,spec] [--list]
+    .venv/bin/python benchmarks/fault_injection.py [--only config,spec] [--list]
 
 Categories: config files (every key of every section given values that are wrong, out of
 range, hostile or huge, and broken files), command-line options, profiling-log rows,
 tampered stored models, impossible architecture specs, temporary files left by a killed
-writer, and `prune` killed part-way (then run again). Stored models, specs and logs start from the TX2 measurements (skipped when
-absent). Each case runs in this process through `perf4sight.cli.main` (kills: in a child
-process), and is counted as
+writer, and `prune` killed part-way (then run again). Stored models, specs and logs start from the
+H200 measurements in the repository (squeezenet at levels 0, 60 and 90). Each case runs in this
+process through `perf4sight.cli.main` (kills: in a child process), and is counted as
 
 - one line: exit code 2 and one line on stderr (at most 4096 characters), as asked;
 - right: a case with a right answer (a config with a byte order mark is read, a repeated
@@ -46,7 +46,9 @@ from typing import Any
 from perf4sight.device.definitions import LATENCY, MEMORY
 
 ROOT = Path(__file__).resolve().parents[1]
-TX2 = ROOT.parent / "shared" / "datasets" / "tx2"
+DATA = ROOT / "benchmarks" / "data" / "h200"
+LEVELS = (0, 60, 90)  # the squeezenet levels fitted; a log or spec case changes the middle one's
+CHANGED = LEVELS[1]
 OUTCOMES = ("one line", "right", "traceback", "silent", "lost", "executed", "other")
 MAX_LINE = 4096
 DEEP = "[" * 100_000 + "]" * 100_000
@@ -59,10 +61,10 @@ LATENCY_MODEL = f"training_{LATENCY.name}"
 @dataclass
 class Fixtures:
     """What the cases share: a scratch root, the marker a hostile payload would create,
-    the TX2 folder (None when absent) and fitted models made from it once."""
+    the measurements the cases start from and fitted models made from them once."""
 
     root: Path
-    tx2: Path | None
+    data: Path = DATA
     _models: Path | None = None
 
     @property
@@ -70,7 +72,7 @@ class Fixtures:
         return self.root / "EXECUTED"
 
     def models(self) -> Path:
-        """A folder of fitted memory and latency models ('physical', squeezenet at 0, 50, 90 %)."""
+        """A folder of fitted memory and latency models ('physical', squeezenet at LEVELS)."""
         if self._models is None:
             folder = self.root / "_fitted"
             config = self.root / "_fit.ini"
@@ -91,7 +93,6 @@ class Case:
     name: str
     setup: Callable[[Path, Fixtures], list[str]]
     check: Callable[[Path, str, str], bool] | None = None  # None: an error is expected
-    needs_tx2: bool = False
     slow: bool = False
 
     @property
@@ -166,10 +167,10 @@ def _profile_base(scratch: Path, fixtures: Fixtures) -> dict[str, str]:
 
 
 def _fingerprint_base(fixtures: Fixtures, storedir: Path) -> dict[str, str]:
-    tx2 = fixtures.tx2 or fixtures.root / "no-tx2"
-    return {"train_nets": "['squeezenet']", "train_logs": "[0, 50, 90]", "pruned_models_storedir": str(tx2 / "models"),
-            "model_storedir": str(storedir), "memory_logs": f"['{tx2 / 'memory'}']",
-            "latency_logs": f"['{tx2 / 'latency'}']", "method": "physical"}
+    data = fixtures.data
+    return {"train_nets": "['squeezenet']", "train_logs": str(list(LEVELS)), "pruned_models_storedir": str(data / "models"),
+            "model_storedir": str(storedir), "memory_logs": f"['{data / 'memory'}']",
+            "latency_logs": f"['{data / 'latency'}']", "method": "physical"}
 
 
 _BASES: dict[str, Callable[[Path, Fixtures], dict[str, str]]] = {
@@ -246,7 +247,7 @@ def _config_case(section: str, key: str, value: str) -> Case:
         return ["run", "--config", str(path)]
 
     shown = value if len(value) <= 40 else f"{value[:20]}... ({len(value)} characters)"
-    return Case("config", f"[{section}] {key[:20]} = {shown}", setup, needs_tx2=section == "fingerprint")
+    return Case("config", f"[{section}] {key[:20]} = {shown}", setup)
 
 
 def _file_case(name: str, content: bytes | None, check: Callable[[Path, str, str], bool] | None = None) -> Case:
@@ -302,7 +303,7 @@ def _cli_case(name: str, argv: list[str], needs_models: bool = False) -> Case:
         models = str(fixtures.models()) if needs_models else str(scratch / "no-models")
         return [a.replace("{models}", models).replace("{scratch}", str(scratch)) for a in argv]
 
-    return Case("cli", name, setup, needs_tx2=needs_models)
+    return Case("cli", name, setup)
 
 
 def _predict(*extra: str) -> list[str]:
@@ -341,21 +342,20 @@ CLI_CASES = [
 # ---------------------------------------------------------------- profiling-log rows
 
 def _log_case(name: str, change: Callable[[Path], None], check: Callable[[Path, str, str], bool] | None = None) -> Case:
-    """The TX2 squeezenet memory logs copied, one changed by `change(path of level 50)`, fitted."""
+    """The squeezenet memory logs copied, one changed by `change(path of level CHANGED)`, fitted."""
     def setup(scratch: Path, fixtures: Fixtures) -> list[str]:
-        assert fixtures.tx2 is not None
         logs = scratch / "memory"
         logs.mkdir()
-        for level in (0, 50, 90):
-            shutil.copy(fixtures.tx2 / "memory" / f"squeezenet_{level}-gt.csv", logs)
-        change(logs / "squeezenet_50-gt.csv")
+        for level in LEVELS:
+            shutil.copy(fixtures.data / "memory" / f"squeezenet_{level}-gt.csv", logs)
+        change(logs / f"squeezenet_{CHANGED}-gt.csv")
         values = _fingerprint_base(fixtures, scratch / "fitted")
         values.update(memory_logs=f"['{logs}']", latency_model="False", overwrite="True")
         path = scratch / "config.ini"
         path.write_text(_section("fingerprint", values))
         return ["fingerprint", "--config", str(path)]
 
-    return Case("log", name, setup, check, needs_tx2=True)
+    return Case("log", name, setup, check)
 
 
 def _edit_field(column: str, value: str, line: int = 1) -> Callable[[Path], None]:
@@ -422,7 +422,7 @@ def _stored_case(name: str, change: Callable[[Path], None]) -> Case:
         change(models / f"{MEMORY_MODEL}.skops")
         return ["predict", "--models", str(models), "--net", "squeezenet1_0", "--bs", "8"]
 
-    return Case("stored model", name, setup, needs_tx2=True)
+    return Case("stored model", name, setup)
 
 
 def _sha(path: Path) -> None:
@@ -551,13 +551,12 @@ STORED_CASES = [
 # ---------------------------------------------------------------- architecture specs
 
 def _spec_case(name: str, change: Callable[[dict], Any], command: str = "predict") -> Case:
-    """TX2's squeezenet_50 spec changed by `change` (it may return a replacement), then
-    predicted (or pruned)."""
+    """The squeezenet spec at level CHANGED changed by `change` (it may return a replacement),
+    then predicted (or pruned)."""
     def setup(scratch: Path, fixtures: Fixtures) -> list[str]:
-        assert fixtures.tx2 is not None
-        spec = json.loads((fixtures.tx2 / "models" / "squeezenet_50.json").read_text())
+        spec = json.loads((fixtures.data / "models" / f"squeezenet_{CHANGED}.json").read_text())
         result = change(spec)
-        path = scratch / "squeezenet_50.json"
+        path = scratch / f"squeezenet_{CHANGED}.json"
         if isinstance(result, bytes):
             path.write_bytes(result)
         elif result == "folder":
@@ -568,7 +567,7 @@ def _spec_case(name: str, change: Callable[[dict], Any], command: str = "predict
             return ["prune", "--net", str(path), "--levels", "10", "--out", str(scratch / "pruned")]
         return ["predict", "--models", str(fixtures.models()), "--net", str(path), "--bs", "8"]
 
-    return Case("spec", f"{name} ({command})", setup, needs_tx2=True)
+    return Case("spec", f"{name} ({command})", setup)
 
 
 def _layer(spec: dict, name: str) -> dict:
@@ -747,7 +746,6 @@ def catalogue() -> list[Case]:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--tx2", type=Path, default=TX2, help="TX2 dataset folder (cases needing it are skipped without)")
     parser.add_argument("--only", default="",
                         help="comma-separated categories: config, cli, log, stored model, spec, leftover, kill")
     parser.add_argument("--list", action="store_true", help="print every case's outcome")
@@ -756,15 +754,12 @@ def main() -> None:
     sys.path.insert(0, str(ROOT / "src"))
     import tempfile
 
-    tx2 = args.tx2 if (args.tx2 / "models").is_dir() else None
     only = {c.strip() for c in args.only.split(",") if c.strip()}
     cases = [c for c in catalogue() if not only or c.category in only]
-    skipped = [c for c in cases if c.needs_tx2 and tx2 is None]
-    cases = [c for c in cases if c not in skipped]
     with tempfile.TemporaryDirectory() as temporary:
         root = args.keep or Path(temporary)
         root.mkdir(parents=True, exist_ok=True)
-        fixtures = Fixtures(root=root, tx2=tx2)
+        fixtures = Fixtures(root=root)
         results = []
         for k, case in enumerate(cases):
             results.append(classify(case, root / f"case{k:03d}", fixtures))
@@ -778,8 +773,6 @@ def main() -> None:
     print(f"\n{'category':14} {'tried':>5} " + " ".join(f"{o:>9}" for o in OUTCOMES))
     for category, counts in [*table.items(), ("total", total)]:
         print(f"{category:14} {sum(counts.values()):5d} " + " ".join(f"{counts[o]:9d}" for o in OUTCOMES))
-    if skipped:
-        print(f"\n{len(skipped)} cases skipped: no TX2 dataset at {args.tx2}")
     bad = [r for r in results if r.outcome not in ("one line", "right")]
     for r in bad:
         print(f"  {r.outcome}: {r.case.id}: {r.detail}")

@@ -1,22 +1,35 @@
-"""Shared fixtures: the TX2 dataset beside the project (skipped when absent), an editor of a
-stored model's metadata, the console's messages back on after a test that ran the CLI
-with --quiet, and the old Python + PyTorch stacks a Jetson runs (old_stacks.py)."""
+"""Shared fixtures: the H200 measurements in the repository, the TX2 dataset beside the project
+(its tests marked `tx2`, skipped when it is absent), an editor of a stored model's metadata, the
+console's messages back on after a test that ran the CLI with --quiet, and the old Python +
+PyTorch stacks a Jetson runs (old_stacks.py). A skip for any other reason fails the run: every
+behaviour is tested on data in the repository."""
 
 from __future__ import annotations
 
 import functools
 import json
+import os
+import re
 from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
 from old_stacks import OldStack, StackUnavailable, provide_stack, stack_name
+from repository_data import H200
 
 from perf4sight import console
 from perf4sight.networks import CHECKED_STACKS
 
-TX2_DIR = Path(__file__).resolve().parents[1].parent / "shared" / "datasets" / "tx2"
+ROOT = Path(__file__).resolve().parents[1]
+# PERF4SIGHT_TX2 points elsewhere (a missing path runs the suite as a clean clone would).
+TX2_DIR = Path(os.environ.get("PERF4SIGHT_TX2", ROOT.parent / "shared" / "datasets" / "tx2"))
+TX2_SKIP = "TX2 dataset not found at"
+_UNEXPECTED = pytest.StashKey[list]()
+# The skips a run may have: no CUDA GPU (or one present, for the check of its absence), an old
+# Python stack not provided (old_stacks.py says how), and the TX2 data for the `tx2` tests.
+ALLOWED_SKIPS = re.compile(
+    r"needs a CUDA GPU|CUDA is available here|no Python \d\.\d+ found|is not a Python \d\.\d+ interpreter")
 
 
 @pytest.fixture(autouse=True)
@@ -27,11 +40,55 @@ def _console_not_quiet() -> Iterator[None]:
     console.reset()
 
 
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """A test that reads the TX2 folder is in the optional `tx2` group."""
+    for item in items:
+        if "tx2_dir" in getattr(item, "fixturenames", ()):
+            item.add_marker(pytest.mark.tx2)
+
+
+def _unexpected_skips(reports: list[pytest.TestReport]) -> list[str]:
+    """'test: reason' of each skip that is not one of ALLOWED_SKIPS (nor a `tx2` test's)."""
+    found = []
+    for report in reports:
+        reason = str(report.longrepr[2]) if isinstance(report.longrepr, tuple) else str(report.longrepr)
+        if ALLOWED_SKIPS.search(reason) or ("tx2" in report.keywords and TX2_SKIP in reason):
+            continue
+        found.append(f"{report.nodeid}: {reason}")
+    return found
+
+
+def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
+    """An unexpected skip fails the run: a test that quietly stopped running would otherwise
+    read as a pass. (Runs before the terminal's summary, which lists them.)"""
+    reporter = session.config.pluginmanager.get_plugin("terminalreporter")
+    if reporter is None or hasattr(session.config, "workerinput"):
+        return  # an xdist worker: the controller sees every report
+    session.config.stash[_UNEXPECTED] = _unexpected_skips(reporter.stats.get("skipped", []))
+    if session.config.stash[_UNEXPECTED] and session.exitstatus == pytest.ExitCode.OK:
+        session.exitstatus = pytest.ExitCode.TESTS_FAILED
+
+
+def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter, config: pytest.Config) -> None:
+    unexpected = config.stash.get(_UNEXPECTED, [])
+    if unexpected:
+        terminalreporter.write_sep("=", f"{len(unexpected)} unexpected skips (see tests/conftest.py)", red=True, bold=True)
+        for line in unexpected:
+            terminalreporter.write_line(line)
+
+
+@pytest.fixture(scope="session")
+def h200_dir() -> Path:
+    """The H200 measurements in the repository (repository_data.H200)."""
+    return H200
+
+
 @pytest.fixture(scope="session")
 def tx2_dir() -> Path:
-    """`../shared/datasets/tx2` relative to the project root; skips the test when absent."""
+    """`../shared/datasets/tx2` relative to the project root (or $PERF4SIGHT_TX2); skips the
+    test when absent."""
     if not (TX2_DIR / "models").is_dir():
-        pytest.skip(f"TX2 dataset not found at {TX2_DIR}")
+        pytest.skip(f"{TX2_SKIP} {TX2_DIR}")
     return TX2_DIR
 
 

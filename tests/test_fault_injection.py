@@ -23,8 +23,7 @@ CASES = fault_injection.catalogue()
 @pytest.fixture(scope="module")
 def fixtures(tmp_path_factory, request):
     """Shared by the module's cases: the fitted models are made once, when a case needs them."""
-    tx2 = Path(__file__).resolve().parents[1].parent / "shared" / "datasets" / "tx2"
-    return fault_injection.Fixtures(root=tmp_path_factory.mktemp("faults"), tx2=tx2 if (tx2 / "models").is_dir() else None)
+    return fault_injection.Fixtures(root=tmp_path_factory.mktemp("faults"))
 
 
 def _param(case):
@@ -34,8 +33,6 @@ def _param(case):
 
 @pytest.mark.parametrize("case", [_param(case) for case in CASES])
 def test_a_fault_is_one_line_or_the_right_result(case, fixtures, tmp_path):
-    if case.needs_tx2 and fixtures.tx2 is None:
-        pytest.skip("TX2 dataset not found")
     result = fault_injection.classify(case, tmp_path / "case", fixtures)
     assert result.outcome in ("one line", "right"), f"{result.outcome}: {result.detail}"
 

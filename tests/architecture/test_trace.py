@@ -101,10 +101,9 @@ def _shapes(spec: dict) -> dict[str, LayerShape]:
     }
 
 
-@pytest.mark.slow
-def test_propagation_equals_a_rebuild_for_every_tx2_spec(tx2_dir: Path) -> None:
+def _each_propagated_as_rebuilt(paths: list[Path]) -> None:
     templates: dict[str, object] = {}
-    for path in sorted((tx2_dir / "models").glob("*.json")):
+    for path in paths:
         spec = read_spec(path)
         template = templates.setdefault(spec["torchvision"] or spec["model_desc"], _template(spec))
         propagated = with_layer_shapes(template, _shapes(spec), name=spec["name"])
@@ -113,8 +112,18 @@ def test_propagation_equals_a_rebuild_for_every_tx2_spec(tx2_dir: Path) -> None:
         assert propagated.params == spec["params"]
 
 
-def test_shapes_that_do_not_fit_name_the_layer(tx2_dir: Path) -> None:
-    spec = read_spec(tx2_dir / "models" / "resnet18_50.json")
+@pytest.mark.slow
+def test_propagation_equals_a_rebuild_for_a_pruned_spec_of_each_h200_network(h200_dir: Path) -> None:
+    _each_propagated_as_rebuilt(sorted((h200_dir / "models").glob("*_60.json")))
+
+
+@pytest.mark.slow
+def test_propagation_equals_a_rebuild_for_every_tx2_spec(tx2_dir: Path) -> None:
+    _each_propagated_as_rebuilt(sorted((tx2_dir / "models").glob("*.json")))
+
+
+def test_shapes_that_do_not_fit_name_the_layer(h200_dir: Path) -> None:
+    spec = read_spec(h200_dir / "models" / "resnet18_60.json")
     shapes = _shapes(spec)
     first = shapes["layer1.0.conv1"]
     shapes["layer1.0.conv1"] = LayerShape((first.inputs[0] + 1, *first.inputs[1:]), first.output)

@@ -148,14 +148,14 @@ def test_bad_input_is_refused(tiny_arch):
             network_features(tiny_arch, sizes, "training")
 
 
-def test_a_spec_layer_table_is_not_enough(tx2_dir):
-    spec = read_spec(tx2_dir / "models" / "squeezenet_90.json")
+def test_a_spec_layer_table_is_not_enough(h200_dir):
+    spec = read_spec(h200_dir / "models" / "squeezenet_90.json")
     with pytest.raises(NetworkError, match="every layer"):
         network_features(architecture_from_spec(spec), [1], "training")
 
 
-def test_tx2_spec_rebuilt_and_traced(tx2_dir):
-    spec = read_spec(tx2_dir / "models" / "resnet18_90.json")
+def test_a_spec_rebuilt_and_traced(h200_dir):
+    spec = read_spec(h200_dir / "models" / "resnet18_90.json")
     arch = trace_architecture(build_from_spec(spec, device="meta"), spec["input_size"], name=spec["name"])
     table = network_features(arch, [2, 32], "training")
     assert (table["param_bytes"] == 4 * spec["params"]).all()

@@ -81,8 +81,8 @@ def test_only_conv_layers_count(small_arch):
     pd.testing.assert_frame_equal(paper_features(conv_only, [2, 8]), paper_features(small_arch, [2, 8]))
 
 
-def test_features_rise_with_batch_size(tx2_dir):
-    arch = architecture_from_spec(read_spec(tx2_dir / "models" / "resnet18_50.json"))
+def test_features_rise_with_batch_size(h200_dir):
+    arch = architecture_from_spec(read_spec(h200_dir / "models" / "resnet18_60.json"))
     sizes = list(range(2, 52, 2))
     table = paper_features(arch, sizes, "training")
     assert table["batch_size"].tolist() == sizes
@@ -98,9 +98,9 @@ def test_features_rise_with_batch_size(tx2_dir):
     pd.testing.assert_frame_equal(single, table[table["batch_size"].isin([2, 24])].reset_index(drop=True))
 
 
-@pytest.mark.parametrize("name", ["resnet18_50", "googlenet_30", "squeezenet_70"])
-def test_spec_and_traced_module_give_the_same_features(tx2_dir, name):
-    spec = read_spec(tx2_dir / "models" / f"{name}.json")
+@pytest.mark.parametrize("name", ["resnet18_60", "googlenet_30", "squeezenet_90"])
+def test_spec_and_traced_module_give_the_same_features(h200_dir, name):
+    spec = read_spec(h200_dir / "models" / f"{name}.json")
     from_spec = architecture_from_spec(spec)
     traced = trace_architecture(build_from_spec(spec, device="meta"), spec["input_size"], name=name)
     assert len(traced.convs) == len(from_spec.convs)

@@ -224,21 +224,22 @@ def test_saved_bytes_match_autograd_under_each_recipe(network):
         assert sum(storages.values()) == expected - fixed, recipe
 
 
-TX2_SPEC = Path(__file__).resolve().parents[3] / "shared" / "datasets" / "tx2" / "models" / "resnet18_45.json"
+@pytest.fixture
+def pruned_spec(h200_dir: Path) -> Path:
+    return h200_dir / "models" / "resnet18_60.json"
 
 
-@pytest.mark.skipif(not TX2_SPEC.is_file(), reason="the TX2 data set is not there")
-def test_spec_variants_follow_the_recipe():
+def test_spec_variants_follow_the_recipe(pruned_spec):
     """A pruned spec propagated from its base's trace under a recipe has the features of its
     own rebuilt module traced under that recipe."""
     recipe = Recipe(optimizer="adam", trainable="layer4", precision="amp-bf16", checkpoint_segments=4)
-    propagated = load_architecture(str(TX2_SPEC), recipe=recipe)
-    spec = read_spec(str(TX2_SPEC))
+    propagated = load_architecture(str(pruned_spec), recipe=recipe)
+    spec = read_spec(str(pruned_spec))
     traced = trace_architecture(build_from_spec(spec, device="meta"), spec["input_size"], recipe=recipe)
     assert propagated.recipe == recipe and propagated.trainable_params == traced.trainable_params
     for stage in ("training", "inference"):
         assert network_features(propagated, BATCHES, stage).equals(network_features(traced, BATCHES, stage))
-    assert family_key(propagated) != family_key(load_architecture(str(TX2_SPEC)))
+    assert family_key(propagated) != family_key(load_architecture(str(pruned_spec)))
 
 
 def test_recipe_extrapolation_names_half_precision_rates():
@@ -263,18 +264,17 @@ def test_a_recipe_the_network_cannot_take_is_one_line(recipe, words):
 
 
 @pytest.mark.slow
-@pytest.mark.skipif(not TX2_SPEC.is_file(), reason="the TX2 data set is not there")
 @pytest.mark.parametrize("recipe", [Recipe(optimizer="adam", trainable="layer4"),
                                     Recipe(optimizer="sgd-plain", trainable="classifier")])
-def test_a_specs_lifetimes_under_a_recipe_are_its_bases_scaled(recipe):
+def test_a_specs_lifetimes_under_a_recipe_are_its_bases_scaled(recipe, pruned_spec):
     """The replay's timeline of a pruned spec, scaled from its base's recording under the
     recipe, equals a fresh recording of the rebuilt spec under it (`iteration(..., recipe=)`)."""
-    arch = load_architecture(str(TX2_SPEC), needs=Detail.LIFETIMES, recipe=recipe)
-    spec = read_spec(str(TX2_SPEC))
+    arch = load_architecture(str(pruned_spec), needs=Detail.LIFETIMES, recipe=recipe)
+    spec = read_spec(str(pruned_spec))
     fresh = record_timeline(functools.partial(build_from_spec, spec, device="meta"), arch.input_size,
                             arch.num_classes, "training", arch)
     assert arch.lifetimes["training"].same_events(fresh)
-    plain = load_architecture(str(TX2_SPEC), needs=Detail.LIFETIMES)
+    plain = load_architecture(str(pruned_spec), needs=Detail.LIFETIMES)
     assert not plain.lifetimes["training"].same_events(fresh)
 
 

@@ -255,14 +255,23 @@ def test_a_timeline_that_cannot_be_scaled_is_not_scaled():
     assert lifetimes.resized(unscaled, arch, arch) is None
 
 
-@pytest.mark.slow
-@pytest.mark.parametrize("stage", ["training", "inference"])
-def test_every_tx2_spec_is_its_bases_recording_scaled(tx2_dir, stage):
-    specs = sorted((tx2_dir / "models").glob("*.json"))
+def _each_scaled_as_recorded(specs: list[Path], stage: str) -> None:
     assert len({read_spec(path)["net"] for path in specs}) >= 3
     for path in specs:
         scaled, recorded = _scaled_and_recorded(path, stage)
         assert scaled.same_events(recorded), path.name
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("stage", ["training", "inference"])
+def test_a_pruned_spec_of_each_h200_network_is_its_bases_recording_scaled(h200_dir, stage):
+    _each_scaled_as_recorded(sorted((h200_dir / "models").glob("*_60.json")), stage)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("stage", ["training", "inference"])
+def test_every_tx2_spec_is_its_bases_recording_scaled(tx2_dir, stage):
+    _each_scaled_as_recorded(sorted((tx2_dir / "models").glob("*.json")), stage)
 
 
 @pytest.mark.slow

@@ -4,11 +4,10 @@ measurements (skipped when they are absent)."""
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import numpy as np
 import pandas as pd
 import pytest
+from repository_data import H200
 
 from perf4sight import console
 from perf4sight.architecture import Detail, family_key
@@ -26,7 +25,6 @@ from perf4sight.fit import (
 )
 from perf4sight.networks import load_architecture
 
-H200 = Path(__file__).resolve().parents[2] / "benchmarks" / "data" / "h200"
 H200_TRAIN = ("resnet18", "googlenet", "squeezenet")  # fingerprinted at levels 0, 30, 90
 H200_LEVELS = (0, 30, 60, 90)
 PROFILED = (0, 30, 50, 70, 90)

@@ -5,10 +5,10 @@ still forces. Also the latency model's per-kind rates, tied where no training ne
 from __future__ import annotations
 
 from dataclasses import replace
-from pathlib import Path
 
 import numpy as np
 import pytest
+from repository_data import H200
 
 from perf4sight.config import FingerprintSettings
 from perf4sight.device.definitions import LATENCY, MEMORY
@@ -28,7 +28,6 @@ from perf4sight.features import queries
 from perf4sight.features.network import NETWORK_TERMS
 from perf4sight.predict import Predictor
 
-H200 = Path(__file__).resolve().parents[2] / "benchmarks" / "data" / "h200"
 TRAIN = ["resnet18", "mobilenetv2", "squeezenet"]  # mobilenetv2 alone has depthwise layers
 LEVELS = [0, 30, 60, 90]
 

@@ -24,30 +24,30 @@ def test_architecture_name_is_the_file_stem(model, name):
     assert architecture_name(model) == name
 
 
-def test_complete_catalog_traces_what_a_spec_describes(tx2_dir):
-    catalog = ArchitectureCatalog(tx2_dir / "models")
-    partial, full = catalog.get("squeezenet_50", needs=Detail.LAYER_TABLE), catalog.get("squeezenet_50")
+def test_complete_catalog_traces_what_a_spec_describes(h200_dir):
+    catalog = ArchitectureCatalog(h200_dir / "models")
+    partial, full = catalog.get("squeezenet_60", needs=Detail.LAYER_TABLE), catalog.get("squeezenet_60")
     assert not partial.complete and full.complete and not full.lifetimes
     assert {"relu", "max_pool2d", "cat"} <= {layer.kind for layer in full.layers}
     pd.testing.assert_frame_equal(paper_features(partial, [4, 32]), paper_features(full, [4, 32]))
-    assert catalog.get("squeezenet_50") is full  # loaded once
-    assert catalog.get("squeezenet_50", needs=Detail.LAYER_TABLE) is partial
+    assert catalog.get("squeezenet_60") is full  # loaded once
+    assert catalog.get("squeezenet_60", needs=Detail.LAYER_TABLE) is partial
     assert catalog.get("squeezenet_5") is None
 
 
-def test_rows_get_the_features_of_their_architecture_and_batch_size(tx2_dir):
-    logs = read_logs(["googlenet", "resnet18"], [20, 70], [tx2_dir / "memory"], [MEMORY])
-    catalog = ArchitectureCatalog(tx2_dir / "models")
+def test_rows_get_the_features_of_their_architecture_and_batch_size(h200_dir):
+    logs = read_logs(["googlenet", "resnet18"], [30, 60], [h200_dir / "memory"], [MEMORY])
+    catalog = ArchitectureCatalog(h200_dir / "models")
     dataset = build_dataset(logs, target="mem_used_mib", feature_set="paper", stage="training", catalog=catalog)
-    passed = logs[logs["passed"]]
-    assert len(dataset) == len(dataset.features) == len(passed)
-    assert set(dataset.rows["model"]) == {"googlenet_20", "googlenet_70", "resnet18_20", "resnet18_70"}
+    passed = logs[logs["passed"] & (logs["stage"] == "training")]  # the H200 logs hold inference runs too
+    assert len(passed) < len(logs) and len(dataset) == len(dataset.features) == len(passed)
+    assert set(dataset.rows["model"]) == {"googlenet_30", "googlenet_60", "resnet18_30", "resnet18_60"}
     assert (dataset.features["batch_size"].to_numpy() == dataset.rows["batch_size"].to_numpy()).all()
     np.testing.assert_array_equal(np.sort(dataset.target), np.sort(passed["mem_used_mib"].to_numpy()))
-    row = dataset.rows.index[(dataset.rows["model"] == "resnet18_70") & (dataset.rows["batch_size"] == 32)][0]
-    expected = paper_features(catalog.get("resnet18_70", needs=Detail.LAYER_TABLE), [32]).iloc[0]
+    row = dataset.rows.index[(dataset.rows["model"] == "resnet18_60") & (dataset.rows["batch_size"] == 32)][0]
+    expected = paper_features(catalog.get("resnet18_60", needs=Detail.LAYER_TABLE), [32]).iloc[0]
     pd.testing.assert_series_equal(dataset.features.iloc[row], expected, check_names=False)
-    assert dataset.rows.loc[row, "params"] == catalog.get("resnet18_70", needs=Detail.LAYER_TABLE).params
+    assert dataset.rows.loc[row, "params"] == catalog.get("resnet18_60", needs=Detail.LAYER_TABLE).params
     subset = dataset.select(dataset.rows["net"] == "googlenet")
     assert set(subset.rows["net"]) == {"googlenet"} and len(subset) == len(subset.features)
 

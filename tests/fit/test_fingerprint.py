@@ -1,4 +1,5 @@
-"""fingerprint_device end to end on a slice of the TX2 data, and its handling of missing pieces."""
+"""fingerprint_device end to end on a slice of the H200 data in the repository (and the TX2's,
+whose PyTorch saved less), and its handling of missing pieces."""
 
 from __future__ import annotations
 
@@ -27,24 +28,24 @@ from perf4sight.fit import (
 from perf4sight.fit.methods import CANDIDATE_METHODS, METHODS, candidate_methods
 
 
-def _settings(tx2_dir: Path, tmp_path: Path, **changes) -> FingerprintSettings:
+def _settings(h200_dir: Path, tmp_path: Path, **changes) -> FingerprintSettings:
     settings = FingerprintSettings(
         train_nets=["resnet18"],
-        train_logs=[0, 50, 90],
+        train_logs=[0, 60, 90],
         eval_logs=[30],
-        memory_logs=[tx2_dir / "memory"],
-        latency_logs=[tx2_dir / "latency"],
-        pruned_models_storedir=tx2_dir / "models",
+        memory_logs=[h200_dir / "memory"],
+        latency_logs=[h200_dir / "latency"],
+        pruned_models_storedir=h200_dir / "models",
         model_storedir=tmp_path / "models",
-        report=tmp_path / "report" / "tx2.json",
+        report=tmp_path / "report" / "h200.json",
     )
     return replace(settings, **changes)
 
 
 @pytest.fixture(scope="module")
-def trained(tx2_dir, tmp_path_factory):
+def trained(h200_dir, tmp_path_factory):
     tmp_path = tmp_path_factory.mktemp("fingerprint")
-    settings = _settings(tx2_dir, tmp_path)
+    settings = _settings(h200_dir, tmp_path)
     return settings, fingerprint_device(settings)
 
 
@@ -56,7 +57,7 @@ def test_report_structure_and_accuracy(trained):
         bound = {"bound_under_pct"} if target == "mem_used_mib" else set()  # the memory model stores a bound
         assert set(entry) == {"mape_pct", "n", "under_pct", "per_net", "method", "method_choice", "torch_version",
                               *bound}
-        assert entry["torch_version"] is None  # resnet18 alone: nothing a PyTorch version saves differently
+        assert entry["torch_version"] == "2.11.0+cu130"  # recorded beside the logs
         # `method = default`: chosen among the candidates by each level of resnet18 left out
         choice = entry["method_choice"]
         assert entry["method"] == choice["chosen"] in CANDIDATE_METHODS and choice["left_out"] == "architecture"
@@ -67,7 +68,7 @@ def test_report_structure_and_accuracy(trained):
                                             and "one standard error" in choice["reason"])
         assert set(entry["per_net"]["resnet18"]) == {"mape_pct", "n", "under_pct", *bound}
         assert set(entry["per_net"]) == {"resnet18"}
-        assert entry["per_net"]["resnet18"]["n"] == entry["n"] >= 10
+        assert entry["per_net"]["resnet18"]["n"] == entry["n"] == 4  # resnet18_30 at batch sizes 8 to 128
         # resnet18_30 lies between trained levels: well inside the noise of a bad model
         assert 0 < entry["mape_pct"] < 20
     assert json.loads(settings.report.read_text()) == report
@@ -75,7 +76,7 @@ def test_report_structure_and_accuracy(trained):
 
 def test_report_files_beside_the_json(trained):
     settings, report = trained
-    predictions = pd.read_csv(settings.report.with_name("tx2_predictions.csv"))
+    predictions = pd.read_csv(settings.report.with_name("h200_predictions.csv"))
     assert list(predictions.columns) == ["target", "net", "model", "batch_size", "measured", "predicted"]
     assert set(predictions["model"]) == {"resnet18_30"}
     assert len(predictions) == report["mem_used_mib"]["n"] + report["latency_ms"]["n"]
@@ -90,14 +91,14 @@ def test_report_files_beside_the_json(trained):
                       "training_mem_used_mib.json", "training_mem_used_mib.skops"]
 
 
-def test_stored_models_are_kept_unless_overwrite(trained, tx2_dir):
+def test_stored_models_are_kept_unless_overwrite(trained, h200_dir):
     settings, report = trained
     path = settings.model_storedir / "training_mem_used_mib.skops"
     before = path.stat().st_mtime_ns
     again = fingerprint_device(replace(settings, report=None))
     assert path.stat().st_mtime_ns == before
     assert again == report
-    evaluated = fingerprint_device(replace(settings, report=None, evaluate=True, eval_logs=[10, 20],
+    evaluated = fingerprint_device(replace(settings, report=None, evaluate=True, eval_logs=[30, 60],
                                            latency_model=False))
     assert set(evaluated) == {"mem_used_mib"} and evaluated["mem_used_mib"]["n"] > report["mem_used_mib"]["n"]
     assert path.stat().st_mtime_ns == before
@@ -112,8 +113,8 @@ def _features_computed_otherwise(meta: dict) -> None:
 
 
 @pytest.mark.parametrize("edit", [_older_format, _features_computed_otherwise])
-def test_a_stored_model_that_cannot_be_used_is_refitted(tx2_dir, tmp_path, edit_metadata, capsys, edit):
-    settings = _settings(tx2_dir, tmp_path, report=None, latency_model=False)
+def test_a_stored_model_that_cannot_be_used_is_refitted(h200_dir, tmp_path, edit_metadata, capsys, edit):
+    settings = _settings(h200_dir, tmp_path, report=None, latency_model=False)
     fingerprint_device(settings)
     path = settings.model_storedir / "training_mem_used_mib.skops"
     fitted = json.loads(path.with_suffix(".json").read_text())
@@ -126,23 +127,23 @@ def test_a_stored_model_that_cannot_be_used_is_refitted(tx2_dir, tmp_path, edit_
     assert refitted["format"] == fitted["format"] and refitted["feature_probe"] == fitted["feature_probe"]
 
 
-def test_evaluate_without_stored_models_says_where_it_looked(tx2_dir, tmp_path):
+def test_evaluate_without_stored_models_says_where_it_looked(h200_dir, tmp_path):
     with pytest.raises(DataNotFoundError, match="training_mem_used_mib.skops"):
-        fingerprint_device(_settings(tx2_dir, tmp_path, evaluate=True))
+        fingerprint_device(_settings(h200_dir, tmp_path, evaluate=True))
 
 
-def test_missing_architectures_are_counted_once_and_none_left_is_an_error(tx2_dir, tmp_path, capsys):
+def test_missing_architectures_are_counted_once_and_none_left_is_an_error(h200_dir, tmp_path, capsys):
     models = tmp_path / "models_subset"
     models.mkdir()
-    shutil.copy(tx2_dir / "models" / "resnet18_0.json", models)
-    logs = read_logs(["resnet18"], [0, 50], [tx2_dir / "latency"], [LATENCY])
+    shutil.copy(h200_dir / "models" / "resnet18_0.json", models)
+    logs = read_logs(["resnet18"], [0, 30], [h200_dir / "latency"], [LATENCY])
     catalog = ArchitectureCatalog(models)
     dataset = build_dataset(logs, target="latency_ms", feature_set="paper", stage="training", catalog=catalog)
-    passed = logs[logs["passed"]]
-    skipped = int((passed["model"].str.endswith("resnet18_50.py")).sum())
-    assert set(dataset.rows["model"]) == {"resnet18_0"} and len(dataset) == len(passed) - skipped
+    passed = logs[logs["passed"] & (logs["stage"] == "training")]
+    skipped = int((passed["model"].str.endswith("resnet18_30.json")).sum())
+    assert skipped > 0 and set(dataset.rows["model"]) == {"resnet18_0"} and len(dataset) == len(passed) - skipped
     warning = capsys.readouterr().err
-    assert warning.count("warning") == 1 and f"skipped {skipped} log rows" in warning and "resnet18_50" in warning
+    assert warning.count("warning") == 1 and f"skipped {skipped} log rows" in warning and "resnet18_30" in warning
     empty = tmp_path / "no_models"
     empty.mkdir()
     with pytest.raises(DataNotFoundError, match=f"no usable latency_ms log rows.*{empty}"):
@@ -150,21 +151,21 @@ def test_missing_architectures_are_counted_once_and_none_left_is_an_error(tx2_di
                       catalog=ArchitectureCatalog(empty))
 
 
-def test_rows_of_another_stage_do_not_train(tx2_dir):
-    logs = read_logs(["squeezenet"], [0], [tx2_dir / "latency"], [LATENCY])
-    catalog = ArchitectureCatalog(tx2_dir / "models")
+def test_rows_of_another_stage_do_not_train(h200_dir):
+    logs = read_logs(["squeezenet"], [0], [h200_dir / "latency"], [LATENCY])
+    catalog = ArchitectureCatalog(h200_dir / "models")
     with pytest.raises(DataNotFoundError, match="stage 'training'"):
         build_dataset(logs.assign(stage="inference"), target="latency_ms", feature_set="paper", stage="training",
                       catalog=catalog)
 
 
-def test_cli_fingerprint_command(tx2_dir, tmp_path, capsys):
+def test_cli_fingerprint_command(h200_dir, tmp_path, capsys):
     config = tmp_path / "fp.ini"
     config.write_text(
         "[fingerprint]\n"
-        "train_nets = ['squeezenet']\ntrain_logs = [0, 90]\neval_logs = [50]\n"
-        f"latency_logs = ['{tx2_dir / 'latency'}']\nmemory_model = False\n"
-        f"pruned_models_storedir = {tx2_dir / 'models'}\nmodel_storedir = {tmp_path / 'models'}\n"
+        "train_nets = ['squeezenet']\ntrain_logs = [0, 90]\neval_logs = [30]\n"
+        f"latency_logs = ['{h200_dir / 'latency'}']\nmemory_model = False\n"
+        f"pruned_models_storedir = {h200_dir / 'models'}\nmodel_storedir = {tmp_path / 'models'}\n"
         f"report = {tmp_path / 'report.json'}\nmethod = default\n"
     )
     assert main(["fingerprint", "--config", str(config)]) == 0
@@ -175,19 +176,19 @@ def test_cli_fingerprint_command(tx2_dir, tmp_path, capsys):
     capsys.readouterr()
     assert main(["fingerprint", "--config", str(config)]) == 2
     error = capsys.readouterr().err
-    assert "no profiling logs found" in error and str(tx2_dir / "latency" / "squeezenet_7-gt.csv") in error
+    assert "no profiling logs found" in error and str(h200_dir / "latency" / "squeezenet_7-gt.csv") in error
 
 
-def test_a_run_measured_at_zero_is_named_not_fitted(tx2_dir, tmp_path):
+def test_a_run_measured_at_zero_is_named_not_fitted(h200_dir, tmp_path):
     logs = tmp_path / "memory"
     logs.mkdir()
-    for level in (0, 50, 90):
-        shutil.copy(tx2_dir / "memory" / f"resnet18_{level}-gt.csv", logs)
-    table = pd.read_csv(logs / "resnet18_50-gt.csv", sep="|", dtype=str, keep_default_na=False)
+    for level in (0, 60, 90):
+        shutil.copy(h200_dir / "memory" / f"resnet18_{level}-gt.csv", logs)
+    table = pd.read_csv(logs / "resnet18_60-gt.csv", sep="|", dtype=str, keep_default_na=False)
     table.loc[table["passed"] == "True", "mem_used"] = "0"  # a broken reading
-    table.to_csv(logs / "resnet18_50-gt.csv", sep="|", index=False)
-    settings = _settings(tx2_dir, tmp_path, memory_logs=[logs], latency_model=False, eval_logs=[])
-    with pytest.raises(LogFormatError, match=r"memory_logs: \d+ passed runs measured mem_used_mib <= 0 \(first: resnet18_50"):
+    table.to_csv(logs / "resnet18_60-gt.csv", sep="|", index=False)
+    settings = _settings(h200_dir, tmp_path, memory_logs=[logs], latency_model=False, eval_logs=[])
+    with pytest.raises(LogFormatError, match=r"memory_logs: \d+ passed runs measured mem_used_mib <= 0 \(first: resnet18_60"):
         fingerprint_device(settings)
 
 
@@ -261,25 +262,25 @@ def test_runs_profiled_under_autocast_leave_the_replay_out_of_the_choice_and_ref
     assert report["mem_used_mib"]["method"] == "replay" and report["mem_used_mib"]["n"] == 16
 
 
-def _logs_with_records(tx2_dir: Path, tmp_path: Path, versions: list[str]) -> Path:
-    """The TX2's MobileNetV2 memory logs (levels 0, 50, 90) in a log folder as the profiler
+def _logs_with_records(h200_dir: Path, tmp_path: Path, versions: list[str]) -> Path:
+    """The H200's MobileNetV2 memory logs (levels 0, 60, 90) in a log folder as the profiler
     writes one, with an environment record naming each PyTorch version in turn."""
     logs = tmp_path / "logs"
     (logs / "memory").mkdir(parents=True)
-    for level in (0, 50, 90):
-        shutil.copy(tx2_dir / "memory" / f"mobilenetv2_{level}-gt.csv", logs / "memory")
+    for level in (0, 60, 90):
+        shutil.copy(h200_dir / "memory" / f"mobilenetv2_{level}-gt.csv", logs / "memory")
     for day, version in enumerate(versions, start=1):
         (logs / f"environment-202612{day:02d}T000000Z.json").write_text(json.dumps({"torch": version}))
     return logs
 
 
-def _memory_settings(tx2_dir: Path, tmp_path: Path, logs: Path, **changes) -> FingerprintSettings:
-    return _settings(tx2_dir, tmp_path, train_nets=["mobilenetv2"], memory_logs=[logs / "memory"], eval_logs=[],
+def _memory_settings(h200_dir: Path, tmp_path: Path, logs: Path, **changes) -> FingerprintSettings:
+    return _settings(h200_dir, tmp_path, train_nets=["mobilenetv2"], memory_logs=[logs / "memory"], eval_logs=[],
                      latency_model=False, method="physical", report=None, **changes)
 
 
-def test_the_device_s_pytorch_is_read_from_its_environment_record(tx2_dir, tmp_path, capsys):
-    settings = _memory_settings(tx2_dir, tmp_path, _logs_with_records(tx2_dir, tmp_path, ["1.7.1", "1.8.0"]))
+def test_the_device_s_pytorch_is_read_from_its_environment_record(h200_dir, tmp_path, capsys):
+    settings = _memory_settings(h200_dir, tmp_path, _logs_with_records(h200_dir, tmp_path, ["1.7.1", "1.8.0"]))
     fingerprint_device(settings)
     said = " ".join(capsys.readouterr().out.split())
     assert "the device ran PyTorch 1.8.0 (" in said and "environment-20261202T000000Z.json)" in said  # the latest
@@ -292,21 +293,21 @@ def test_the_device_s_pytorch_is_read_from_its_environment_record(tx2_dir, tmp_p
     assert load_model(settings.model_storedir, stage="training", target=MEMORY.name).metadata["torch_version"] == "2.1.0"
 
 
-def test_logs_of_pytorch_versions_that_save_differently_are_refused(tx2_dir, tmp_path):
-    logs = _logs_with_records(tx2_dir, tmp_path, ["1.8.0", "2.1.0"])
+def test_logs_of_pytorch_versions_that_save_differently_are_refused(h200_dir, tmp_path):
+    logs = _logs_with_records(h200_dir, tmp_path, ["1.8.0", "2.1.0"])
     with pytest.raises(ArgumentError, match=r"profiled with PyTorch 1\.8\.0 \(environment-20261201T000000Z\.json\) "
                                             r"and 2\.1\.0 .*fit their logs apart \(or set torch_version\)"):
-        fingerprint_device(_memory_settings(tx2_dir, tmp_path, logs))
+        fingerprint_device(_memory_settings(h200_dir, tmp_path, logs))
 
 
-def test_a_torch_version_that_is_not_one_is_one_line(tx2_dir, tmp_path, capsys):
+def test_a_torch_version_that_is_not_one_is_one_line(h200_dir, tmp_path, capsys):
     config = tmp_path / "config.ini"
     config.write_text(f"""[fingerprint]
 train_nets = ['resnet18']
-train_logs = [0, 50, 90]
-memory_logs = ['{tx2_dir / "memory"}']
-latency_logs = ['{tx2_dir / "latency"}']
-pruned_models_storedir = {tx2_dir / "models"}
+train_logs = [0, 60, 90]
+memory_logs = ['{h200_dir / "memory"}']
+latency_logs = ['{h200_dir / "latency"}']
+pruned_models_storedir = {h200_dir / "models"}
 model_storedir = {tmp_path / "models"}
 torch_version = latest
 """)
@@ -335,8 +336,8 @@ def test_where_nothing_says_the_device_s_pytorch_the_runs_do(tx2_dir, tmp_path, 
     """The TX2's logs record no version: with MobileNetV2 among the training networks, its runs
     are described better as a PyTorch before 1.10 saves them (no copies); without a network
     whose layers a version copies, nothing is chosen (the host's way, which is the same there)."""
-    settings = _settings(tx2_dir, tmp_path, train_nets=["resnet18", "mobilenetv2"], eval_logs=[], report=None,
-                         latency_model=False, method="physical")
+    settings = _settings(tx2_dir, tmp_path, train_nets=["resnet18", "mobilenetv2"], train_logs=[0, 50, 90],
+                         eval_logs=[], report=None, latency_model=False, method="physical")
     fingerprint_device(settings)
     said = " ".join(capsys.readouterr().out.split())
     stored = load_model(settings.model_storedir, stage="training", target=MEMORY.name)
@@ -355,9 +356,9 @@ def test_where_nothing_says_the_device_s_pytorch_the_runs_do(tx2_dir, tmp_path, 
     ('{"python": "3.6"}', "an environment record without a 'torch' version"),
     ('{"torch": "nightly"}', "torch 'nightly' is not a PyTorch version"),
 ])
-def test_a_broken_environment_record_is_one_error_naming_it(tx2_dir, tmp_path, content, message):
-    logs = _logs_with_records(tx2_dir, tmp_path, [])
+def test_a_broken_environment_record_is_one_error_naming_it(h200_dir, tmp_path, content, message):
+    logs = _logs_with_records(h200_dir, tmp_path, [])
     (logs / "environment-20261201T000000Z.json").write_text(content)
     with pytest.raises(LogFormatError, match=re.escape(str(logs / "environment-20261201T000000Z.json")) + ".*"
                        + re.escape(message)):
-        fingerprint_device(_memory_settings(tx2_dir, tmp_path, logs))
+        fingerprint_device(_memory_settings(h200_dir, tmp_path, logs))

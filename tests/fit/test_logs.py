@@ -1,4 +1,5 @@
-"""Reading profiler logs: the TX2 format, and errors that name the file and the line."""
+"""Reading profiler logs: the format written here (the H200's in the repository) and the TX2's,
+and errors that name the file and the line."""
 
 from __future__ import annotations
 
@@ -15,17 +16,17 @@ from perf4sight.errors import DataNotFoundError, LogFormatError
 from perf4sight.fit import find_logs, read_gt_log, read_logs
 
 
-def _copy(tx2_dir: Path, kind: str, name: str, dest: Path) -> Path:
+def _copy(folder: Path, kind: str, name: str, dest: Path) -> Path:
     dest.mkdir(parents=True, exist_ok=True)
-    return Path(shutil.copy(tx2_dir / kind / f"{name}-gt.csv", dest))
+    return Path(shutil.copy(folder / kind / f"{name}-gt.csv", dest))
 
 
-def test_reads_tx2_memory_and_latency_logs(tx2_dir):
-    memory = read_gt_log(tx2_dir / "memory" / "googlenet_0-gt.csv", [MEMORY])
+def _check_read(memory_log: Path, latency_log: Path) -> None:
+    memory = read_gt_log(memory_log, [MEMORY])
     assert memory["passed"].dtype == bool and memory["bs"].dtype.kind == "i"
     assert memory["passed"].any() and not memory["passed"].all()
     assert (memory.loc[memory["passed"], "mem_used_mib"] > 0).all()
-    latency = read_gt_log(tx2_dir / "latency" / "googlenet_0-gt.csv", [LATENCY])
+    latency = read_gt_log(latency_log, [LATENCY])
     assert "mem_used" not in memory.columns  # the log column, read under its name with unit
     assert "mem_used_mib" not in latency.columns
     # failed rows carry "None" latencies, read as NaN; passed rows have numbers
@@ -33,14 +34,36 @@ def test_reads_tx2_memory_and_latency_logs(tx2_dir):
     assert latency.loc[latency["passed"], "latency_ms"].notna().all()
 
 
-def test_latency_log_lacks_the_memory_target(tx2_dir):
-    path = tx2_dir / "latency" / "resnet18_0-gt.csv"
+def _out_of_memory_at_the_end(path: Path, column: str) -> None:
+    """Append a failed row as the profiler writes one: its first row at twice the largest
+    batch size, `False`, the measurement `None`."""
+    lines = path.read_text().splitlines()
+    header, fields = lines[0].split("|"), lines[1].split("|")
+    fields[header.index("passed")], fields[header.index(column)] = "False", "None"
+    fields[header.index("bs")] = str(2 * max(int(line.split("|")[header.index("bs")]) for line in lines[1:]))
+    path.write_text("\n".join([*lines, "|".join(fields)]) + "\n")
+
+
+def test_reads_memory_and_latency_logs(h200_dir, tmp_path):
+    memory = _copy(h200_dir, "memory", "googlenet_0", tmp_path / "memory")
+    latency = _copy(h200_dir, "latency", "googlenet_0", tmp_path / "latency")
+    _out_of_memory_at_the_end(memory, MEMORY.column)
+    _out_of_memory_at_the_end(latency, LATENCY.column)
+    _check_read(memory, latency)
+
+
+def test_reads_tx2_memory_and_latency_logs(tx2_dir):
+    _check_read(tx2_dir / "memory" / "googlenet_0-gt.csv", tx2_dir / "latency" / "googlenet_0-gt.csv")
+
+
+def test_latency_log_lacks_the_memory_target(h200_dir):
+    path = h200_dir / "latency" / "resnet18_0-gt.csv"
     with pytest.raises(LogFormatError, match=rf"{path}: line 1: missing column 'mem_used'"):
         read_gt_log(path, [MEMORY])
 
 
-def test_missing_column_names_file_and_line(tx2_dir, tmp_path):
-    path = _copy(tx2_dir, "memory", "resnet18_0", tmp_path)
+def test_missing_column_names_file_and_line(h200_dir, tmp_path):
+    path = _copy(h200_dir, "memory", "resnet18_0", tmp_path)
     lines = path.read_text().splitlines()
     # drop the `bs` column (the 9th) from every line
     path.write_text("\n".join("|".join(f for i, f in enumerate(line.split("|")) if i != 8) for line in lines) + "\n")
@@ -53,8 +76,8 @@ def test_missing_column_names_file_and_line(tx2_dir, tmp_path):
     [(0, "maybe", "passed='maybe'"), (3, "lots", "mem_used='lots'"), (8, "-4", "bs='-4'"), (8, "0x10", "bs='0x10'"),
      (3, "None", "mem_used='None'")],
 )
-def test_malformed_row_names_file_and_line(tx2_dir, tmp_path, field, value, message):
-    path = _copy(tx2_dir, "memory", "resnet18_0", tmp_path)
+def test_malformed_row_names_file_and_line(h200_dir, tmp_path, field, value, message):
+    path = _copy(h200_dir, "memory", "resnet18_0", tmp_path)
     lines = path.read_text().splitlines()
     fields = lines[4].split("|")
     assert fields[0] == "True"
@@ -65,27 +88,28 @@ def test_malformed_row_names_file_and_line(tx2_dir, tmp_path, field, value, mess
         read_gt_log(path, [MEMORY])
 
 
-def test_short_row_names_file_and_line(tx2_dir, tmp_path):
-    path = _copy(tx2_dir, "latency", "squeezenet_10", tmp_path)
+def test_short_row_names_file_and_line(h200_dir, tmp_path):
+    path = _copy(h200_dir, "latency", "squeezenet_30", tmp_path)
     lines = path.read_text().splitlines()
     lines[2] = lines[2].rsplit("|", 1)[0]
     path.write_text("\n".join(lines) + "\n")
-    with pytest.raises(LogFormatError, match=rf"{path}: line 3: 6 fields, the header has 7"):
+    with pytest.raises(LogFormatError, match=rf"{path}: line 3: 10 fields, the header has 11"):
         read_gt_log(path, [LATENCY])
 
 
-def test_levels_that_match_nothing_list_the_paths_searched(tx2_dir, tmp_path):
+def test_levels_that_match_nothing_list_the_paths_searched(h200_dir, tmp_path):
     with pytest.raises(DataNotFoundError) as info:
-        find_logs(["resnet18"], [1, 2], [tx2_dir / "memory", tmp_path])
+        find_logs(["resnet18"], [1, 2], [h200_dir / "memory", tmp_path])
     message = str(info.value)
-    for searched in (tx2_dir / "memory" / "resnet18_1-gt.csv", tmp_path / "resnet18_2-gt.csv"):
+    for searched in (h200_dir / "memory" / "resnet18_1-gt.csv", tmp_path / "resnet18_2-gt.csv"):
         assert str(searched) in message
 
 
-def test_a_network_without_logs_is_named_with_those_there(tx2_dir):
-    with pytest.raises(DataNotFoundError, match=r"no profiling logs of 'resnt18' at levels \[0, 50\] in .*memory; "
-                                                r"the logs there are of: googlenet, mobilenetv2, resnet18, squeezenet"):
-        find_logs(["squeezenet", "resnt18"], [0, 50], [tx2_dir / "memory"])
+def test_a_network_without_logs_is_named_with_those_there(h200_dir):
+    with pytest.raises(DataNotFoundError, match=r"no profiling logs of 'resnt18' at levels \[0, 30\] in .*memory; "
+                                                r"the logs there are of: alexnet, googlenet, mnasnet, mobilenetv2, "
+                                                r"resnet18, resnet50, squeezenet, vgg11$"):
+        find_logs(["squeezenet", "resnt18"], [0, 30], [h200_dir / "memory"])
 
 
 def test_a_log_that_is_not_text_names_the_file(tmp_path):
@@ -95,30 +119,30 @@ def test_a_log_that_is_not_text_names_the_file(tmp_path):
         read_gt_log(path, [LATENCY])
 
 
-def test_read_logs_keeps_the_levels_found_and_tags_the_net(tx2_dir):
-    logs = read_logs(["resnet18", "squeezenet"], [0, 50, 51], [tx2_dir / "memory"], [MEMORY])
+def test_read_logs_keeps_the_levels_found_and_tags_the_net(h200_dir):
+    logs = read_logs(["resnet18", "squeezenet"], [0, 30, 31], [h200_dir / "memory"], [MEMORY])
     assert set(logs["net"]) == {"resnet18", "squeezenet"}
     assert logs["log"].nunique() == 4
     assert set(logs["net_name"]) == {"resnet18", "squeezenet"}
 
 
-def test_repeated_tests_are_used_once_with_a_warning_and_empty_logs_named(tx2_dir, tmp_path, capsys):
+def test_repeated_tests_are_used_once_with_a_warning_and_empty_logs_named(h200_dir, tmp_path, capsys):
     logs = tmp_path / "memory"
     logs.mkdir()
-    for level in (0, 50, 90):
-        shutil.copy(tx2_dir / "memory" / f"squeezenet_{level}-gt.csv", logs)
-    once = read_logs(["squeezenet"], [0, 50], [logs], [MEMORY])
-    rows = (logs / "squeezenet_50-gt.csv").read_text().splitlines()
-    (logs / "squeezenet_50-gt.csv").write_text("\n".join(rows + rows[1:]) + "\n")  # two campaigns' rows
+    for level in (0, 60, 90):
+        shutil.copy(h200_dir / "memory" / f"squeezenet_{level}-gt.csv", logs)
+    once = read_logs(["squeezenet"], [0, 60], [logs], [MEMORY])
+    rows = (logs / "squeezenet_60-gt.csv").read_text().splitlines()
+    (logs / "squeezenet_60-gt.csv").write_text("\n".join(rows + rows[1:]) + "\n")  # two campaigns' rows
     (logs / "squeezenet_90-gt.csv").write_text(rows[0] + "\n")  # a header only
     capsys.readouterr()
-    twice = read_logs(["squeezenet"], [0, 50, 90], [logs], [MEMORY])
+    twice = read_logs(["squeezenet"], [0, 60, 90], [logs], [MEMORY])
     err = " ".join(capsys.readouterr().err.split())
     assert f"{len(rows) - 1} log rows repeat a test" in err and "squeezenet_90-gt.csv: no test rows" in err
     pd.testing.assert_frame_equal(twice.drop(columns="log"), once.drop(columns="log"))
 
 
-def test_a_folder_in_a_logs_place_is_an_error(tx2_dir, tmp_path):
+def test_a_folder_in_a_logs_place_is_an_error(tmp_path):
     (tmp_path / "squeezenet_0-gt.csv").mkdir()
     with pytest.raises(LogFormatError, match=r"squeezenet_0-gt\.csv: not a file; a profiling log is expected there"):
         find_logs(["squeezenet"], [0], [tmp_path])

@@ -1,6 +1,9 @@
-"""The physical models on real TX2 measurements: contract, accuracy, monotonicity, storage."""
+"""The physical models on real measurements (the H200's in the repository; the TX2's, whose
+memory reaches its capacity, beside it): contract, accuracy, monotonicity, storage."""
 
 from __future__ import annotations
+
+from pathlib import Path
 
 import numpy as np
 import pandas as pd
@@ -35,16 +38,25 @@ from perf4sight.fit.physical import LatencySolver, MemorySolver, TermDesign, phy
 NETS = ("resnet18", "googlenet", "squeezenet")
 
 
-@pytest.fixture(scope="module")
-def datasets(tx2_dir):
-    """Three levels of each TX2 network, with whole-network features, per target."""
-    catalog = ArchitectureCatalog(tx2_dir / "models")
+def _datasets(folder: Path, levels: tuple[int, ...]) -> dict[str, Dataset]:
+    """The levels of each of NETS in `folder`, with whole-network features, per target."""
+    catalog = ArchitectureCatalog(folder / "models")
     out = {}
     for quantity in QUANTITIES:
-        logs = read_logs(NETS, (0, 50, 90), [tx2_dir / quantity.kind], [quantity])
+        logs = read_logs(NETS, levels, [folder / quantity.kind], [quantity])
         out[quantity.name] = build_dataset(logs, target=quantity.name, feature_set="network", stage="training",
                                            catalog=catalog)
     return out
+
+
+@pytest.fixture(scope="module")
+def datasets(h200_dir):
+    return _datasets(h200_dir, (0, 30, 60, 90))
+
+
+@pytest.fixture(scope="module")
+def tx2_datasets(tx2_dir):
+    return _datasets(tx2_dir, (0, 50, 90))
 
 
 def _levels(dataset):
@@ -88,29 +100,40 @@ def test_estimator_contract(datasets):
     assert list(model[:-1].get_feature_names_out()) == list(solver.terms)
 
 
-@pytest.mark.parametrize("column, bound_pct", [("mem_used_mib", 12.0), ("latency_ms", 12.0)])
-def test_interpolates_held_out_levels(datasets, column, bound_pct):
-    data = datasets[column]
-    held_out = _levels(data) == 50
+# (fixture, held-out level, column, bound) over the errors measured (H200: 5.39 % memory, 14.51 %
+# latency; TX2: 9.01 % and 6.90 %): a change that costs accuracy fails here.
+@pytest.mark.parametrize("data_fixture, level, column, bound_pct", [
+    ("datasets", 60, "mem_used_mib", 12.0), ("datasets", 60, "latency_ms", 20.0),
+    pytest.param("tx2_datasets", 50, "mem_used_mib", 12.0, marks=pytest.mark.tx2),
+    pytest.param("tx2_datasets", 50, "latency_ms", 12.0, marks=pytest.mark.tx2),
+])
+def test_interpolates_held_out_levels(request, data_fixture, level, column, bound_pct):
+    data = request.getfixturevalue(data_fixture)[column]
+    held_out = _levels(data) == level
     model = _fit(data.select(~held_out), column)
     test = data.select(held_out)
     error = mape_pct(test.target, model.predict(test.rows))
     assert 0 < error < bound_pct
 
 
-# About twice the errors measured on googlenet (2.50 % memory, 7.25 % latency), from the
-# stored TX2 measurements: a change to the model that costs accuracy fails here.
-@pytest.mark.parametrize("column, bound_pct", [("mem_used_mib", 5.0), ("latency_ms", 14.5)])
-def test_predicts_an_unseen_network(datasets, column, bound_pct):
-    data = datasets[column]
+# About 1.5 to 2 times the errors measured on googlenet left out (H200: 7.92 % memory, 11.27 %
+# latency; TX2: 2.42 % and 7.27 %): a change to the model that costs accuracy fails here.
+@pytest.mark.parametrize("data_fixture, column, bound_pct", [
+    ("datasets", "mem_used_mib", 12.0), ("datasets", "latency_ms", 17.0),
+    pytest.param("tx2_datasets", "mem_used_mib", 5.0, marks=pytest.mark.tx2),
+    pytest.param("tx2_datasets", "latency_ms", 14.5, marks=pytest.mark.tx2),
+])
+def test_predicts_an_unseen_network(request, data_fixture, column, bound_pct):
+    data = request.getfixturevalue(data_fixture)[column]
     unseen = (data.rows["net"] == "googlenet").to_numpy()
     model = _fit(data.select(~unseen), column)
     test = data.select(unseen)
     assert mape_pct(test.target, model.predict(test.rows)) < bound_pct
 
 
-def test_memory_model_is_physical_and_monotone(datasets, tx2_dir):
-    data = datasets["mem_used_mib"]
+def test_memory_model_is_physical_and_monotone(tx2_datasets, tx2_dir):
+    """The TX2's memory reaches its capacity (the H200's never does)."""
+    data = tx2_datasets["mem_used_mib"]
     model = CalibratedModel("physical", "mem_used_mib").fit(data.rows, data.target)
     solver = model.regressor_[-1]
     # a runtime footprint (CUDA context, libraries) of some hundreds of MiB, capacity under 8 GiB
@@ -124,20 +147,20 @@ def test_memory_model_is_physical_and_monotone(datasets, tx2_dir):
     assert fits[0] and not fits[-1]
 
 
-def test_capacity_only_when_the_data_reach_it(datasets, tx2_dir):
+def test_capacity_only_when_the_data_reach_it(datasets, h200_dir):
     data = datasets["mem_used_mib"]
     small = data.select(data.rows["batch_size"].to_numpy() <= 32)
     model = CalibratedModel("physical", "mem_used_mib").fit(small.rows, small.target)
     assert model.capacity_mib() == np.inf
-    query = queries(ArchitectureCatalog(tx2_dir / "models").get("googlenet_0"), [256])
+    query = queries(ArchitectureCatalog(h200_dir / "models").get("googlenet_0"), [256])
     assert model.predict(query, calibrate=False)[0] > 1.5 * small.target.max()
     assert model.predict_fits(query).all()
 
 
-def test_latency_rises_with_batch_size(datasets, tx2_dir):
+def test_latency_rises_with_batch_size(datasets, h200_dir):
     data = datasets["latency_ms"]
     model = CalibratedModel("physical", "latency_ms").fit(data.rows, data.target)
-    query = queries(ArchitectureCatalog(tx2_dir / "models").get("squeezenet_0"), [1, 2, 4, 16, 64, 256])
+    query = queries(ArchitectureCatalog(h200_dir / "models").get("squeezenet_0"), [1, 2, 4, 16, 64, 256])
     assert (np.diff(model.predict(query, calibrate=False)) > 0).all()
     with pytest.raises(ValueError, match="memory model"):
         model.predict_fits(query)
@@ -164,8 +187,9 @@ def test_bad_input(datasets):
         make_regressor("physical", "latency_ms").fit(data.features, data.target)
 
 
-def test_cublas_footprint_only_where_the_data_tell_it_apart(datasets):
-    data = datasets["mem_used_mib"]
+def test_cublas_footprint_only_where_the_data_tell_it_apart(tx2_datasets):
+    """On the TX2's data the footprint is told apart (on the H200's it is a few MiB)."""
+    data = tx2_datasets["mem_used_mib"]
     nets = data.rows["net"].to_numpy()
     # resnet18 has a Linear layer (cuBLAS loaded), squeezenet none: the footprint is identifiable
     mixed = _fit(data.select(nets != "googlenet"), "mem_used_mib")
@@ -223,18 +247,21 @@ def test_rows_weighted_zero_are_left_out_of_the_fit(datasets, column):
 
 
 def test_fitting_weighs_each_network_equally(datasets):
-    data = datasets["latency_ms"].select((datasets["latency_ms"].rows["net"] != "googlenet").to_numpy())
+    nets, sizes = datasets["latency_ms"].rows["net"], datasets["latency_ms"].rows["batch_size"]
+    # resnet18 without its largest batch size: the networks passed different numbers of runs
+    data = datasets["latency_ms"].select(((nets != "googlenet") & ~((nets == "resnet18") & (sizes == sizes.max())))
+                                         .to_numpy())
     weights = network_weights(data.rows["net"])
     per_net = pd.Series(weights).groupby(data.rows["net"].to_numpy()).sum()
     assert np.allclose(per_net, per_net.iloc[0]) and weights.mean() == pytest.approx(1.0)
-    assert data.rows["net"].value_counts().nunique() > 1  # the networks passed different numbers of runs
+    assert data.rows["net"].value_counts().nunique() > 1
     expected = _on_features("latency_ms").fit(data.features, data.target, solver__sample_weight=weights)
     np.testing.assert_allclose(_fit(data, "latency_ms")[-1].coef_, expected[-1].coef_)
     assert _fit(data, "latency_ms", "paper").predict(data.rows).shape == (len(data.target),)
 
 
-def test_memory_holds_the_larger_of_activations_and_the_optimizer_temporary(datasets):
-    data = datasets["mem_used_mib"]
+def test_memory_holds_the_larger_of_activations_and_the_optimizer_temporary(tx2_datasets):
+    data = tx2_datasets["mem_used_mib"]
     model = _fit(data, "mem_used_mib")
     solver = model[-1]
     features = data.features.iloc[:5].copy()
@@ -273,5 +300,5 @@ def test_held_out_ratio_leaves_out_networks_then_architectures(datasets):
         within = held_out_ratio(CalibratedModel("physical", "mem_used_mib"), one_net.rows, one_net.target, quantile=quantile)
         assert within["left_out"] == "architecture" and within["quantile"] == quantile
         assert within["ratio"] == pytest.approx(np.quantile(by_architecture, quantile))
-    one_model = one_net.select((one_net.rows["model"] == "resnet18_50").to_numpy())
+    one_model = one_net.select((one_net.rows["model"] == "resnet18_60").to_numpy())
     assert held_out_ratio(CalibratedModel("physical", "mem_used_mib"), one_model.rows, one_model.target) is None

@@ -7,11 +7,11 @@ import hashlib
 import json
 import re
 import zipfile
-from pathlib import Path
 
 import numpy as np
 import pytest
 import skops.io
+from repository_data import H200
 
 from perf4sight import console
 from perf4sight.architecture import Detail
@@ -34,7 +34,6 @@ from perf4sight.fit.methods import trusted_types
 from perf4sight.fit.store import library_versions
 from perf4sight.networks import load_architecture
 
-H200 = Path(__file__).resolve().parents[2] / "benchmarks" / "data" / "h200"
 NETS = ["squeezenet", "resnet18", "googlenet"]
 
 

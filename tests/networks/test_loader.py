@@ -36,8 +36,8 @@ def test_googlenet_has_no_auxiliary_heads():
     assert module.aux1 is None and module.aux2 is None
 
 
-def test_spec_file(tx2_dir):
-    path = tx2_dir / "models" / "resnet18_30.json"
+def test_spec_file(h200_dir):
+    path = h200_dir / "models" / "resnet18_30.json"
     loaded = load_network(path)
     spec = read_spec(path)
     assert (loaded.name, loaded.num_classes, loaded.input_size, loaded.spec) == ("resnet18_30", 1000, (3, 224, 224), spec)
@@ -47,11 +47,11 @@ def test_spec_file(tx2_dir):
         load_network(path, num_classes=10)
 
 
-def test_architecture_of_a_spec_is_built_on_meta_and_matches_the_cpu_build(tx2_dir):
-    path = tx2_dir / "models" / "googlenet_45.json"
+def test_architecture_of_a_spec_is_built_on_meta_and_matches_the_cpu_build(h200_dir):
+    path = h200_dir / "models" / "googlenet_60.json"
     arch = load_architecture(path)
     spec = read_spec(path)
-    assert arch == trace_architecture(build_from_spec(spec), spec["input_size"], name="googlenet_45", num_classes=1000)
+    assert arch == trace_architecture(build_from_spec(spec), spec["input_size"], name="googlenet_60", num_classes=1000)
     assert arch.params == spec["params"] and arch.complete
 
 

@@ -1,4 +1,5 @@
-"""Architecture specs: every TX2 spec rebuilds to its recorded shapes; bad specs name the layer."""
+"""Architecture specs: every spec in the repository (and the TX2's) rebuilds to its recorded
+shapes; bad specs name the layer."""
 
 from __future__ import annotations
 
@@ -29,17 +30,13 @@ from perf4sight.networks import (
 def _describe(module: nn.Module, spec: dict) -> dict:
     return spec_from_module(
         module, name=spec["name"], net=spec["net"], prune_level=spec["prune_level"],
-        input_size=spec["input_size"], num_classes=spec["num_classes"],
+        input_size=spec["input_size"], num_classes=spec["num_classes"], level_reached=spec.get("level_reached"),
         torchvision_name=spec["torchvision"], torchvision_kwargs=spec["torchvision_kwargs"],
         model_desc=spec.get("model_desc"),
     )
 
 
-@pytest.mark.slow
-def test_every_tx2_spec_rebuilds_with_its_shapes_and_params(tx2_dir):
-    paths = sorted((tx2_dir / "models").glob("*.json"))
-    assert sorted({read_spec(p)["net"] for p in paths}) == ["googlenet", "mobilenetv2", "resnet18", "squeezenet"]
-    assert len(paths) == 4 * 13
+def _rebuild_each(paths: list[Path]) -> None:
     for path in paths:
         spec = read_spec(path)
         rebuilt = build_from_spec(spec, device="meta")
@@ -49,17 +46,33 @@ def test_every_tx2_spec_rebuilds_with_its_shapes_and_params(tx2_dir):
         assert sum(p.numel() for p in rebuilt.parameters()) == spec["params"], path.name
 
 
-def test_rebuild_on_cpu_runs_and_matches_meta(tx2_dir):
-    spec = read_spec(tx2_dir / "models" / "squeezenet_50.json")
+@pytest.mark.slow
+def test_every_spec_in_the_repository_rebuilds_with_its_shapes_and_params(h200_dir):
+    zoo = sorted((h200_dir.parent / "cpu_zoo" / "models").glob("*_45.json"))  # one level of each of 20 networks
+    h200 = sorted((h200_dir / "models").glob("*.json"))
+    assert (len(zoo), len(h200)) == (20, 8 * 4)
+    _rebuild_each(zoo + h200)
+
+
+@pytest.mark.slow
+def test_every_tx2_spec_rebuilds_with_its_shapes_and_params(tx2_dir):
+    paths = sorted((tx2_dir / "models").glob("*.json"))
+    assert sorted({read_spec(p)["net"] for p in paths}) == ["googlenet", "mobilenetv2", "resnet18", "squeezenet"]
+    assert len(paths) == 4 * 13
+    _rebuild_each(paths)
+
+
+def test_rebuild_on_cpu_runs_and_matches_meta(h200_dir):
+    spec = read_spec(h200_dir / "models" / "squeezenet_60.json")
     cpu = build_from_spec(spec)
     meta = build_from_spec(spec, device="meta")
     assert [p.shape for p in cpu.parameters()] == [p.shape for p in meta.parameters()]
     assert cpu.eval()(torch.zeros(1, 3, 224, 224)).shape == (1, 1000)
 
 
-def test_write_then_read_round_trips(tmp_path, tx2_dir):
-    spec = read_spec(tx2_dir / "models" / "resnet18_70.json")
-    path = write_spec(spec, tmp_path / "sub" / "resnet18_70.json")
+def test_write_then_read_round_trips(tmp_path, h200_dir):
+    spec = read_spec(h200_dir / "models" / "resnet18_60.json")
+    path = write_spec(spec, tmp_path / "sub" / "resnet18_60.json")
     assert read_spec(path) == spec
     assert list(json.loads(path.read_text())) == list(spec)  # key order kept
 
@@ -85,8 +98,8 @@ def test_spec_macs_match_torch_flop_counter():
     assert spec_macs(spec) == counter.get_total_flops() // 2
 
 
-def test_channels_that_cannot_apply_name_the_layer(tx2_dir):
-    spec = read_spec(tx2_dir / "models" / "resnet18_50.json")
+def test_channels_that_cannot_apply_name_the_layer(h200_dir):
+    spec = read_spec(h200_dir / "models" / "resnet18_60.json")
     too_many = copy.deepcopy(spec)
     too_many["out_channels"]["layer2.0.conv1"] = 999
     with pytest.raises(NetworkError, match=r"layer2\.0\.conv1.*999"):
@@ -98,7 +111,7 @@ def test_channels_that_cannot_apply_name_the_layer(tx2_dir):
     # layer1.0.conv2 shares its channels with conv1 (a residual): the two must agree
     coupled = copy.deepcopy(spec)
     coupled["out_channels"]["layer1.0.conv2"] = spec["out_channels"]["conv1"] - 4
-    with pytest.raises(NetworkError, match=r"'layer1\.1\.conv2' cannot have 32 .*it has 28"):
+    with pytest.raises(NetworkError, match=r"'layer1\.1\.conv2' cannot have 51 .*it has 47"):
         build_from_spec(coupled, device="meta")
 
 

@@ -1,4 +1,5 @@
-"""Predictor and planning on models fitted to the TX2 data (skipped when it is absent)."""
+"""Predictor and planning on models fitted to the H200 measurements in the repository (and to
+them read as a device whose memory saturates would measure them)."""
 
 from __future__ import annotations
 
@@ -19,23 +20,24 @@ from perf4sight.errors import DataNotFoundError, UsageError
 from perf4sight.fit import ArchitectureCatalog, build_dataset, fingerprint_device, read_logs
 from perf4sight.predict import MEMORY_BOUND, BudgetError, Predictor, plan_variants
 
-LEVELS = [0, 10, 20, 25, 30, 35, 45, 50, 65, 70, 75, 85, 90]
+LEVELS = [0, 30, 60, 90]
+CAPACITY_MIB = 4000.0
 
 
 @pytest.fixture(scope="module")
-def models_dir(tx2_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+def models_dir(h200_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
     out = tmp_path_factory.mktemp("predict")
     fingerprint_device(
         FingerprintSettings(
             train_nets=["resnet18", "squeezenet"],
             train_logs=LEVELS,
-            memory_logs=[tx2_dir / "memory"],
-            latency_logs=[tx2_dir / "latency"],
-            pruned_models_storedir=tx2_dir / "models",
-            model_storedir=out / "tx2",
+            memory_logs=[h200_dir / "memory"],
+            latency_logs=[h200_dir / "latency"],
+            pruned_models_storedir=h200_dir / "models",
+            model_storedir=out / "h200",
         )
     )
-    return out / "tx2"
+    return out / "h200"
 
 
 @pytest.fixture(scope="module")
@@ -43,9 +45,30 @@ def predictor(models_dir: Path) -> Predictor:
     return Predictor.load(models_dir)
 
 
-def test_predictions_per_batch_size(predictor: Predictor, tx2_dir: Path) -> None:
-    sizes = [2, 8, 32, 128]
-    table = predictor.predict(tx2_dir / "models" / "googlenet_50.json", sizes, dataset_size=1000)
+@pytest.fixture(scope="module")
+def saturating(h200_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> Predictor:
+    """A memory model fitted to the H200's logs as a device of CAPACITY_MIB would measure them
+    (a unified memory, as the TX2's, saturates at what it has), in a folder without the
+    environment record that says the device's PyTorch."""
+    out = tmp_path_factory.mktemp("saturating")
+    (out / "memory").mkdir()
+    for net in ("resnet18", "squeezenet"):
+        for level in LEVELS:
+            lines = (h200_dir / "memory" / f"{net}_{level}-gt.csv").read_text().splitlines()
+            column = lines[0].split("|").index(MEMORY.column)
+            rows = [line.split("|") for line in lines[1:]]
+            for row in rows:
+                row[column] = str(min(float(row[column]), CAPACITY_MIB))
+            (out / "memory" / f"{net}_{level}-gt.csv").write_text("\n".join([lines[0], *map("|".join, rows)]) + "\n")
+    fingerprint_device(FingerprintSettings(
+        train_nets=["resnet18", "squeezenet"], train_logs=LEVELS, memory_logs=[out / "memory"], latency_model=False,
+        pruned_models_storedir=h200_dir / "models", model_storedir=out / "models", report=None))
+    return Predictor.load(out / "models")
+
+
+def test_predictions_per_batch_size(predictor: Predictor, h200_dir: Path) -> None:
+    sizes = [8, 16, 32, 128]  # within the profiled 8 to 128
+    table = predictor.predict(h200_dir / "models" / "googlenet_60.json", sizes, dataset_size=1000)
     assert list(table["batch_size"]) == sizes
     assert table[MEMORY.name].is_monotonic_increasing and table[LATENCY.name].is_monotonic_increasing
     assert (table[MEMORY.name] > 0).all()
@@ -55,11 +78,11 @@ def test_predictions_per_batch_size(predictor: Predictor, tx2_dir: Path) -> None
     # googlenet has more layers than either network the models were fitted on, and
     # BatchNorm and Linear layers, which only resnet18 of the two has
     assert table["extrapolated"].all() and set(table["extrapolated_layers"]) == {"linear, norm"}
-    assert not predictor.predict(tx2_dir / "models" / "resnet18_30.json", sizes)["extrapolated"].any()
+    assert not predictor.predict(h200_dir / "models" / "resnet18_30.json", sizes)["extrapolated"].any()
 
 
-def test_every_description_of_one_network_predicts_the_same(predictor: Predictor, tx2_dir: Path) -> None:
-    from_spec = predictor.predict(tx2_dir / "models" / "resnet18_0.json", [4, 16])
+def test_every_description_of_one_network_predicts_the_same(predictor: Predictor, h200_dir: Path) -> None:
+    from_spec = predictor.predict(h200_dir / "models" / "resnet18_0.json", [4, 16])
     from_name = predictor.predict("resnet18", [4, 16])
     assert from_spec[MEMORY.name].tolist() == pytest.approx(from_name[MEMORY.name].tolist())
     assert from_spec[LATENCY.name].tolist() == pytest.approx(from_name[LATENCY.name].tolist())
@@ -81,10 +104,11 @@ def test_largest_batch_size_within_a_budget(predictor: Predictor) -> None:
 
 
 def test_a_latency_limit_lowers_the_batch_size(predictor: Predictor) -> None:
-    free = predictor.max_batch_size("resnet18", 1e9, batch_sizes=[2, 4, 8, 16, 32, 64])
-    limit = float(predictor.predict("resnet18", [8])[LATENCY.name].iloc[0]) * (1 + 1e-9)
-    limited = predictor.max_batch_size("resnet18", 1e9, max_latency_ms=limit, batch_sizes=[2, 4, 8, 16, 32, 64])
-    assert free["batch_size"] == 64 and limited["batch_size"] == 8
+    sizes = [8, 16, 32, 64, 128, 256]
+    free = predictor.max_batch_size("resnet18", 1e9, batch_sizes=sizes)
+    limit = float(predictor.predict("resnet18", [64])[LATENCY.name].iloc[0]) * (1 + 1e-9)
+    limited = predictor.max_batch_size("resnet18", 1e9, max_latency_ms=limit, batch_sizes=sizes)
+    assert free["batch_size"] == 256 and limited["batch_size"] == 64
 
 
 def test_batch_sizes_must_be_positive(predictor: Predictor) -> None:
@@ -168,11 +192,11 @@ def test_cli_says_when_the_search_ended_at_its_largest_batch_size(
 
 
 def test_cli_refuses_networks_it_cannot_describe(
-    models_dir: Path, tx2_dir: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+    models_dir: Path, h200_dir: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     model_file = tmp_path / "mine.py"
     model_file.write_text("import torch\n\ndef other(num_classes=1000):\n    return torch.nn.Linear(3, num_classes)\n")
-    spec = json.loads((tx2_dir / "models" / "resnet18_50.json").read_text())
+    spec = json.loads((h200_dir / "models" / "resnet18_60.json").read_text())
     spec["out_channels"]["layer1.0.conv1"] = 9999
     next(e for e in spec["layers"] if e["name"] == "layer1.0.conv1")["out"][0] = 9999
     bad_spec = tmp_path / "resnet18_bad.json"
@@ -186,26 +210,29 @@ def test_cli_refuses_networks_it_cannot_describe(
         assert message in err and "Traceback" not in err
 
 
-def test_the_devices_out_of_memory_boundary(predictor: Predictor, tx2_dir: Path) -> None:
-    # The TX2's unified 8 GB: googlenet_0 ran at batch size 90 and failed from 100 on.
-    table = predictor.predict(tx2_dir / "models" / "googlenet_0.json", [8, 32, 64, 128, 256])
-    assert table["fits_device"].tolist() == [True, True, True, False, False]
-    best = predictor.max_batch_size(tx2_dir / "models" / "googlenet_0.json", 1e9)
-    assert 64 <= best["batch_size"] < 100 and best["fits_device"]
+def test_the_devices_out_of_memory_boundary(predictor: Predictor, saturating: Predictor, h200_dir: Path) -> None:
+    # googlenet_0 measured 2848 MiB at batch size 32 and 5010 at 64 on the H200: above CAPACITY_MIB
+    spec = h200_dir / "models" / "googlenet_0.json"
+    assert saturating.models[MEMORY.name].estimator.capacity_mib() == pytest.approx(CAPACITY_MIB, rel=0.01)
+    table = saturating.predict(spec, [8, 32, 64, 128, 256])
+    assert table["fits_device"].tolist() == [True, True, False, False, False]
+    best = saturating.max_batch_size(spec, 1e9)
+    assert 32 <= best["batch_size"] < 64 and best["fits_device"]
+    assert "fits_device" not in predictor.predict(spec, [8])  # the H200's memory never saturated: no capacity
 
 
-def test_the_memory_bound_covers_a_network_left_out(predictor: Predictor, models_dir: Path, tx2_dir: Path) -> None:
+def test_the_memory_bound_covers_a_network_left_out(predictor: Predictor, models_dir: Path, h200_dir: Path) -> None:
     """Fingerprinting stores how far above its prediction a left-out network measured; the
-    bound it gives holds googlenet, a network the models never saw, on nearly every run."""
+    bound it gives holds alexnet, a network the models never saw, on nearly every run."""
     stored = predictor.models[MEMORY.name].estimator.bound_
     assert stored["quantile"] == 0.95 and stored["left_out"] == "network" and stored["ratio"] > 1
-    catalog = ArchitectureCatalog(tx2_dir / "models")
-    logs = read_logs(["googlenet"], LEVELS, [tx2_dir / "memory"], [MEMORY])
+    catalog = ArchitectureCatalog(h200_dir / "models")
+    logs = read_logs(["alexnet"], LEVELS, [h200_dir / "memory"], [MEMORY])
     feature_set = predictor.models[MEMORY.name].metadata["feature_set"]
     unseen = build_dataset(logs, target="mem_used_mib", feature_set=feature_set, stage="training", catalog=catalog)
     predicted = predictor.models[MEMORY.name].estimator.regressor_.predict(unseen.rows)
     assert (unseen.target > predicted).mean() > 0.2  # the prediction is often below what was measured
-    table = predictor.predict(tx2_dir / "models" / "googlenet_50.json", [8, 32])
+    table = predictor.predict(h200_dir / "models" / "alexnet_60.json", [8, 32])
     assert table[MEMORY_BOUND].tolist() == pytest.approx((table[MEMORY.name] * stored["ratio"]).tolist())
     assert (unseen.target > predicted * stored["ratio"]).mean() < 0.05
 
@@ -233,11 +260,11 @@ def test_without_a_stored_bound_there_is_none_to_plan_with(predictor: Predictor)
         predictor.max_batch_size("resnet18", 3000.0, bound=True)
 
 
-def test_a_profiled_family_is_calibrated(predictor: Predictor, tx2_dir: Path, capsys: pytest.CaptureFixture[str],
+def test_a_profiled_family_is_calibrated(predictor: Predictor, h200_dir: Path, capsys: pytest.CaptureFixture[str],
                                          models_dir: Path) -> None:
-    assert predictor.predict(tx2_dir / "models" / "resnet18_45.json", [8])["calibrated"].all()
+    assert predictor.predict(h200_dir / "models" / "resnet18_30.json", [8])["calibrated"].all()
     assert predictor.predict("resnet18", [8])["calibrated"].all()  # the unpruned network, by name
-    assert not predictor.predict(tx2_dir / "models" / "googlenet_45.json", [8])["calibrated"].any()
+    assert not predictor.predict(h200_dir / "models" / "googlenet_30.json", [8])["calibrated"].any()
     assert not predictor.predict("resnet18", [8], input_size=(3, 112, 112))["calibrated"].any()
     assert main(["predict", "--models", str(models_dir), "--net", "resnet18", "--bs", "8"]) == 0
     assert "calibrated" in capsys.readouterr().out
@@ -256,20 +283,20 @@ def test_plan_with_the_bound_picks_smaller_batch_sizes(predictor: Predictor, mod
 
 
 def test_copies_a_device_may_not_make_are_named_where_its_version_is_not_known(
-        predictor: Predictor, capsys: pytest.CaptureFixture[str]) -> None:
-    """Fitted on TX2 logs without an environment record, on networks without an in-place ReLU6:
+        saturating: Predictor, capsys: pytest.CaptureFixture[str]) -> None:
+    """Fitted on logs without an environment record, on networks without an in-place ReLU6:
     a MobileNetV2's memory counts the copies PyTorch 1.10 and later save, and says so once."""
-    assert predictor.models["mem_used_mib"].metadata["torch_version_reason"] is None
+    assert saturating.models["mem_used_mib"].metadata["torch_version_reason"] is None
     for _ in range(2):
-        predictor.predict("mobilenet_v2", [8], input_size=(3, 64, 64))
+        saturating.predict("mobilenet_v2", [8], input_size=(3, 64, 64))
     said = capsys.readouterr().err
     assert said.count("mobilenet_v2: its in-place ReLU6 layers save a copy of their input on PyTorch 1.10") == 1
     assert "fingerprint with torch_version" in said
-    predictor.predict("resnet18", [8], input_size=(3, 64, 64))  # no such layer: nothing to say
+    saturating.predict("resnet18", [8], input_size=(3, 64, 64))  # no such layer: nothing to say
     assert "ReLU6" not in capsys.readouterr().err
     told = Predictor({name: replace(model, metadata={**model.metadata, "torch_version": "1.8.0",
                                                      "torch_version_reason": "torch_version in the config"})
-                      for name, model in predictor.models.items()})
+                      for name, model in saturating.models.items()})
     console.reset()  # the warnings already shown
     told.predict("mobilenet_v2", [8], input_size=(3, 64, 64))
     assert "ReLU6" not in capsys.readouterr().err

@@ -9,6 +9,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 import pytest
+from repository_data import H200
 
 from perf4sight import console
 from perf4sight.config import FingerprintSettings
@@ -18,7 +19,6 @@ from perf4sight.features import queries
 from perf4sight.fit import fingerprint_device
 from perf4sight.predict import MEMORY_BOUND, Predictor
 
-H200 = Path(__file__).resolve().parents[2] / "benchmarks" / "data" / "h200"
 TRAIN = ["resnet18", "googlenet", "squeezenet"]
 SIZES = [8, 32, 64, 128]  # those profiled
 

@@ -9,6 +9,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from repository_data import H200
 
 from perf4sight import console
 from perf4sight.cli import main
@@ -18,7 +19,6 @@ from perf4sight.device.recipe import DEFAULT_RECIPE, Recipe
 from perf4sight.fit import fingerprint_device
 from perf4sight.predict import Predictor, plan_variants
 
-H200 = Path(__file__).resolve().parents[2] / "benchmarks" / "data" / "h200"
 UNSEEN = H200 / "models" / "vgg11_30.json"  # a family never profiled: no correction
 MIB = float(1 << 20)
 PARTS = ["runtime_mib", "weights_mib", "gradients_mib", "optimizer_state_mib", "saved_activations_mib",
