@@ -30,7 +30,7 @@ from pathlib import Path, PurePosixPath, PureWindowsPath
 from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 from .checks import is_decimal_number, parse_decimal
-from .definitions import MAX_BATCH_SIZE, QUANTITIES, STAGES, is_positive_int
+from .definitions import MAX_BATCH_SIZE, QUANTITIES, STAGES, Quantity, is_positive_int
 from .errors import LogFormatError, clip
 from .files import write_text
 from .recipe import RECIPE_COLUMNS, Recipe
@@ -167,7 +167,7 @@ def read_gt(path: Path, targets: Sequence[str], network: Optional[str] = None) -
             raise LogFormatError("{}: empty 'model'".format(where))
         _check_identity(row, expected, where=where)
         for quantity in quantities:
-            _check_figure(row, text[quantity.column], quantity.column, quantity.ceiling, where=where)
+            _check_figure(row, text[quantity.column], quantity, where=where)
         row.update(Recipe.from_columns(row, where=where, error=LogFormatError).columns())
         rows.append(row)
     return header + [column for column in RECIPE_COLUMNS if column not in header], rows
@@ -186,9 +186,10 @@ def _check_identity(row: LogRow, expected: Dict[str, Optional[str]], *, where: s
         raise LogFormatError("{}: stage={}, expected one of {}".format(where, clip(repr(stage)), ", ".join(STAGES)))
 
 
-def _check_figure(row: LogRow, text: str, column: str, ceiling: float, *, where: str) -> None:
-    """Refuse a figure that is not a decimal number (`0x10`), not finite or above `ceiling`,
-    and a passed row without one."""
+def _check_figure(row: LogRow, text: str, quantity: Quantity, *, where: str) -> None:
+    """Refuse a figure of `quantity` that is not a decimal number (`0x10`), not finite or
+    above its ceiling, and a passed row without one."""
+    column = quantity.column
     value = row[column]
     if value is None:
         if row["passed"]:
@@ -197,9 +198,9 @@ def _check_figure(row: LogRow, text: str, column: str, ceiling: float, *, where:
     number = isinstance(value, (int, float)) and not isinstance(value, bool) and is_decimal_number(text)
     if not number or not math.isfinite(value):
         raise LogFormatError("{}: {}={}, expected a decimal number".format(where, column, clip(repr(text))))
-    if abs(value) > ceiling:
-        raise LogFormatError("{}: {}={}, more than any device ({:g}): a figure in other units?".format(
-            where, column, clip(repr(text)), ceiling))
+    if abs(value) > quantity.ceiling:
+        raise LogFormatError("{}: {}={}, more than any device ({:.0f} {}): a figure in other units?".format(
+            where, column, clip(repr(text)), quantity.ceiling, quantity.unit))
 
 
 def _decode(data: bytes, path: Path) -> str:
