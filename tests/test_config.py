@@ -219,3 +219,20 @@ def test_a_test_config_written_over_its_own_config_is_refused(tmp_path: Path) ->
     assert main(["run", "--config", str(path)]) == 2
     path = write(tmp_path, _fingerprint(tmp_path, str(tmp_path / "report.json")))
     assert load_config(path).fingerprint.report == tmp_path / "report.json"
+
+
+def test_an_output_beside_the_inputs_that_is_none_of_them_is_written_again(tmp_path: Path) -> None:
+    """A report or test config kept in the folder of the specs or logs it reads (from a run
+    before) is no input: only `<net>_<level>` specs, model files and logs, and environment records are."""
+    (tmp_path / "specs").mkdir()
+    for name in ("report.json", "report_predictions.csv", "test_config.ini", "notes.py"):
+        (tmp_path / "specs" / name).write_text("x")
+    config = write(tmp_path, _fingerprint(tmp_path, str(tmp_path / "specs" / "report.json")))
+    assert load_config(config).fingerprint.report == tmp_path / "specs" / "report.json"
+    config.write_text(f"[profile]\nnetwork = ['resnet18']\nlocal_model_loc = {tmp_path / 'specs'}\n"
+                      f"test_config = {tmp_path / 'specs' / 'test_config.ini'}\n")
+    assert load_config(config).profile.test_config == tmp_path / "specs" / "test_config.ini"
+    (tmp_path / "logs" / "environment-20260101T000000Z.json").write_text("{}")
+    config.write_text(_fingerprint(tmp_path, str(tmp_path / "logs" / "environment-20260101T000000Z.json")))
+    with pytest.raises(Exception, match="would be written over an input of this run"):
+        load_config(config)

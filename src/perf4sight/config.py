@@ -19,6 +19,7 @@ from __future__ import annotations
 import ast
 import dataclasses
 import os
+import re
 import types
 import typing
 from dataclasses import dataclass, field
@@ -146,7 +147,9 @@ OUTPUT_PATHS: dict[str, dict[str, str]] = {
     "profile": {"log_dir": "folder", "test_config": "file"},
     "fingerprint": {"model_storedir": "folder", "report": "file"},
 }
-# The keys of each section that name folders whose files a run reads (specs, model files, logs).
+# The keys of each section that name folders whose files a run reads (specs, model files, logs),
+# and the names of those files: `<net>_<level>` specs, model files and logs, environment records.
+INPUT_FILE = re.compile(r".+_[0-9]+(\.json|\.py|-gt\.csv|\.csv)|environment-.*\.json")
 INPUT_PATHS: dict[str, tuple[str, ...]] = {
     "create_network_dataset": ("model_desc_dir",),
     "profile": ("local_model_loc",),
@@ -221,8 +224,8 @@ def load_config(path: str | Path) -> Config:
 
 def _check_outputs_not_inputs(path: Path, values: dict[str, Any]) -> None:
     """Refuse an output file (`test_config`, `report` and what it writes beside it) that is
-    one of the run's inputs: the config file itself, or a file in a folder it reads (a
-    spec, a log), which it would replace. ArgumentError naming both."""
+    one of the run's inputs: the config file itself, or a file it reads from a folder
+    (`INPUT_FILE`: a spec, a model file, a log), which it would replace. ArgumentError naming both."""
     inputs = {path.resolve(): "the config file"}
     for name, settings in values.items():
         for key in INPUT_PATHS[name]:
@@ -230,7 +233,7 @@ def _check_outputs_not_inputs(path: Path, values: dict[str, Any]) -> None:
             for folder in value if isinstance(value, list) else [value] if value is not None else []:
                 if folder.is_dir():
                     inputs.update((file.resolve(), f"read from [{name}] {key} = {folder}")
-                                  for file in folder.iterdir() if file.is_file())
+                                  for file in folder.iterdir() if INPUT_FILE.fullmatch(file.name) and file.is_file())
     for name, settings in values.items():
         for key, kind in OUTPUT_PATHS[name].items():
             output = getattr(settings, key)
