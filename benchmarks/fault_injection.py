@@ -507,10 +507,19 @@ def _fitted_once(word: str) -> Callable[[Path, str, str], bool]:
     return check
 
 
+def _reported(word: str) -> Callable[[Path, str, str], bool]:
+    """Right: `word` said in one line of stderr and in the report's notes, the evaluation done."""
+    def check(scratch: Path, out: str, err: str) -> bool:
+        notes = json.loads((scratch / "report.json").read_text())[MEMORY.name].get("notes", [])
+        return len([line for line in err.splitlines() if word in line]) == 1 and any(word in n for n in notes)
+
+    return check
+
+
 def _noted(scratch: Path, out: str, err: str) -> bool:
     """Right: the evaluation on training runs said on stderr and in the report."""
     report = json.loads((scratch / "report.json").read_text())
-    return "the evaluation of them is on runs the models were fitted on" in err and "fitted on" in report[MEMORY.name]["note"]
+    return "the evaluation of them is on runs the models were fitted on" in err and any("fitted on" in note for note in report[MEMORY.name]["notes"])
 
 
 def _twice(scratch: Path, values: dict[str, str]) -> None:
@@ -554,6 +563,10 @@ SET_CASES = [
               _fitted_once("no log at alexnet levels [60]")),
     _zoo_case("log set", "two levels listed in train_logs with no log", _set_values(train_logs="[0, 10, 90, 95]"),
               _fitted_once("no log at alexnet levels [10, 95]")),
+    _zoo_case("log set", "a level listed in eval_logs with no log", _set_values(eval_logs="[45, 50]"),
+              _reported("no log at alexnet levels [50]")),
+    _zoo_case("log set", "the eval log folder listed twice",
+              _set_values(eval_memory_logs="['{scratch}/memory', '{scratch}/memory']"), _reported("found again")),
     _zoo_case("log set", "eval_logs equal to train_logs", _set_values(eval_logs="[0, 90]"), _noted),
     _zoo_case("log set", "eval_logs overlapping train_logs", _set_values(eval_logs="[45, 90]"), _noted),
     _zoo_case("log set", "eval_logs equal to train_logs, eval_memory_logs the same folder by a link",

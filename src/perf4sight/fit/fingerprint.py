@@ -217,7 +217,8 @@ def fingerprint_device(settings: FingerprintSettings) -> dict[str, Any]:
 
     The report maps each evaluated target, by its name with unit (`mem_used_mib`,
     `latency_ms`), to its MAPE in percent, row count and the same per network, and its
-    method (and a `note` where it evaluates runs the models were fitted on); it is printed as a table and, when `report` is set, written there as JSON with the per-row predictions (CSV) and a plot (PNG) beside it.
+    method (and `notes`, the warnings its evaluation gave: runs the models were fitted on,
+    levels without a log, logs read twice); it is printed as a table and, when `report` is set, written there as JSON with the per-row predictions (CSV) and a plot (PNG) beside it.
     """
     method = check_settings(settings)
     catalog = ArchitectureCatalog(settings.pruned_models_storedir)
@@ -241,17 +242,19 @@ def fingerprint_device(settings: FingerprintSettings) -> dict[str, Any]:
     if note is not None:
         console.warn(note)
     for target in enabled:
-        model = load_model(settings.model_storedir, stage=settings.stage, target=target.name)
-        choice = model.metadata.get("method_choice")
-        stored = DEFAULT_METHOD if choice else model.metadata["method"]
-        if stored != method:
-            console.warn(f"the stored {target.kind} model is method '{stored}', the config asks "
-                         f"for '{method}'; set overwrite = True to refit")
-        predictions[target.name] = _evaluate(settings, target, model, catalog)
+        with console.collected_warnings() as warned:
+            model = load_model(settings.model_storedir, stage=settings.stage, target=target.name)
+            choice = model.metadata.get("method_choice")
+            stored = DEFAULT_METHOD if choice else model.metadata["method"]
+            if stored != method:
+                console.warn(f"the stored {target.kind} model is method '{stored}', the config asks "
+                             f"for '{method}'; set overwrite = True to refit")
+            predictions[target.name] = _evaluate(settings, target, model, catalog)
+        notes = ([note] if note is not None else []) + warned
         report[target.name] = {**summarise(predictions[target.name]),
                                "method": model.metadata["method"], "method_choice": choice,
                                "torch_version": model.metadata["torch_version"],
-                               **({"note": note} if note is not None else {})}
+                               **({"notes": notes} if notes else {})}
     if report:
         print_report(report, predictions)
     if report and settings.report is not None:
