@@ -4,11 +4,18 @@ classified by what the user sees.
     .venv/bin/python benchmarks/fault_injection.py [--only config,spec] [--list]
 
 Categories: config files (every key of every section given values that are wrong, out of
-range, hostile or huge, and broken files), command-line options, profiling-log rows,
-tampered stored models, impossible architecture specs, temporary files left by a killed
-writer, and `prune` killed part-way (then run again). Stored models, specs and logs start from the
-H200 measurements in the repository (squeezenet at levels 0, 60 and 90). Each case runs in this
-process through `perf4sight.cli.main` (kills: in a child process), and is counted as
+range, hostile or huge, and broken files), command-line options, profiling-log rows (also
+rows that disagree with their file, figures that are no decimal number within a device's
+reach, a header naming a column twice), the set of logs a fit reads (a folder listed twice
+or through a link, levels without a log, an evaluation on the training runs, a comment after
+a value), tampered stored models, impossible architecture specs and specs that disagree with
+their logs, outputs that would replace an input of the run, `prune` run again into a folder
+with other settings, network names that are paths, temporary files left by a killed writer,
+and `prune` killed part-way (then run again). Stored models, specs and logs start from the
+H200 measurements in the repository (squeezenet at levels 0, 60 and 90) or, for the cases of
+logs, specs and outputs against each other, from the CPU zoo's (`benchmarks/data/cpu_zoo`).
+Each case runs in this process through `perf4sight.cli.main` (kills: in a child process), and
+is counted as
 
 - one line: exit code 2 and one line on stderr (at most 4096 characters), as asked;
 - right: a case with a right answer (a config with a byte order mark is read, a repeated
@@ -109,8 +116,12 @@ class Result:
 
 
 def invoke(argv: list[str]) -> tuple[int | None, str, str, str]:
-    """Run the CLI in this process: (exit code, stdout, stderr, traceback or '')."""
+    """Run the CLI in this process, as a fresh command (no warning shown yet): (exit code,
+    stdout, stderr, traceback or '')."""
+    from perf4sight import console
     from perf4sight.cli import main
+
+    console.reset()
 
     out, err = io.StringIO(), io.StringIO()
     with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
@@ -409,6 +420,310 @@ LOG_CASES = [
     _log_case("formula injection in model", _edit_field("model", "=cmd|' /C calc'!A0")),
     _log_case("a header only", _header_only, _warned("no test rows")),
     _log_case("every test twice", _doubled, _warned("repeat a test")),
+]
+
+
+# ---------------------------------------------------------------- logs, specs and outputs against each other
+
+ZOO = ROOT / "benchmarks" / "data" / "cpu_zoo"  # the CPU zoo's logs and specs, kept in the repository
+_ZOO_LEVELS = (0, 45, 90)
+
+
+def _zoo_case(category: str, name: str, change: Callable[[Path, dict[str, str]], Any],
+              check: Callable[[Path, str, str], bool] | None = None, command: str = "fingerprint") -> Case:
+    """The zoo's alexnet memory logs (levels 0, 45, 90) and specs copied, a memory model fitted
+    on them ('physical') and evaluated on level 45, after `change(scratch, config values)` has
+    edited the files or the [fingerprint] values."""
+    def setup(scratch: Path, fixtures: Fixtures) -> list[str]:
+        logs, specs = scratch / "memory", scratch / "specs"
+        logs.mkdir()
+        specs.mkdir()
+        for level in _ZOO_LEVELS:
+            shutil.copy(ZOO / "memory" / f"alexnet_{level}-gt.csv", logs)
+            shutil.copy(ZOO / "models" / f"alexnet_{level}.json", specs)
+        values = {"train_nets": "['alexnet']", "train_logs": "[0, 90]", "eval_logs": "[45]",
+                  "pruned_models_storedir": str(specs), "model_storedir": str(scratch / "fitted"),
+                  "memory_logs": f"['{logs}']", "latency_model": "False", "method": "physical",
+                  "report": str(scratch / "report.json")}
+        change(scratch, values)
+        path = scratch / "config.ini"
+        if not path.exists():  # a change may have written the config (or a file in its place)
+            path.write_text(_section("fingerprint", values))
+        return [command, "--config", str(path)]
+
+    return Case(category, name, setup, check)
+
+
+def _in_log(edit: Callable[[Path], None], level: int = 45) -> Callable[[Path, dict[str, str]], None]:
+    """`edit` applied to the zoo log of alexnet at `level`, fitted on it."""
+    def change(scratch: Path, values: dict[str, str]) -> None:
+        edit(scratch / "memory" / f"alexnet_{level}-gt.csv")
+        values["train_logs"] = "[0, 45, 90]"
+
+    return change
+
+
+def _appended_row_of(name: str) -> Callable[[Path], None]:
+    """A row of another architecture's log appended, as a careless merge of two logs does."""
+    return lambda path: path.write_text(path.read_text() + (ZOO / "memory" / f"{name}-gt.csv").read_text()
+                                        .splitlines()[1] + "\n")
+
+
+def _header_twice(column: str, instead: str) -> Callable[[Path], None]:
+    def change(path: Path) -> None:
+        rows = path.read_text().splitlines()
+        header = rows[0].split("|")
+        header[header.index(instead)] = column
+        path.write_text("\n".join(["|".join(header), *rows[1:]]) + "\n")
+
+    return change
+
+
+ROW_CASES = [
+    *(_zoo_case("log", f"{column} = {value!r} in a row of alexnet_45 (memory)", _in_log(_edit_field(column, value, 2)))
+      for column, value in (("net_name", "resnet18"), ("model", "benchmarks/data/cpu_zoo/models/vgg11_45.json"),
+                            ("model", "alexnet_90.json"), ("test_var", "latency"), ("stage", "Training"),
+                            ("stage", "TRAINING"), ("stage", "train"))),
+    *(_zoo_case("log", f"a row of {name} appended", _in_log(_appended_row_of(name)))
+      for name in ("vgg11_45", "alexnet_90", "resnet18_0")),
+    *(_zoo_case("log", f"{MEMORY.column} = {value!r} in a passed row", _in_log(_edit_field(MEMORY.column, value, 2)))
+      for value in ("0x10", "0X1F", "0b101", "0o17", "1_000", "1e300", "20000000", "inf", "-inf", "nan", "NaN",
+                    "True", "1e999", "[1]", "(1)", "'12'", "1j")),
+    *(_zoo_case("log", f"the header names {column} twice (instead of {instead})", _in_log(_header_twice(column, instead)))
+      for column, instead in ((MEMORY.column, "mem_avail"), ("bs", "free"), ("model", "net_name"),
+                              ("passed", "mem_alloc"), ("stage", "error"))),
+]
+
+
+def _fitted_once(word: str) -> Callable[[Path, str, str], bool]:
+    """Right: `word` said in one line of stderr, and the model fitted on each training row once."""
+    def check(scratch: Path, out: str, err: str) -> bool:
+        meta = json.loads((scratch / "fitted" / f"{MEMORY_MODEL}.json").read_text())
+        rows = sum(1 for level in (0, 90)
+                   for line in (ZOO / "memory" / f"alexnet_{level}-gt.csv").read_text().splitlines()[1:]
+                   if line.startswith("True|"))
+        said = [line for line in err.splitlines() if word in line]
+        return len(said) == 1 and meta["n_train"] == rows
+
+    return check
+
+
+def _reported(word: str) -> Callable[[Path, str, str], bool]:
+    """Right: `word` said in one line of stderr and in the report's notes, the evaluation done."""
+    def check(scratch: Path, out: str, err: str) -> bool:
+        notes = json.loads((scratch / "report.json").read_text())[MEMORY.name].get("notes", [])
+        return len([line for line in err.splitlines() if word in line]) == 1 and any(word in n for n in notes)
+
+    return check
+
+
+def _noted(scratch: Path, out: str, err: str) -> bool:
+    """Right: the evaluation on training runs said on stderr and in the report."""
+    report = json.loads((scratch / "report.json").read_text())
+    return "the evaluation of them is on runs the models were fitted on" in err and any("fitted on" in note for note in report[MEMORY.name]["notes"])
+
+
+def _twice(scratch: Path, values: dict[str, str]) -> None:
+    """The folder listed twice; fitted only (an evaluation would read its own logs twice, and say so)."""
+    values.update(memory_logs=f"['{scratch / 'memory'}', '{scratch / 'memory'}']", eval_logs="[]")
+
+
+def _linked(scratch: Path, values: dict[str, str]) -> None:
+    (scratch / "link").symlink_to(scratch / "memory")
+    values.update(memory_logs=f"['{scratch / 'memory'}', '{scratch / 'link'}']", eval_logs="[]")
+
+
+def _linked_files(scratch: Path, values: dict[str, str]) -> None:
+    """A second folder whose logs are links to the first's."""
+    (scratch / "other").mkdir()
+    for level in _ZOO_LEVELS:
+        (scratch / "other" / f"alexnet_{level}-gt.csv").symlink_to(scratch / "memory" / f"alexnet_{level}-gt.csv")
+    values.update(memory_logs=f"['{scratch / 'memory'}', '{scratch / 'other'}']", eval_logs="[]")
+
+
+def _set_values(**changes: str) -> Callable[[Path, dict[str, str]], None]:
+    def change(scratch: Path, values: dict[str, str]) -> None:
+        values.update({key: value.replace("{scratch}", str(scratch)) for key, value in changes.items()})
+
+    return change
+
+
+def _stored_at(folder: str) -> Callable[[Path, str, str], bool]:
+    return lambda scratch, out, err: (scratch / folder / f"{MEMORY_MODEL}.skops").is_file() and not any(
+        ";" in p.name or "#" in p.name for p in scratch.iterdir())
+
+
+SET_CASES = [
+    _zoo_case("log set", "the log folder listed twice", _twice, _fitted_once("found again")),
+    _zoo_case("log set", "the log folder listed again through a link", _linked, _fitted_once("found again")),
+    _zoo_case("log set", "a second folder of links to the logs", _linked_files, _fitted_once("found again")),
+    _zoo_case("log set", "the log folder listed again as folder/../folder",
+              _set_values(memory_logs="['{scratch}/memory', '{scratch}/memory/../memory']", eval_logs="[]"),
+              _fitted_once("found again")),
+    _zoo_case("log set", "a level listed in train_logs with no log", _set_values(train_logs="[0, 60, 90]"),
+              _fitted_once("no log at alexnet levels [60]")),
+    _zoo_case("log set", "two levels listed in train_logs with no log", _set_values(train_logs="[0, 10, 90, 95]"),
+              _fitted_once("no log at alexnet levels [10, 95]")),
+    _zoo_case("log set", "a level listed in eval_logs with no log", _set_values(eval_logs="[45, 50]"),
+              _reported("no log at alexnet levels [50]")),
+    _zoo_case("log set", "the eval log folder listed twice",
+              _set_values(eval_memory_logs="['{scratch}/memory', '{scratch}/memory']"), _reported("found again")),
+    _zoo_case("log set", "eval_logs equal to train_logs", _set_values(eval_logs="[0, 90]"), _noted),
+    _zoo_case("log set", "eval_logs overlapping train_logs", _set_values(eval_logs="[45, 90]"), _noted),
+    _zoo_case("log set", "eval_logs equal to train_logs, eval_memory_logs the same folder by a link",
+              lambda scratch, values: (_linked(scratch, values),
+                                       values.update(memory_logs=f"['{scratch / 'memory'}']", eval_logs="[0, 90]",
+                                                     eval_memory_logs=f"['{scratch / 'link'}']")), _noted),
+    _zoo_case("log set", "a ; comment after model_storedir", _set_values(model_storedir="{scratch}/fitted ; models"),
+              _stored_at("fitted")),
+    _zoo_case("log set", "a # comment after model_storedir", _set_values(model_storedir="{scratch}/fitted  # models"),
+              _stored_at("fitted")),
+    _zoo_case("log set", "a ; comment after train_logs", _set_values(train_logs="[0, 90] ; fitted on these"),
+              _stored_at("fitted")),
+]
+
+
+def _spec_edit(level: int, **changes: Any) -> Callable[[Path, dict[str, str]], None]:
+    def change(scratch: Path, values: dict[str, str]) -> None:
+        path = scratch / "specs" / f"alexnet_{level}.json"
+        path.write_text(json.dumps({**json.loads(path.read_text()), **changes}))
+
+    return change
+
+
+def _spec_of(name: str, level: int = 90) -> Callable[[Path, dict[str, str]], None]:
+    """Another architecture's spec in the place of alexnet's, as a mixed-up folder holds."""
+    return lambda scratch, values: shutil.copy(ZOO / "models" / f"{name}.json", scratch / "specs" / f"alexnet_{level}.json")
+
+
+SPEC_LOG_CASES = [
+    _zoo_case("spec", "name of another network than its logs' (fingerprint)", _spec_edit(90, name="resnet18_90")),
+    _zoo_case("spec", "name of another level than its logs' (fingerprint)", _spec_edit(90, name="alexnet_45")),
+    _zoo_case("spec", "net of another network than its logs' (fingerprint)", _spec_edit(0, net="vgg11")),
+    _zoo_case("spec", "name with a blank after it (fingerprint)", _spec_edit(0, name="alexnet_0 ")),
+    _zoo_case("spec", "vgg11_90's spec in alexnet_90's place (fingerprint)", _spec_of("vgg11_90")),
+    _zoo_case("spec", "alexnet_45's spec in alexnet_90's place (fingerprint)", _spec_of("alexnet_45")),
+]
+
+
+def _report_at(where: str) -> Callable[[Path, dict[str, str]], None]:
+    return _set_values(report=where)
+
+
+def _config_named(name: str, report: str) -> Callable[[Path, dict[str, str]], None]:
+    """The config written as `name`, the report at `report`: what it writes beside it falls on the config."""
+    def change(scratch: Path, values: dict[str, str]) -> None:
+        values["report"] = report.replace("{scratch}", str(scratch))
+        (scratch / name).write_text(_section("fingerprint", values))
+        (scratch / "config.ini").symlink_to(scratch / name)
+
+    return change
+
+
+def _test_config_over(target: str) -> Callable[[Path, Fixtures], list[str]]:
+    """[profile] test_config naming `target` (the config itself, or a spec it reads)."""
+    def setup(scratch: Path, fixtures: Fixtures) -> list[str]:
+        values = _profile_base(scratch, fixtures)
+        shutil.copy(ZOO / "models" / "alexnet_0.json", scratch / "specs")
+        values.update(network="['alexnet']", test_config=target.replace("{scratch}", str(scratch)))
+        path = scratch / "config.ini"
+        path.write_text(_section("profile", values))
+        return ["run", "--config", str(path)]
+
+    return setup
+
+
+def _prune_over_its_source(scratch: Path, fixtures: Fixtures) -> list[str]:
+    """`prune` of a spec into its own folder at its own level: the output is the input."""
+    shutil.copy(ZOO / "models" / "alexnet_0.json", scratch)
+    return ["prune", "--net", str(scratch / "alexnet_0.json"), "--levels", "0", "--input-size", "3,64,64",
+            "--num-classes", "10", "--out", str(scratch)]
+
+
+OUTPUT_CASES = [
+    _zoo_case("output", "report = the config file", _report_at("{scratch}/config.ini")),
+    _zoo_case("output", "report = a log it fits", _report_at("{scratch}/memory/alexnet_0-gt.csv")),
+    _zoo_case("output", "report = a log it evaluates, by ../", _report_at("{scratch}/specs/../memory/alexnet_45-gt.csv")),
+    _zoo_case("output", "report = a spec", _report_at("{scratch}/specs/alexnet_90.json")),
+    _zoo_case("output", "report x.json whose plot is the config x.png", _config_named("x.png", "{scratch}/x.json")),
+    _zoo_case("output", "report = the config by a link", _config_named("real.ini", "{scratch}/real.ini")),
+    Case("output", "[profile] test_config = the config file", _test_config_over("{scratch}/config.ini")),
+    Case("output", "[profile] test_config = a spec it reads", _test_config_over("{scratch}/specs/alexnet_0.json")),
+    Case("output", "prune a spec into its own folder at its own level", _prune_over_its_source),
+]
+
+
+def _prune_again(name: str, first: dict[str, str], second: dict[str, str],
+                 check: Callable[[Path, str, str], bool] | None = None) -> Case:
+    """`prune` run into a folder with `first`'s options, then again with `second`'s (each
+    over the same defaults; a flag's value '' is given alone)."""
+    def setup(scratch: Path, fixtures: Fixtures) -> list[str]:
+        def argv(options: dict[str, str]) -> list[str]:
+            given = {"--net": "squeezenet1_1", "--out": str(scratch / "models"), "--levels": "50",
+                     "--input-size": "3,32,32", "--num-classes": "10", **options}
+            return ["prune", *(part for flag, value in given.items() for part in ((flag, value) if value else (flag,)))]
+
+        code, _, err, exc = invoke(argv(first))
+        if code != 0:
+            raise RuntimeError(f"the first prune failed: {err or exc}")
+        (scratch / "first.json").write_bytes((scratch / "models" / "squeezenet1_1_50.json").read_bytes())
+        return argv(second)
+
+    return Case("prune again", name, setup, check)
+
+
+def _replaced(scratch: Path, out: str, err: str) -> bool:
+    return (scratch / "models" / "squeezenet1_1_50.json").read_bytes() != (scratch / "first.json").read_bytes()
+
+
+def _kept(scratch: Path, out: str, err: str) -> bool:
+    return (scratch / "models" / "squeezenet1_1_50.json").read_bytes() == (scratch / "first.json").read_bytes()
+
+
+PRUNE_AGAIN_CASES = [
+    _prune_again("another input size", {}, {"--input-size": "3,64,64"}),
+    _prune_again("another number of classes", {}, {"--num-classes": "100"}),
+    _prune_again("another seed", {}, {"--seed": "7"}),
+    _prune_again("another mode", {}, {"--mode": "l1-norm"}),
+    _prune_again("the level after another (30, then 50)", {}, {"--levels": "30,50"}),
+    _prune_again("another seed, written as model files too", {}, {"--seed": "3", "--write-model-files": ""}),
+    _prune_again("the same settings again", {}, {}, _kept),
+    _prune_again("the same settings, with model files", {}, {"--write-model-files": ""}, _kept),
+    _prune_again("another seed with --overwrite", {}, {"--seed": "7", "--overwrite": ""}, _replaced),
+    _prune_again("another input size with --overwrite", {}, {"--input-size": "3,64,64", "--overwrite": ""}, _replaced),
+]
+
+
+def _net_named(net: str) -> Callable[[Path, Fixtures], list[str]]:
+    """`prune` of a spec whose `net`, the name its specs are written under, is `net`."""
+    def setup(scratch: Path, fixtures: Fixtures) -> list[str]:
+        source = scratch / "source" / "alexnet_0.json"
+        source.parent.mkdir()
+        source.write_text(json.dumps({**json.loads((ZOO / "models" / "alexnet_0.json").read_text()), "net": net}))
+        return ["prune", "--net", str(source), "--levels", "10", "--input-size", "3,64,64", "--num-classes", "10",
+                "--out", str(scratch / "a" / "b" / "out")]
+
+    return Case("name as path", f"a spec's net {net!r} (prune)", setup)
+
+
+def _model_file_named(name: str) -> Callable[[Path, Fixtures], list[str]]:
+    """[create_network_dataset] naming `name`, a model file found in model_desc_dir's subfolder."""
+    def setup(scratch: Path, fixtures: Fixtures) -> list[str]:
+        desc = scratch / "desc"
+        (desc / "sub").mkdir(parents=True)
+        shutil.copy(ROOT / "examples" / "model_files" / "resnet_like.py", desc / f"{name}.py")
+        values = {**_network_base(scratch, fixtures), "networks": f"['{name}']", "model_desc_dir": str(desc),
+                  "model_path": str(scratch / "a" / "out")}
+        (scratch / "config.ini").write_text(_section("create_network_dataset", values))
+        return ["run", "--config", str(scratch / "config.ini")]
+
+    return Case("name as path", f"networks = ['{name}'], a model file in model_desc_dir", setup)
+
+
+NAME_CASES = [
+    *(_net_named(net) for net in ("../escaped", "../../escaped", "sub/net", "/tmp/escaped", "..", ".hidden",
+                                  "c:\\net", "a\\..\\b", "")),
+    _model_file_named("sub/resnet_like"),
 ]
 
 
@@ -741,13 +1056,15 @@ def catalogue() -> list[Case]:
     """Every case, in the order the table lists them."""
     configs = [_config_case(section, key, value) for section, key, value in BAD_VALUES]
     files = [*FILE_CASES, Case("config", "the config file is missing", _missing_config)]
-    return [*configs, *files, *CLI_CASES, *LOG_CASES, *STORED_CASES, *SPEC_CASES, *LEFTOVER_CASES, *KILL_CASES]
+    return [*configs, *files, *CLI_CASES, *LOG_CASES, *ROW_CASES, *SET_CASES, *STORED_CASES, *SPEC_CASES,
+            *SPEC_LOG_CASES, *OUTPUT_CASES, *PRUNE_AGAIN_CASES, *NAME_CASES, *LEFTOVER_CASES, *KILL_CASES]
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--only", default="",
-                        help="comma-separated categories: config, cli, log, stored model, spec, leftover, kill")
+                        help="comma-separated categories: config, cli, log, log set, stored model, spec, output, "
+                             "prune again, name as path, leftover, kill")
     parser.add_argument("--list", action="store_true", help="print every case's outcome")
     parser.add_argument("--keep", type=Path, default=None, help="scratch folder to keep (default: a temporary one)")
     args = parser.parse_args()

@@ -172,3 +172,67 @@ def test_the_shipped_examples_load_and_name_known_networks(example: Path) -> Non
     fitted = config.fingerprint
     assert set(fitted.train_nets) | set(fitted.eval_nets) <= set(config.profile.network)
     assert set(fitted.train_logs) | set(fitted.eval_logs) <= set(config.create_network_dataset.pruning_perc)
+
+
+def test_a_comment_after_a_value_is_no_part_of_it(tmp_path: Path) -> None:
+    text = ("[create_network_dataset]\nnetworks = ['resnet18'] # the base\nmodel_path = out/models ; specs\n"
+            "num_classes = 10\t; ten\n")
+    settings = load_config(write(tmp_path, text)).create_network_dataset
+    assert settings.model_path == Path("out/models") and settings.networks == ["resnet18"]
+    assert settings.num_classes == 10
+
+
+def _fingerprint(tmp_path: Path, report: str) -> str:
+    (tmp_path / "logs").mkdir(exist_ok=True)
+    (tmp_path / "specs").mkdir(exist_ok=True)
+    (tmp_path / "logs" / "resnet18_0-gt.csv").write_text("passed|bs|model|mem_used\n")
+    (tmp_path / "specs" / "resnet18_0.json").write_text("{}")
+    return (f"[fingerprint]\ntrain_nets = ['resnet18']\ntrain_logs = [0]\nmemory_logs = ['{tmp_path / 'logs'}']\n"
+            f"pruned_models_storedir = {tmp_path / 'specs'}\nmodel_storedir = {tmp_path / 'fitted'}\n"
+            f"report = {report}\n")
+
+
+@pytest.mark.parametrize(("report", "written", "input_"), [
+    ("config.ini", "config.ini", "the config file"),
+    ("config.json", "config.png", None),  # its plot
+    ("logs/resnet18_0-gt.csv", "logs/resnet18_0-gt.csv", "read from [fingerprint] memory_logs"),
+    ("specs/resnet18_0.json", "specs/resnet18_0.json", "read from [fingerprint] pruned_models_storedir"),
+    ("specs/../logs/./resnet18_0-gt.csv", "specs/../logs/./resnet18_0-gt.csv", "read from [fingerprint] memory_logs"),
+])
+def test_an_output_that_is_an_input_of_the_run_is_refused_naming_both(tmp_path: Path, report: str, written: str,
+                                                                      input_: str | None) -> None:
+    path = tmp_path / "config.ini"
+    if written == "config.png":  # the config is config.png: the report config.json would plot over it
+        path = tmp_path / "config.png"
+    path.write_text(_fingerprint(tmp_path, str(tmp_path / report)))
+    before = {p: p.read_bytes() for p in tmp_path.rglob("*") if p.is_file()}
+    with pytest.raises(Exception, match=re.escape(f"[fingerprint] report: {tmp_path / written} would be written over "
+                                                  f"an input of this run, {(tmp_path / written).resolve()} (")
+                       + re.escape(input_ or "the config file")):
+        load_config(path)
+    assert {p: p.read_bytes() for p in tmp_path.rglob("*") if p.is_file()} == before
+
+
+def test_a_test_config_written_over_its_own_config_is_refused(tmp_path: Path) -> None:
+    path = write(tmp_path, f"[profile]\nnetwork = ['resnet18']\nlocal_model_loc = {tmp_path}\n"
+                           f"test_config = {tmp_path / 'config.ini'}\n")
+    assert main(["run", "--config", str(path)]) == 2
+    path = write(tmp_path, _fingerprint(tmp_path, str(tmp_path / "report.json")))
+    assert load_config(path).fingerprint.report == tmp_path / "report.json"
+
+
+def test_an_output_beside_the_inputs_that_is_none_of_them_is_written_again(tmp_path: Path) -> None:
+    """A report or test config kept in the folder of the specs or logs it reads (from a run
+    before) is no input: only `<net>_<level>` specs, model files and logs, and environment records are."""
+    (tmp_path / "specs").mkdir()
+    for name in ("report.json", "report_predictions.csv", "test_config.ini", "notes.py"):
+        (tmp_path / "specs" / name).write_text("x")
+    config = write(tmp_path, _fingerprint(tmp_path, str(tmp_path / "specs" / "report.json")))
+    assert load_config(config).fingerprint.report == tmp_path / "specs" / "report.json"
+    config.write_text(f"[profile]\nnetwork = ['resnet18']\nlocal_model_loc = {tmp_path / 'specs'}\n"
+                      f"test_config = {tmp_path / 'specs' / 'test_config.ini'}\n")
+    assert load_config(config).profile.test_config == tmp_path / "specs" / "test_config.ini"
+    (tmp_path / "logs" / "environment-20260101T000000Z.json").write_text("{}")
+    config.write_text(_fingerprint(tmp_path, str(tmp_path / "logs" / "environment-20260101T000000Z.json")))
+    with pytest.raises(Exception, match="would be written over an input of this run"):
+        load_config(config)

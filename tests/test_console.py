@@ -8,6 +8,8 @@ import sys
 
 import pytest
 
+from perf4sight import console
+
 # A plan's table: nine columns of figures and a note naming the layers a prediction extrapolates for.
 _SCRIPT = """
 from perf4sight import console
@@ -29,3 +31,16 @@ def test_a_piped_table_keeps_every_note_whole(columns):
                              check=True).stdout
     assert "extrapolated (conv_depthwise)" in printed and "sgd, fp32, train all" in printed
     assert "…" not in printed
+
+
+def test_the_warnings_of_a_block_are_collected_once_each_even_those_shown_before(capsys) -> None:
+    console.warn("shown before")
+    with console.collected_warnings() as outer:
+        console.warn("first")
+        with console.collected_warnings() as inner:
+            console.warn("shown before")
+            console.warn("first")
+        console.warn("first")
+    console.warn("after")
+    assert outer == ["first", "shown before"] and inner == ["shown before", "first"]
+    assert capsys.readouterr().err.count("warning:") == 3  # each shown once, whatever collects it

@@ -1,6 +1,7 @@
 """Fault injection: every case of `benchmarks/fault_injection.py` (hostile configs, bad
-command-line values, broken log rows, tampered stored models, impossible specs, `prune`
-killed part-way) is answered with one line and exit code 2, or with the right result;
+command-line values, broken log rows and rows not of their file, log sets read twice or
+incomplete, tampered stored models, impossible specs and specs not of their logs, outputs
+over inputs, `prune` run again with other settings or killed part-way, names that are paths) is answered with one line and exit code 2, or with the right result;
 never a traceback, a silent wrong answer, a lost or duplicated row, or executed code."""
 
 from __future__ import annotations
@@ -39,6 +40,7 @@ def test_a_fault_is_one_line_or_the_right_result(case, fixtures, tmp_path):
 
 def test_the_catalogue_covers_every_category_and_the_issue_count():
     categories = {case.category for case in CASES}
-    assert categories == {"config", "cli", "log", "stored model", "spec", "leftover", "kill"}
+    assert categories == {"config", "cli", "log", "log set", "stored model", "spec", "output", "prune again",
+                          "name as path", "leftover", "kill"}
     assert len(CASES) >= 175
     assert len({case.id for case in CASES}) == len(CASES)  # each case named once

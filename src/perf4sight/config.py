@@ -19,6 +19,7 @@ from __future__ import annotations
 import ast
 import dataclasses
 import os
+import re
 import types
 import typing
 from dataclasses import dataclass, field
@@ -37,7 +38,9 @@ __all__ = [
     "Config",
     "SECTIONS",
     "OUTPUT_PATHS",
+    "INPUT_PATHS",
     "check_output_path",
+    "report_files",
     "load_config",
     "load_section",
     "parse_section",
@@ -57,6 +60,8 @@ class NetworkDatasetSettings:
     input_size: list[int] = field(default_factory=lambda: [3, 224, 224])
     num_classes: int = 1000
     write_model_files: bool = False
+    # a spec already in the folder that differs from the one this run makes is replaced only then
+    overwrite: bool = False
     # The original wrote its specs to model_path/<dataset> (models/pruned/random_pruning/imagenet,
     # where its [profile] local_model_loc looks); a config that names a dataset, here or in its
     # [profile] section, gets that folder too.
@@ -143,6 +148,19 @@ OUTPUT_PATHS: dict[str, dict[str, str]] = {
     "profile": {"log_dir": "folder", "test_config": "file"},
     "fingerprint": {"model_storedir": "folder", "report": "file"},
 }
+# The keys of each section that name folders whose files a run reads (specs, model files, logs),
+# and the names of those files: `<net>_<level>` specs, model files and logs, environment records.
+INPUT_FILE = re.compile(r".+_[0-9]+(\.json|\.py|-gt\.csv|\.csv)|environment-.*\.json")
+INPUT_PATHS: dict[str, tuple[str, ...]] = {
+    "create_network_dataset": ("model_desc_dir",),
+    "profile": ("local_model_loc",),
+    "fingerprint": ("pruned_models_storedir", "memory_logs", "latency_logs", "eval_memory_logs", "eval_latency_logs"),
+}
+
+
+def report_files(report: Path) -> list[Path]:
+    """The files `report` names: the JSON itself, its per-row predictions (CSV) and its plot (PNG) beside it."""
+    return [report, report.with_name(f"{report.stem}_predictions.csv"), report.with_suffix(".png")]
 
 
 @dataclass(frozen=True)
@@ -201,7 +219,31 @@ def load_config(path: str | Path) -> Config:
         for key, kind in OUTPUT_PATHS[name].items():
             if getattr(settings, key) is not None:
                 check_output_path(getattr(settings, key), kind, f"{path} [{name}] {key}")
+    _check_outputs_not_inputs(path, values)
     return Config(path=path, **values)
+
+
+def _check_outputs_not_inputs(path: Path, values: dict[str, Any]) -> None:
+    """Refuse an output file (`test_config`, `report` and what it writes beside it) that is
+    one of the run's inputs: the config file itself, or a file it reads from a folder
+    (`INPUT_FILE`: a spec, a model file, a log), which it would replace. ArgumentError naming both."""
+    inputs = {path.resolve(): "the config file"}
+    for name, settings in values.items():
+        for key in INPUT_PATHS[name]:
+            value = getattr(settings, key)
+            for folder in value if isinstance(value, list) else [value] if value is not None else []:
+                if folder.is_dir():
+                    inputs.update((file.resolve(), f"read from [{name}] {key} = {folder}")
+                                  for file in folder.iterdir() if INPUT_FILE.fullmatch(file.name) and file.is_file())
+    for name, settings in values.items():
+        for key, kind in OUTPUT_PATHS[name].items():
+            output = getattr(settings, key)
+            if kind != "file" or output is None:
+                continue
+            for file in report_files(output) if key == "report" else [output]:
+                if file.resolve() in inputs:
+                    raise ArgumentError(f"{path} [{name}] {key}: {clip(str(file), 300)} would be written over an "
+                                        f"input of this run, {file.resolve()} ({inputs[file.resolve()]})")
 
 
 def _fingerprint_folders(raw: dict[str, str], networks: NetworkDatasetSettings | None, *, where: str) -> dict[str, str]:

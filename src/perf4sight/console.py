@@ -22,7 +22,7 @@ from rich.progress import (
 )
 from rich.table import Table
 
-__all__ = ["out", "err", "set_quiet", "reset", "info", "warn", "print_table", "progress"]
+__all__ = ["out", "err", "set_quiet", "reset", "info", "warn", "collected_warnings", "print_table", "progress"]
 
 # Output that is not a terminal (a log file, CI) gets room for the widest table (a plan's
 # recipes and notes, which a narrower table cuts), whatever COLUMNS says there (test
@@ -35,6 +35,7 @@ for _console in (out, err):
         _console.width = _PIPE_WIDTH
 _state = {"quiet": False}
 _warned: set[str] = set()
+_collecting: list[list[str]] = []  # the lists of the `collected_warnings` blocks open
 
 
 def set_quiet(quiet: bool) -> None:
@@ -59,10 +60,25 @@ def warn(message: str) -> None:
     """A warning line on stderr, never wrapped, its text as it is (a `[section]` is no markup);
     shown even when quiet, and once per process (a network predicted for several recipes is
     described once)."""
+    for collected in _collecting:
+        collected.append(message)
     if message in _warned:
         return
     _warned.add(message)
     err.print(f"[yellow]warning:[/yellow] {escape(message)}", soft_wrap=True)
+
+
+@contextlib.contextmanager
+def collected_warnings() -> Iterator[list[str]]:
+    """The warnings given inside the block, in order, each once (also one shown before it): for
+    a report that must say what its output said."""
+    collected: list[str] = []
+    _collecting.append(collected)
+    try:
+        yield collected
+    finally:
+        _collecting.remove(collected)
+        collected[:] = list(dict.fromkeys(collected))
 
 
 def print_table(title: str, columns: Sequence[str], rows: Sequence[Sequence[Any]]) -> None:

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import json
+from pathlib import Path
+
 import numpy as np
 import pandas as pd
 import pytest
@@ -86,3 +89,21 @@ def test_an_unknown_dataset_in_a_log_names_the_file(tmp_path):
     catalog = ArchitectureCatalog(tmp_path / "models")
     with pytest.raises(LogFormatError, match=r"squeezenet_0-gt.csv: dataset='mnist' .*known: spec, imagenet"):
         build_dataset(logs, target="mem_used_mib", feature_set="paper", stage="training", catalog=catalog)
+
+
+@pytest.mark.parametrize(("key", "value", "message"), [
+    ("name", "resnet18_45", "the spec's name is 'resnet18_45', but the logs that name this file measured the "
+                            "architecture 'alexnet_45'"),
+    ("net", "vgg11", "the spec's net is 'vgg11', but the logs that name this file measured the network 'alexnet'"),
+])
+def test_a_spec_that_says_another_network_than_its_logs_is_refused(tmp_path, key, value, message):
+    zoo = Path(__file__).resolve().parents[2] / "benchmarks" / "data" / "cpu_zoo"
+    logs = read_logs(["alexnet"], [45], [zoo / "memory"], [MEMORY])
+    spec = json.loads((zoo / "models" / "alexnet_45.json").read_text())
+    (tmp_path / "alexnet_45.json").write_text(json.dumps({**spec, key: value}))
+    with pytest.raises(LogFormatError, match=rf"{tmp_path / 'alexnet_45.json'}: {message}"):
+        build_dataset(logs, target="mem_used_mib", feature_set="paper", stage="training",
+                      catalog=ArchitectureCatalog(tmp_path))
+    (tmp_path / "alexnet_45.json").write_text(json.dumps(spec))
+    assert len(build_dataset(logs, target="mem_used_mib", feature_set="paper", stage="training",
+                             catalog=ArchitectureCatalog(tmp_path))) == int(logs["passed"].sum())

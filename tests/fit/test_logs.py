@@ -172,3 +172,91 @@ def test_the_journal_and_the_gt_log_read_every_missing_spelling_alike(tmp_path, 
     gt.write_text("\n".join([lines[0], "|".join(fields)]) + "\n")
     with pytest.raises(LogFormatError, match=rf"{gt}: line 2: mem_used=.*expected a number"):
         read_gt_log(gt, [MEMORY])
+
+
+# The CPU zoo's logs (kept in the repository, of our own format: with `stage`).
+ZOO = Path(__file__).resolve().parents[2] / "benchmarks" / "data" / "cpu_zoo"
+
+
+def _zoo_log(tmp_path: Path, kind: str = "memory", name: str = "alexnet_45") -> Path:
+    return Path(shutil.copy(ZOO / kind / f"{name}-gt.csv", tmp_path))
+
+
+def _set_field(path: Path, column: str, value: str, line: int = 2) -> None:
+    lines = path.read_text().splitlines()
+    header = lines[0].split("|")
+    fields = lines[line - 1].split("|")
+    fields[header.index(column)] = value
+    lines[line - 1] = "|".join(fields)
+    path.write_text("\n".join(lines) + "\n")
+
+
+@pytest.mark.parametrize(("column", "value", "message"), [
+    ("net_name", "resnet18", "net_name='resnet18', but the file holds the tests of net_name='alexnet'"),
+    ("model", "benchmarks/data/cpu_zoo/models/vgg11_45.json", "model='.*vgg11_45.json', but the file holds the tests "
+                                                               "of model='alexnet_45'"),
+    ("model", "alexnet_90.json", "model='alexnet_90.json', but the file holds the tests of model='alexnet_45'"),
+    ("test_var", "latency", "test_var='latency', but the file holds the tests of test_var='memory'"),
+    ("stage", "Training", "stage='Training', expected one of training, inference"),
+    ("stage", "train", "stage='train', expected one of training, inference"),
+    ("mem_used", "0x10", "mem_used='0x10', expected a decimal number"),
+    ("mem_used", "1_000", "mem_used='1_000', expected a decimal number"),
+    ("mem_used", "1e300", "mem_used='1e300', more than any device"),
+    ("mem_used", "20000000", "mem_used='20000000', more than any device"),
+    ("mem_used", "inf", "mem_used='inf', expected a Python literal"),
+    ("mem_used", "nan", "mem_used='nan', expected a number"),
+    ("mem_used", "True", "mem_used='True', expected a decimal number"),
+])
+def test_a_row_that_disagrees_with_its_file_or_has_no_decimal_figure_is_refused(tmp_path, column, value, message):
+    path = _zoo_log(tmp_path)
+    _set_field(path, column, value, line=3)
+    with pytest.raises(LogFormatError, match=rf"{path}: line 3: {message}"):
+        read_logs(["alexnet"], [45], [tmp_path], [MEMORY])
+
+
+@pytest.mark.parametrize(("value", "message"), [("0x1F", "expected a decimal number"),
+                                                ("1e12", "more than any device"), ("-inf", "expected a Python literal")])
+def test_a_latency_that_is_no_decimal_figure_within_a_day_is_refused(tmp_path, value, message):
+    path = _zoo_log(tmp_path, "latency")
+    _set_field(path, "latency", value)
+    with pytest.raises(LogFormatError, match=rf"{path}: line 2: latency='{value}', {message}"):
+        read_logs(["alexnet"], [45], [tmp_path], [LATENCY])
+
+
+def test_every_log_kept_in_the_repository_agrees_with_its_file():
+    for quantity in (MEMORY, LATENCY):
+        for path in sorted((ZOO / quantity.kind).glob("*-gt.csv")):
+            assert len(read_gt_log(path, [quantity], path.name[: -len("-gt.csv")].rpartition("_")[0]))
+
+
+def test_a_header_naming_a_column_twice_is_one_line(tmp_path):
+    path = _zoo_log(tmp_path)
+    lines = path.read_text().splitlines()
+    path.write_text("\n".join([lines[0].replace("mem_avail", "mem_used")] + lines[1:]) + "\n")
+    with pytest.raises(LogFormatError, match=rf"{path}: line 1: column 'mem_used' named twice"):
+        read_logs(["alexnet"], [45], [tmp_path], [MEMORY])
+
+
+def test_a_log_found_twice_by_any_path_is_read_once_with_one_warning(tmp_path, capsys):
+    folder = tmp_path / "memory"
+    folder.mkdir()
+    _zoo_log(folder, name="alexnet_0"), _zoo_log(folder, name="alexnet_45")
+    (tmp_path / "link").symlink_to(folder)
+    once = read_logs(["alexnet"], [0, 45], [folder], [MEMORY])
+    assert "found again" not in capsys.readouterr().err
+    for dirs in ([folder, folder], [folder, tmp_path / "link"], [folder, tmp_path / "memory" / ".." / "memory"]):
+        again = read_logs(["alexnet"], [0, 45], dirs, [MEMORY])
+        err = capsys.readouterr().err
+        assert len(err.strip().splitlines()) == 1, err
+        assert "2 logs found again by another path" in " ".join(err.split()) and "each is read once" in err
+        pd.testing.assert_frame_equal(again, once)
+
+
+def test_a_level_listed_without_a_log_is_named_in_one_warning(tmp_path, capsys):
+    _zoo_log(tmp_path, name="alexnet_0"), _zoo_log(tmp_path, name="vgg11_45")
+    logs = read_logs(["alexnet", "vgg11"], [0, 45, 60], [tmp_path], [MEMORY])
+    err = " ".join(capsys.readouterr().err.split())
+    assert "no log at alexnet levels [45, 60]; vgg11 levels [0, 60] in" in err and "only the levels found are used" in err
+    assert set(logs["model"].map(lambda m: Path(m).stem)) == {"alexnet_0", "vgg11_45"}
+    find_logs(["alexnet", "vgg11"], [0, 45, 60], [tmp_path], warn=False)
+    assert capsys.readouterr().err == ""

@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 import dataclasses
+import json
 
 import pandas as pd
 import pytest
 
 from perf4sight.cli import main
 from perf4sight.config import NetworkDatasetSettings
-from perf4sight.errors import ConfigError
+from perf4sight.errors import ConfigError, NetworkError
 from perf4sight.networks import build_from_spec, create_network_dataset, load_network, read_spec
 
 
@@ -19,6 +20,31 @@ def _settings(tmp_path, **changes) -> NetworkDatasetSettings:
         num_classes=10, model_path=tmp_path / "models",
     )
     return dataclasses.replace(base, **changes)
+
+
+def test_a_spec_that_differs_from_the_one_at_its_path_is_replaced_only_with_overwrite(tmp_path):
+    create_network_dataset(_settings(tmp_path, networks=["squeezenet1_1"], pruning_perc=[50]))
+    path = tmp_path / "models" / "squeezenet1_1_50.json"
+    before = path.read_bytes()
+    create_network_dataset(_settings(tmp_path, networks=["squeezenet1_1"], pruning_perc=[50]))  # the same spec again
+    for change in ({"input_size": [3, 64, 64]}, {"seed": 1}, {"num_classes": 100}):
+        with pytest.raises(NetworkError, match=r"squeezenet1_1_50\.json: a different spec is there \(.*overwrite"):
+            create_network_dataset(_settings(tmp_path, networks=["squeezenet1_1"], pruning_perc=[50], **change))
+        assert path.read_bytes() == before
+    create_network_dataset(_settings(tmp_path, networks=["squeezenet1_1"], pruning_perc=[50], seed=1, overwrite=True))
+    assert read_spec(path)["params"] != json.loads(before)["params"]
+
+
+def test_a_spec_that_names_its_network_with_a_path_writes_nothing_outside_the_folder(tmp_path):
+    create_network_dataset(_settings(tmp_path, networks=["squeezenet1_1"], pruning_perc=[0]))
+    spec = json.loads((tmp_path / "models" / "squeezenet1_1_0.json").read_text())
+    for net in ("../escaped", "a/b", "..", ".hidden", "c:\\x"):
+        source = tmp_path / f"source_{len(net)}.json"
+        source.write_text(json.dumps({**spec, "net": net}))
+        with pytest.raises(NetworkError, match="no file name"):
+            create_network_dataset(_settings(tmp_path, networks=[str(source)], pruning_perc=[10],
+                                             model_path=tmp_path / "inner" / "out"))
+    assert not list(tmp_path.rglob("escaped*")) and not list((tmp_path / "inner").rglob("*.json"))
 
 
 def test_specs_and_manifest(tmp_path, layer_shapes):
@@ -99,9 +125,10 @@ def test_a_config_with_a_bad_seed_exits_2_with_one_line(tmp_path, capsys):
 def test_the_manifest_lists_every_spec_in_the_folder_and_repeats_are_made_once(tmp_path, capsys):
     first = create_network_dataset(_settings(tmp_path, networks=["squeezenet1_1"], pruning_perc=[0, 50]))
     assert list(first["name"]) == ["squeezenet1_1_0", "squeezenet1_1_50"]
-    # A second run, of other levels with repeats, keeps the first run's specs listed.
+    # A second run, of other levels with repeats, keeps the first run's specs listed (its
+    # level 50 is pruned after 30, not 0, so it differs: replaced only with overwrite).
     again = create_network_dataset(
-        _settings(tmp_path, networks=["squeezenet1_1", "squeezenet1_1"], pruning_perc=[30, 30, 50]))
+        _settings(tmp_path, networks=["squeezenet1_1", "squeezenet1_1"], pruning_perc=[30, 30, 50], overwrite=True))
     out = " ".join(capsys.readouterr().out.split())
     assert "networks: 1 repeated entries made once" in out and "pruning_perc: 1 repeated entries made once" in out
     assert sorted(again["name"]) == ["squeezenet1_1_0", "squeezenet1_1_30", "squeezenet1_1_50"]

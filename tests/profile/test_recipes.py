@@ -177,7 +177,7 @@ def test_a_log_without_recipe_columns_reads_as_the_default_recipe(tmp_path: Path
     assert all(Recipe(*(row[c] for c in RECIPE_COLUMNS)) == DEFAULT_RECIPE for row in rows)
     frame = read_logs(["resnet18"], [0], [tmp_path], [MEMORY])
     assert list(frame["optimizer"]) == ["sgd", "sgd"] and list(frame["checkpoint_segments"]) == [0, 0]
-    path.write_text("passed|mem_used|bs|model|optimizer\nTrue|1.0|2|m.py|lion\n")
+    path.write_text("passed|mem_used|bs|model|optimizer\nTrue|1.0|2|resnet18_0.py|lion\n")
     with pytest.raises(LogFormatError, match=r"resnet18_0-gt\.csv: line 2 optimizer: unknown value 'lion'"):
         read_gt(path, ["mem_used"])
 

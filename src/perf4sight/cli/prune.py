@@ -70,6 +70,7 @@ def register(app: typer.Typer) -> None:
         out: Path = typer.Option(Path("out/models"), "--out", "-o", help="Folder for the specs and manifest.csv."),
         model_desc_dir: Path | None = typer.Option(None, "--model-desc-dir", help="Folder of your own model files (<name>.py)."),
         write_model_files: bool = typer.Option(False, "--write-model-files", help="Also write standalone <net>_<level>.py files."),
+        overwrite: bool = typer.Option(False, "--overwrite", help="Replace a spec in --out that differs from the one this run makes."),
     ) -> None:
         """Prune networks at several levels; write architecture specs and a manifest."""
         settings = NetworkDatasetSettings(
@@ -82,6 +83,7 @@ def register(app: typer.Typer) -> None:
             input_size=parse_input_size(input_size),
             num_classes=num_classes,
             write_model_files=write_model_files,
+            overwrite=overwrite,
         )
         with in_settings("[create_network_dataset]"):
             check_settings_values(settings)  # before torch loads; the stage checks the networks' names

@@ -47,11 +47,13 @@ class Quantity(NamedTuple):
     column: str  # its column in a `-gt.csv` log (the original tool's name, written and read as is)
     name: str  # its name with unit, on the host from the moment a log is read to the report
     unit: str  # the unit `name` ends with
+    ceiling: float  # the most a log may record, in `unit`: beyond any device (a figure in other units)
 
 
-# MiB of device memory used by an iteration, milliseconds an iteration takes.
-MEMORY = Quantity(kind="memory", column="mem_used", name="mem_used_mib", unit="MiB")
-LATENCY = Quantity(kind="latency", column="latency", name="latency_ms", unit="ms")
+# MiB of device memory used by an iteration (at most 16 TiB), milliseconds an iteration
+# takes (at most a day).
+MEMORY = Quantity(kind="memory", column="mem_used", name="mem_used_mib", unit="MiB", ceiling=2.0**24)
+LATENCY = Quantity(kind="latency", column="latency", name="latency_ms", unit="ms", ceiling=86400e3)
 QUANTITIES = (MEMORY, LATENCY)
 TEST_VARIABLES = tuple(quantity.kind for quantity in QUANTITIES)
 # dataset name -> (input size C,H,W, classes); 'spec' takes both from the model itself.

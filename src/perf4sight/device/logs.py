@@ -28,11 +28,11 @@ agree on every spelling of a missing value (`MISSING`).
 import ast
 import math
 import os
-from pathlib import Path
+from pathlib import Path, PurePosixPath, PureWindowsPath
 from typing import Any, Dict, List, Optional, Sequence, Tuple
 
-from .checks import parse_decimal
-from .definitions import MAX_BATCH_SIZE, is_positive_int
+from .checks import is_decimal_number, parse_decimal
+from .definitions import MAX_BATCH_SIZE, QUANTITIES, STAGES, Quantity, is_positive_int
 from .errors import LogFormatError, clip
 from .files import write_text
 from .recipe import RECIPE_COLUMNS, Recipe
@@ -45,6 +45,7 @@ __all__ = [
     "MISSING",
     "REQUIRED_COLUMNS",
     "LogRow",
+    "architecture_name",
     "journal_path",
     "gt_path",
     "latest_rows",
@@ -84,6 +85,13 @@ GT_SUFFIX = "-gt.csv"
 
 LogRow = Dict[str, Any]
 """A row: column -> value (None for an empty field); `params` is the original's dict."""
+
+
+def architecture_name(model: str) -> str:
+    """The architecture a log row names: the file name stem of its `model` column, the
+    name of its log file too (`<name>-gt.csv`). The path was written on the device,
+    possibly another OS, so both separators are accepted."""
+    return PurePosixPath(PureWindowsPath(model).name).stem
 
 
 def journal_path(log_dir: Path, test: ProfileTest) -> Path:
@@ -144,13 +152,17 @@ def ran_out_of_memory(row: LogRow) -> bool:
     return any(sign in error for sign in _OUT_OF_MEMORY_SIGNS)
 
 
-def read_gt(path: Path, targets: Sequence[str]) -> Tuple[List[str], List[LogRow]]:
+def read_gt(path: Path, targets: Sequence[str], network: Optional[str] = None) -> Tuple[List[str], List[LogRow]]:
     """The header and rows of a `-gt.csv` (ours or the original's), each field read by
     `parse_field`. Every row is checked against what fingerprinting relies on: a batch
     size, a model, a known recipe and, on a passed row, a number for each of `targets` (a
-    failed row, usually out of memory, may leave them missing: None). The recipe columns
-    are always there, the default recipe's values where the log has none (the original's).
-    LogFormatError names the file and line of the first problem."""
+    failed row, usually out of memory, may leave them missing: None); and against its file,
+    which holds one architecture's tests of one variable: its `model` is the file's
+    architecture, its `test_var` the variable of `targets`, its `net_name` `network` (when
+    given) and its `stage` a known one. A figure is a decimal number, finite and within
+    its quantity's ceiling (a figure in other units, or a mangled one, is not fitted). The
+    recipe columns are always there, the default recipe's values where the log has none
+    (the original's). LogFormatError names the file and line of the first problem."""
     path = Path(path)
     lines = _decode(path.read_bytes(), path).splitlines()
     if not lines:
@@ -160,6 +172,12 @@ def read_gt(path: Path, targets: Sequence[str]) -> Tuple[List[str], List[LogRow]
         if column not in header:
             raise LogFormatError("{}: line 1: missing column '{}' (columns: {})".format(
                 path, column, ", ".join(header)))
+    twice = [name for name in header if header.count(name) > 1]
+    if twice:
+        raise LogFormatError("{}: line 1: column '{}' named twice".format(path, clip(twice[0])))
+    quantities = [quantity for quantity in QUANTITIES if quantity.column in targets]
+    expected = {"model": path.name[: -len(GT_SUFFIX)] if path.name.endswith(GT_SUFFIX) else path.stem,
+                "test_var": quantities[0].kind if len(quantities) == 1 else None, "net_name": network}
     rows = []
     for number, line in enumerate(lines[1:], start=2):
         if not line.strip(SEPARATOR + " \t"):
@@ -175,14 +193,42 @@ def read_gt(path: Path, targets: Sequence[str]) -> Tuple[List[str], List[LogRow]
                 where, clip(repr(text["bs"])), MAX_BATCH_SIZE))
         if row["model"] is None:
             raise LogFormatError("{}: empty 'model'".format(where))
-        for target in targets:
-            value = row[target]
-            number_ok = isinstance(value, (int, float)) and not isinstance(value, bool)
-            if not (number_ok or value is None) or (row["passed"] and not (number_ok and math.isfinite(value))):
-                raise LogFormatError("{}: {}={}, expected a number".format(where, target, clip(repr(text[target]))))
+        _check_identity(row, expected, where=where)
+        for quantity in quantities:
+            _check_figure(row, text[quantity.column], quantity, where=where)
         row.update(Recipe.from_columns(row, where=where, error=LogFormatError).columns())
         rows.append(row)
     return header + [column for column in RECIPE_COLUMNS if column not in header], rows
+
+
+def _check_identity(row: LogRow, expected: Dict[str, Optional[str]], *, where: str) -> None:
+    """Refuse a row that is not of its file: another architecture, variable or network
+    (`expected`, None where anything goes), or a stage that is none of STAGES."""
+    found = dict(row, model=architecture_name(row["model"]))
+    for column, value in expected.items():
+        if value is not None and found.get(column) is not None and found[column] != value:
+            raise LogFormatError("{}: {}={}, but the file holds the tests of {}={}".format(
+                where, column, clip(repr(row[column])), column, clip(repr(value))))
+    stage = row.get("stage")
+    if stage is not None and stage not in STAGES:
+        raise LogFormatError("{}: stage={}, expected one of {}".format(where, clip(repr(stage)), ", ".join(STAGES)))
+
+
+def _check_figure(row: LogRow, text: str, quantity: Quantity, *, where: str) -> None:
+    """Refuse a figure of `quantity` that is not a decimal number (`0x10`), not finite or
+    above its ceiling, and a passed row without one."""
+    column = quantity.column
+    value = row[column]
+    if value is None:
+        if row["passed"]:
+            raise LogFormatError("{}: {}={}, expected a number".format(where, column, clip(repr(text))))
+        return
+    number = isinstance(value, (int, float)) and not isinstance(value, bool) and is_decimal_number(text)
+    if not number or not math.isfinite(value):
+        raise LogFormatError("{}: {}={}, expected a decimal number".format(where, column, clip(repr(text))))
+    if abs(value) > quantity.ceiling:
+        raise LogFormatError("{}: {}={}, more than any device ({:.0f} {}): a figure in other units?".format(
+            where, column, clip(repr(text)), quantity.ceiling, quantity.unit))
 
 
 def _decode(data: bytes, path: Path) -> str:

@@ -11,9 +11,10 @@ for the models' own feature step (`perf4sight.features.feature_table`).
 
 from __future__ import annotations
 
+import re
 from collections.abc import Sequence
 from dataclasses import dataclass
-from pathlib import Path, PurePosixPath, PureWindowsPath
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -22,20 +23,13 @@ import pandas as pd
 from perf4sight import console
 from perf4sight.architecture import Architecture, Detail, family_key
 from perf4sight.device.definitions import DATASETS, dataset_load_options
+from perf4sight.device.logs import architecture_name
 from perf4sight.device.recipe import DEFAULT_RECIPE, RECIPE_COLUMNS, Recipe
-from perf4sight.errors import DataNotFoundError, LogFormatError
+from perf4sight.errors import DataNotFoundError, LogFormatError, clip
 from perf4sight.features import ARCHITECTURE, BATCH_SIZE, FEATURE_SETS, feature_table
-from perf4sight.networks import load_architecture
+from perf4sight.networks import load_architecture, read_spec
 
 __all__ = ["ArchitectureCatalog", "Dataset", "architecture_name", "build_dataset", "logged_recipes", "row_recipes"]
-
-
-def architecture_name(model: str) -> str:
-    """The architecture a log row names: the file name stem of its `model` column.
-
-    The path was written on the device, possibly another OS, so both separators are accepted.
-    """
-    return PurePosixPath(PureWindowsPath(model).name).stem
 
 
 class ArchitectureCatalog:
@@ -47,6 +41,7 @@ class ArchitectureCatalog:
     def __init__(self, storedir: str | Path) -> None:
         self.storedir = Path(storedir)
         self._cache: dict[tuple[str, str, Detail, str, Recipe], Architecture | None] = {}
+        self._checked: set[Path] = set()
 
     def get(self, name: str, dataset: str = "spec", *, needs: Detail = Detail.LAYERS,
             stage: str = "training", recipe: Recipe = DEFAULT_RECIPE) -> Architecture | None:
@@ -60,9 +55,23 @@ class ArchitectureCatalog:
     def _load(self, name: str, dataset: str, needs: Detail, stage: str, recipe: Recipe) -> Architecture | None:
         for path in (self.storedir / f"{name}.json", self.storedir / f"{name}.py"):
             if path.is_file():
+                if path.suffix == ".json" and path not in self._checked:
+                    _check_spec_names(read_spec(path), path, name)
+                    self._checked.add(path)
                 return load_architecture(path, needs=needs, stage=stage, recipe=recipe,
                                          **dataset_load_options(dataset))
         return None
+
+
+def _check_spec_names(spec: dict[str, Any], path: Path, name: str) -> None:
+    """Refuse the spec at `path` that the logs' architecture `name` (`<net>_<level>`) finds
+    when it says it is another architecture or network: its runs would be fitted with the
+    features of a network they did not measure."""
+    net = re.fullmatch(r"(.+)_[0-9]+", name)
+    for key, what, value in (("name", "architecture", name), ("net", "network", net.group(1) if net else None)):
+        if value is not None and spec.get(key) is not None and spec[key] != value:
+            raise LogFormatError(f"{path}: the spec's {key} is {clip(repr(spec[key]))}, but the logs that name "
+                                 f"this file measured the {what} {value!r}")
 
 
 @dataclass(frozen=True)

@@ -169,6 +169,23 @@ def _evaluate(settings: FingerprintSettings, target: Quantity, model: FittedMode
     return pd.concat(frames, ignore_index=True)
 
 
+def _evaluated_on_training(settings: FingerprintSettings, targets: list[Quantity]) -> str | None:
+    """Why the evaluation reads runs the models are fitted on (levels in both eval_logs and
+    train_logs, of a network in both, from a log folder in both), or None: its errors are
+    then no measure of networks the models have not seen."""
+    if settings.evaluate:
+        return None
+    levels = sorted(set(settings.eval_logs) & set(settings.train_logs))
+    nets = [net for net in dict.fromkeys(settings.eval_nets or settings.train_nets) if net in settings.train_nets]
+    shared = [target.kind for target in targets
+              if {d.resolve() for d in _log_dirs(settings, target.kind, evaluation=True)}
+              & {d.resolve() for d in _log_dirs(settings, target.kind, evaluation=False)}]
+    if not (levels and nets and shared):
+        return None
+    return (f"eval_logs: levels {levels} of {', '.join(nets)} are also in train_logs, read from the same "
+            f"{' and '.join(shared)} log folders: the evaluation of them is on runs the models were fitted on")
+
+
 def check_settings(settings: FingerprintSettings) -> str:
     """Refuse values no fit could use (before a config's earlier stages run for nothing);
     returns the method's key."""
@@ -200,7 +217,8 @@ def fingerprint_device(settings: FingerprintSettings) -> dict[str, Any]:
 
     The report maps each evaluated target, by its name with unit (`mem_used_mib`,
     `latency_ms`), to its MAPE in percent, row count and the same per network, and its
-    method; it is printed as a table and, when `report` is set, written there as JSON with the per-row predictions (CSV) and a plot (PNG) beside it.
+    method (and `notes`, the warnings its evaluation gave: runs the models were fitted on,
+    levels without a log, logs read twice); it is printed as a table and, when `report` is set, written there as JSON with the per-row predictions (CSV) and a plot (PNG) beside it.
     """
     method = check_settings(settings)
     catalog = ArchitectureCatalog(settings.pruned_models_storedir)
@@ -209,7 +227,7 @@ def fingerprint_device(settings: FingerprintSettings) -> dict[str, Any]:
         raise ArgumentError(f"pruned_models_storedir: folder not found: {settings.pruned_models_storedir}")
     for target in enabled if settings.eval_logs else ():  # a misspelt eval_nets is refused before any fit
         find_logs(settings.eval_nets or settings.train_nets, settings.eval_logs,
-                  _log_dirs(settings, target.kind, evaluation=True))
+                  _log_dirs(settings, target.kind, evaluation=True), warn=False)
     for target in QUANTITIES:
         if target not in enabled:
             console.info(f"not creating the {target.kind} model ({target.kind}_model = False)")
@@ -220,17 +238,23 @@ def fingerprint_device(settings: FingerprintSettings) -> dict[str, Any]:
         return {}
     report: dict[str, Any] = {}
     predictions: dict[str, pd.DataFrame] = {}
+    note = _evaluated_on_training(settings, enabled)
+    if note is not None:
+        console.warn(note)
     for target in enabled:
-        model = load_model(settings.model_storedir, stage=settings.stage, target=target.name)
-        choice = model.metadata.get("method_choice")
-        stored = DEFAULT_METHOD if choice else model.metadata["method"]
-        if stored != method:
-            console.warn(f"the stored {target.kind} model is method '{stored}', the config asks "
-                         f"for '{method}'; set overwrite = True to refit")
-        predictions[target.name] = _evaluate(settings, target, model, catalog)
+        with console.collected_warnings() as warned:
+            model = load_model(settings.model_storedir, stage=settings.stage, target=target.name)
+            choice = model.metadata.get("method_choice")
+            stored = DEFAULT_METHOD if choice else model.metadata["method"]
+            if stored != method:
+                console.warn(f"the stored {target.kind} model is method '{stored}', the config asks "
+                             f"for '{method}'; set overwrite = True to refit")
+            predictions[target.name] = _evaluate(settings, target, model, catalog)
+        notes = ([note] if note is not None else []) + warned
         report[target.name] = {**summarise(predictions[target.name]),
                                "method": model.metadata["method"], "method_choice": choice,
-                               "torch_version": model.metadata["torch_version"]}
+                               "torch_version": model.metadata["torch_version"],
+                               **({"notes": notes} if notes else {})}
     if report:
         print_report(report, predictions)
     if report and settings.report is not None:

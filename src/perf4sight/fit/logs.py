@@ -1,10 +1,13 @@
 """Profiler logs: find the `<net>_<level>-gt.csv` files and read them into one table.
 
 The logs are the profiler's '|'-separated "-gt" CSVs (the TX2 README lists the columns).
-Each row is checked as it is read, so that a broken file is reported by name and line
-rather than surfacing later as a NaN in a fitted model. Nothing is dropped without a
-word: a log with no rows is named in a warning, a test recorded twice (two campaigns on
-one folder) is counted once with a warning, and a folder where a log should be is an error.
+Each row is checked as it is read, against its file too (its network, architecture and
+variable), so that a broken or misplaced file is reported by name and line rather than
+surfacing later as a NaN or another network's runs in a fitted model. Nothing is dropped
+or doubled without a word: a log with no rows and a level listed with no log are named in a
+warning, a test recorded twice (two campaigns on one folder) is counted once with a
+warning, a file found twice (a folder listed twice, a link) is read once with a warning,
+and a folder where a log should be is an error.
 The table read names each quantity by its name with unit (`mem_used_mib`, `latency_ms`),
 not by its log column, and so does everything downstream of it.
 """
@@ -36,29 +39,40 @@ def gt_log_path(log_dir: str | Path, net: str, level: int | str) -> Path:
     return Path(log_dir) / f"{net}_{level}{GT_SUFFIX}"
 
 
-def find_logs(nets: Sequence[str], levels: Sequence[int], log_dirs: Sequence[str | Path]) -> list[tuple[str, Path]]:
-    """(net, path) of every existing log for nets x levels in any of `log_dirs`.
+def find_logs(nets: Sequence[str], levels: Sequence[int], log_dirs: Sequence[str | Path], *,
+              warn: bool = True) -> list[tuple[str, Path]]:
+    """(net, path) of every existing log for nets x levels in any of `log_dirs`, each file
+    once, whatever the paths it is found by (a folder listed twice, or through a link).
 
-    A level that is missing for one net is skipped; when nothing matches at all, the error
-    lists every path searched. A net without a single log is an error too (a misspelt name
-    would otherwise leave the fit to the other networks without a word); it names the
-    networks the folders do hold.
+    A level that is missing for one net is skipped, and so is a file found again, each
+    with one warning (unless not `warn`: the logs are only looked for); when nothing matches at all, the error lists every path searched. A
+    net without a single log is an error too (a misspelt name would otherwise leave the fit
+    to the other networks without a word); it names the networks the folders do hold.
     """
     searched: list[Path] = []
-    found: list[tuple[str, Path]] = []
+    found: dict[Path, tuple[str, Path]] = {}
+    again: list[Path] = []
+    absent_levels: dict[str, list[int]] = {}
     for net in nets:
-        for log_dir in log_dirs:
-            for level in levels:
-                path = gt_log_path(log_dir, net, level)
-                searched.append(path)
-                if path.is_file():
-                    found.append((net, path))
-                elif path.exists():
+        for level in levels:
+            paths = [gt_log_path(log_dir, net, level) for log_dir in log_dirs]
+            searched.extend(paths)
+            for path in paths:
+                if path.is_dir() or (path.exists() and not path.is_file()):
                     raise LogFormatError(f"{path}: not a file; a profiling log is expected there")
+            present = [path for path in paths if path.is_file()]
+            if not present:
+                absent_levels.setdefault(net, []).append(level)
+            for path in present:
+                if path.resolve() in found:
+                    again.append(path)
+                else:
+                    found[path.resolve()] = (net, path)
     if not found:
         shown = ", ".join(str(p) for p in searched) or "(no nets, levels or log directories given)"
         raise DataNotFoundError(f"no profiling logs found; searched: {shown}")
-    absent = [net for net in dict.fromkeys(nets) if net not in {net for net, _ in found}]
+    logs = list(found.values())
+    absent = [net for net in dict.fromkeys(nets) if net not in {net for net, _ in logs}]
     if absent:
         held = sorted({path.name[: -len(GT_SUFFIX)].rpartition("_")[0]
                        for log_dir in log_dirs for path in Path(log_dir).glob(f"*_*{GT_SUFFIX}")})
@@ -66,16 +80,22 @@ def find_logs(nets: Sequence[str], levels: Sequence[int], log_dirs: Sequence[str
             f"no profiling logs of {', '.join(repr(net) for net in absent)} at levels {list(levels)} in "
             f"{', '.join(str(d) for d in log_dirs)}; the logs there are of: {', '.join(held) or 'no network'}"
         )
-    return found
+    if absent_levels and warn:
+        console.warn("no log at " + "; ".join(f"{net} levels {missing}" for net, missing in absent_levels.items())
+                     + f" in {', '.join(str(d) for d in log_dirs)}: only the levels found are used")
+    if again and warn:
+        console.warn(f"{len(again)} logs found again by another path (a folder listed twice or a link; "
+                     f"first: {again[0]} is {found[again[0].resolve()][1]}): each is read once")
+    return logs
 
 
-def read_gt_log(path: str | Path, quantities: Sequence[Quantity]) -> pd.DataFrame:
+def read_gt_log(path: str | Path, quantities: Sequence[Quantity], network: str | None = None) -> pd.DataFrame:
     """One log as a DataFrame with `passed` (bool), `bs` (int), `model` (str) and each of
     `quantities` under its name with unit (float, NaN where a failed row has none), read and
-    checked by the device's `read_gt` (the one reader of a `-gt.csv`). Raises LogFormatError
-    naming the file and line of the first problem."""
+    checked by the device's `read_gt` (the one reader of a `-gt.csv`; its rows must be of
+    `network`, when given). Raises LogFormatError naming the file and line of the first problem."""
     columns = [quantity.column for quantity in quantities]
-    header, rows = read_gt(Path(path), columns)
+    header, rows = read_gt(Path(path), columns, network)
     for row in rows:
         row.update((column, math.nan if row[column] is None else float(row[column])) for column in columns)
     frame = pd.DataFrame.from_records(rows, columns=header)
@@ -98,7 +118,7 @@ def read_logs(nets: Sequence[str], levels: Sequence[int], log_dirs: Sequence[str
     repeats: list[tuple[Path, int]] = []
     found = find_logs(nets, levels, log_dirs)
     for net, path in found:
-        frame = read_gt_log(path, quantities)
+        frame = read_gt_log(path, quantities, net)
         if frame.empty:
             console.warn(f"{path}: no test rows (a header only); nothing of it is used")
             continue

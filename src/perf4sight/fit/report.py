@@ -15,6 +15,7 @@ import pandas as pd
 
 from perf4sight import console
 from perf4sight.architecture import version_name
+from perf4sight.config import report_files
 from perf4sight.files import replaced, write_text
 
 __all__ = ["mape_pct", "summarise", "print_report", "write_report"]
@@ -92,16 +93,14 @@ def _print_predictions(report: Mapping[str, Any], predictions: Mapping[str, pd.D
 def write_report(report: Mapping[str, Any], predictions: Mapping[str, pd.DataFrame], path: str | Path) -> list[Path]:
     """Write the JSON report at `path` and, beside it, per-row predictions (CSV) and a
     predicted-against-measured plot (PNG); returns the paths written."""
-    path = Path(path)
+    path, csv_path, png_path = report_files(Path(path))
     path.parent.mkdir(parents=True, exist_ok=True)
-    csv_path = path.with_name(f"{path.stem}_predictions.csv")
     table = pd.concat(
         [frame.assign(target=target) for target, frame in predictions.items()], ignore_index=True,
     )
     columns = ["target", "net", "model", "batch_size", "measured", "predicted"]
     with replaced(csv_path) as temporary:
         table[columns].to_csv(temporary, index=False)
-    png_path = path.with_suffix(".png")
     with replaced(png_path) as temporary:
         _plot(report, predictions, temporary)
     write_text(path, json.dumps(report, indent=2) + "\n")  # last: a report names complete files

@@ -11,6 +11,7 @@ one spec written just before the stop). The specs are what later stages load.
 
 from __future__ import annotations
 
+import json
 import math
 from pathlib import Path
 from typing import Any
@@ -22,14 +23,15 @@ from torch import nn
 from perf4sight import console
 from perf4sight.config import NetworkDatasetSettings
 from perf4sight.errors import ArgumentError, DataNotFoundError, NetworkError, clip
-from perf4sight.files import remove_stale_temporaries, write_text
+from perf4sight.files import read_json, remove_stale_temporaries, write_text
 from perf4sight.networks.checks import check_settings_values
 from perf4sight.networks.loader import load_network
 from perf4sight.networks.model_file import is_model_file, split_model_source
 from perf4sight.networks.model_writer import write_model_file
 from perf4sight.networks.pruning import ChannelPruner
 from perf4sight.networks.registry import build_torchvision, is_torchvision_network, known_networks, resolve_network
-from perf4sight.networks.spec import architecture_from_spec, read_spec, spec_from_module, spec_macs, write_spec
+from perf4sight.networks.spec import (architecture_from_spec, read_spec, spec_from_module, spec_macs, spec_text,
+                                      write_spec)
 
 __all__ = ["MANIFEST_COLUMNS", "MANIFEST_FILE", "check_settings", "create_network_dataset"]
 
@@ -92,6 +94,36 @@ def _base_network(network: str, settings: NetworkDatasetSettings) -> tuple[str, 
     return network, loaded.module, {"model_desc": str(Path(settings.model_desc_dir) / f"{network}.py")}
 
 
+def _spec_name(net: str, network: str) -> str:
+    """`net`, the name the specs of `network` are written under (`<net>_<level>.json`), if it
+    names a file in the output folder and nothing else (no folder, no `..`); else NetworkError."""
+    if not net or net.startswith(".") or any(c in net for c in "/\\\0:"):
+        raise NetworkError(f"networks: {clip(repr(network))} is named {clip(repr(net))}, which is no file name: "
+                           "its specs would be written outside the output folder")
+    return net
+
+
+def _check_replaceable(spec: dict[str, Any], path: Path, settings: NetworkDatasetSettings, sources: set[Path]) -> None:
+    """Refuse to write `spec` at `path` over an input of the run (`sources`, the networks'
+    files) or, unless `overwrite`, over a spec that differs from it (another input size,
+    classes, seed, mode or network): logs may have been measured against the one there."""
+    if path.resolve() in sources:
+        raise NetworkError(f"{path}: is the network file this run reads; prune it into another folder")
+    if settings.overwrite or not path.is_file():
+        return
+    text = spec_text(spec, path)
+    if path.read_bytes() == text.encode():
+        return
+    there, new = read_json(path, what="architecture spec", error=NetworkError), json.loads(text)
+    there = there if isinstance(there, dict) else {}
+    keys = [key for key in dict.fromkeys([*new, *there])
+            if there.get(key) != new.get(key) and key not in ("layers", "out_channels")]
+    shown = ", ".join(f"{key} {clip(repr(there.get(key)), 40)} there, {clip(repr(new.get(key)), 40)} now"
+                      for key in keys[:2]) or "its layers differ"
+    raise NetworkError(f"{path}: a different spec is there ({shown}); logs may have been measured against it: "
+                       "set overwrite = True (--overwrite) to replace it, or prune into another folder")
+
+
 def _manifest_row(spec: dict[str, Any], spec_file: Path) -> tuple[Any, ...]:
     """A spec's manifest row (MANIFEST_COLUMNS), from the spec alone."""
     params = spec.get("params") or architecture_from_spec(spec).params
@@ -133,11 +165,14 @@ def create_network_dataset(settings: NetworkDatasetSettings) -> pd.DataFrame:
     input_size = tuple(settings.input_size)
     rows = _rows_present(out_dir)
     written = 0
+    sources = {split_model_source(network)[0].resolve() for network in networks
+               if is_model_file(network) or network.endswith(".json")}
     manifest = _write_manifest(out_dir, rows)
     with console.progress("pruning", len(networks) * len(levels)) as bar:
         for network in networks:
             bar.label(network)
             net, module, base = _base_network(network, settings)
+            net = _spec_name(net, network)
             pruner = ChannelPruner(module, input_size=input_size, mode=settings.mode, seed=settings.seed, name=net)
             for level in levels:
                 name = f"{net}_{level}"
@@ -148,6 +183,7 @@ def create_network_dataset(settings: NetworkDatasetSettings) -> pd.DataFrame:
                     pruned.module, name=name, net=net, prune_level=level, level_reached=pruned.level,
                     input_size=input_size, num_classes=settings.num_classes, **base,
                 )
+                _check_replaceable(spec, out_dir / f"{name}.json", settings, sources)
                 spec_file = write_spec(spec, out_dir / f"{name}.json")
                 if settings.write_model_files:
                     write_model_file(

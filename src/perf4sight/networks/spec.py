@@ -50,6 +50,7 @@ __all__ = [
     "torchvision_architecture",
     "spec_from_module",
     "spec_macs",
+    "spec_text",
 ]
 
 SPEC_KEYS = ("name", "net", "torchvision", "num_classes", "input_size", "out_channels", "layers")
@@ -401,13 +402,20 @@ def spec_from_module(
     return spec
 
 
-def write_spec(spec: dict[str, Any], path: str | Path) -> Path:
-    """Write a spec as JSON (creating the folder), in the TX2 files' layout."""
+def spec_text(spec: dict[str, Any], path: str | Path) -> str:
+    """The JSON of `spec` as written at `path`, in the TX2 files' layout (`model_desc`
+    relative to the spec's folder)."""
     path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
     if spec.get("model_desc"):
         spec = {**spec, "model_desc": _relative_model_desc(spec["model_desc"], path.parent)}
-    write_text(path, json.dumps(spec, indent=1) + "\n")
+    return json.dumps(spec, indent=1) + "\n"
+
+
+def write_spec(spec: dict[str, Any], path: str | Path) -> Path:
+    """Write a spec as JSON (creating the folder), `spec_text`."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    write_text(path, spec_text(spec, path))
     return path
 
 
