@@ -15,6 +15,7 @@ from torch import nn
 from torch.utils.flop_counter import FlopCounterMode
 
 from perf4sight.cli import main
+from perf4sight.config import load_config
 from perf4sight.errors import NetworkError
 from perf4sight.networks import (
     build_from_spec,
@@ -25,6 +26,7 @@ from perf4sight.networks import (
     spec_macs,
     write_spec,
 )
+from perf4sight.networks.trust import allow_model_files_anywhere
 
 
 def _describe(module: nn.Module, spec: dict) -> dict:
@@ -263,3 +265,53 @@ def test_a_base_without_channel_rules_is_rebuilt_when_the_tables_agree(tmp_path)
     _layer(spec, "conv1")["out"][0] = 8
     arch = load_architecture(write_spec(spec, tmp_path / "summed_50.json"))
     assert [layer.output for layer in arch.layers if layer.name in ("conv1", "conv2")] == [(8, 8, 8), (8, 8, 8)]
+
+
+@pytest.fixture
+def specs_from_elsewhere(tmp_path):
+    """A spec folder whose specs name a model file beside them, and one outside it."""
+    specs = tmp_path / "specs"
+    specs.mkdir()
+    outside = tmp_path / "elsewhere" / "summed.py"
+    outside.parent.mkdir()
+    for path in (specs / "summed.py", outside):
+        path.write_text(SUMMED)
+    module = load_network(outside, input_size=(3, 8, 8)).module
+    for name, model_file in (("summed_0", "summed.py"), ("summed_10", "../elsewhere/summed.py")):
+        spec = spec_from_module(module, name=name, net="summed", prune_level=0, input_size=(3, 8, 8),
+                                num_classes=10, model_desc=str(specs / model_file))
+        write_spec(spec, specs / f"{name}.json")
+    yield specs, outside
+    allow_model_files_anywhere(False)
+
+
+def test_a_spec_runs_a_model_file_outside_its_folder_only_when_allowed(specs_from_elsewhere, capsys):
+    specs, outside = specs_from_elsewhere
+    build_from_spec(read_spec(specs / "summed_0.json"))  # beside the spec: run, and said so
+    assert f"running model file {specs / 'summed.py'} (spec summed_0's model_desc)" in capsys.readouterr().out
+    with pytest.raises(NetworkError, match=f"model_desc {outside} lies outside the spec's folder {specs}: "
+                                           "building its network would run that file's code"):
+        read_spec(specs / "summed_10.json")
+    allow_model_files_anywhere(True)
+    assert read_spec(specs / "summed_10.json")["model_desc"] == str(outside)
+
+
+def test_the_user_s_model_desc_dir_is_trusted_by_the_config_that_names_it(specs_from_elsewhere, tmp_path):
+    specs, outside = specs_from_elsewhere
+    config = tmp_path / "config.ini"
+    config.write_text(f"[create_network_dataset]\nnetworks = ['summed']\nmodel_desc_dir = {outside.parent}\n"
+                      f"model_path = {specs}\n")
+    with pytest.raises(NetworkError, match="outside the spec's folder"):
+        read_spec(specs / "summed_10.json")
+    load_config(config)
+    assert read_spec(specs / "summed_10.json")["model_desc"] == str(outside)
+
+
+def test_the_command_line_allows_model_files_anywhere_when_asked(specs_from_elsewhere, tmp_path, capsys):
+    specs, outside = specs_from_elsewhere
+    command = ["prune", "--net", str(specs / "summed_10.json"), "--levels", "0", "--input-size", "3,8,8",
+               "--num-classes", "10", "--out", str(tmp_path / "pruned")]
+    assert main(command) == 2
+    assert "lies outside the spec's folder" in capsys.readouterr().err
+    assert main(["--allow-model-files", *command]) == 0
+    assert (tmp_path / "pruned" / "summed_0.json").is_file()

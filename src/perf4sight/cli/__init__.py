@@ -26,6 +26,7 @@ from perf4sight import console
 from perf4sight.cli import fingerprint, predict, profile, prune, run
 from perf4sight.device.runner import interrupt
 from perf4sight.errors import Perf4sightError, UsageError, clip
+from perf4sight.networks.trust import allow_model_files_anywhere
 
 __all__ = ["app", "main"]
 
@@ -56,8 +57,12 @@ app = typer.Typer(
 @app.callback()
 def _options(
     quiet: bool = typer.Option(False, "--quiet", "-q", help="No progress bars or info lines."),
+    allow_model_files: bool = typer.Option(
+        False, "--allow-model-files",
+        help="Let specs name model files (Python code, run to build a network) outside their own folder."),
 ) -> None:
     console.set_quiet(quiet)
+    allow_model_files_anywhere(allow_model_files)
 
 
 for _module in (prune, profile, fingerprint, predict, run):

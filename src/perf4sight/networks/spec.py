@@ -26,6 +26,7 @@ import torch
 import torch_pruning as tp
 from torch import nn
 
+from perf4sight import console
 from perf4sight.architecture import (
     Architecture,
     Layer,
@@ -39,6 +40,7 @@ from perf4sight.device.recipe import DEFAULT_RECIPE, Recipe
 from perf4sight.errors import NetworkError, clip
 from perf4sight.files import read_json, write_text
 from perf4sight.networks.model_file import build_from_file, split_model_source
+from perf4sight.networks.trust import model_file_problem
 from perf4sight.networks.registry import build_uninitialised, builder_arguments, call_builder, is_classification_builder
 
 __all__ = [
@@ -75,6 +77,9 @@ def read_spec(path: str | Path) -> dict[str, Any]:
         raise NetworkError(f"{path}: {problem}")
     if spec.get("model_desc"):
         spec["model_desc"] = _resolve_model_desc(spec["model_desc"], Path(path).parent)
+        problem = model_file_problem(split_model_source(spec["model_desc"])[0], Path(path).parent)
+        if problem:
+            raise NetworkError(f"{path}: {problem}")
     return spec
 
 
@@ -335,9 +340,16 @@ def _base_module(spec: dict[str, Any], device: str | torch.device, *, initialise
             raise NetworkError(f"spec {spec['name']}: {spec['torchvision']} cannot be built with "
                                f"{clip(json.dumps(kwargs))}: {type(exc).__name__}: {clip(str(exc))}") from None
     if spec.get("model_desc"):
+        _announce(spec["model_desc"], spec["name"])
         factory = functools.partial(build_from_file, spec["model_desc"], num_classes=num_classes)
         return (factory() if initialise else build_uninitialised(factory)).to(device)
     raise NetworkError(f"spec {spec['name']}: names neither a torchvision builder nor a model_desc file")
+
+
+@functools.lru_cache(maxsize=None)
+def _announce(model_desc: str, name: str) -> None:
+    """Say, once per file and spec, that a spec's model file runs: its code runs in this process."""
+    console.info(f"running model file {split_model_source(model_desc)[0]} (spec {name}'s model_desc)")
 
 
 def spec_from_module(
