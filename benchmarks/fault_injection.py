@@ -943,6 +943,75 @@ SPEC_CASES = [
 ]
 
 
+# ---------------------------------------------------------------- code named by a spec
+
+# A model file that, imported, creates the marker: proof that a spec ran code unasked.
+_HOSTILE_MODEL = """
+import pathlib
+pathlib.Path({marker!r}).touch()
+
+
+def squeezenet(num_classes=10):
+    raise SystemExit("never built")
+"""
+
+
+def _model_desc_case(name: str, place: Callable[[Path, Path, Path], str], command: str = "predict") -> Case:
+    """The squeezenet spec at level CHANGED naming, in `model_desc`, a hostile model file that
+    `place(scratch, spec folder, marker)` writes outside the spec's folder (and returns as the
+    spec says it), then predicted, pruned or fingerprinted."""
+    def setup(scratch: Path, fixtures: Fixtures) -> list[str]:
+        specs = scratch / "specs"
+        specs.mkdir()
+        spec = json.loads((fixtures.data / "models" / f"squeezenet_{CHANGED}.json").read_text())
+        spec.update(torchvision=None, torchvision_kwargs=None, model_desc=place(scratch, specs, fixtures.marker))
+        path = specs / f"squeezenet_{CHANGED}.json"
+        path.write_text(json.dumps(spec))
+        if command == "prune":
+            return ["prune", "--net", str(path), "--levels", "10", "--out", str(scratch / "pruned")]
+        if command == "fingerprint":
+            for level in LEVELS:
+                if level != CHANGED:
+                    shutil.copy(fixtures.data / "models" / f"squeezenet_{level}.json", specs)
+            base = _fingerprint_base(fixtures, scratch / "fitted")
+            base["pruned_models_storedir"] = str(specs)
+            config = scratch / "config.ini"
+            config.write_text(_section("fingerprint", base))
+            return ["fingerprint", "--config", str(config)]
+        return ["predict", "--models", str(fixtures.models()), "--net", str(path), "--bs", "8"]
+
+    return Case("code from data", f"{name} ({command})", setup)
+
+
+def _hostile(path: Path, marker: Path) -> Path:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(_HOSTILE_MODEL.format(marker=str(marker)))
+    return path
+
+
+def _linked(specs: Path, target: Path) -> str:
+    (specs / "evil.py").symlink_to(target)
+    return "evil.py"
+
+
+_MODEL_DESC_PLACES: dict[str, Callable[[Path, Path, Path], str]] = {
+    "model_desc '../evil.py'": lambda scratch, specs, mark: _hostile(scratch / "evil.py", mark) and "../evil.py",
+    "model_desc an absolute path": lambda scratch, specs, mark: str(_hostile(scratch / "elsewhere" / "evil.py", mark)),
+    "model_desc 'sub/../../evil.py:squeezenet'": lambda scratch, specs, mark: (
+        _hostile(scratch / "evil.py", mark) and "sub/../../evil.py:squeezenet"),
+    "model_desc a link in the spec's folder to a file outside": lambda scratch, specs, mark: _linked(
+        specs, _hostile(scratch / "elsewhere" / "evil.py", mark)),
+    "model_desc in a folder beside the specs' ('../models_x/evil.py')": lambda scratch, specs, mark: (
+        _hostile(scratch / "models_x" / "evil.py", mark) and "../models_x/evil.py"),
+}
+
+CODE_CASES = [
+    *(_model_desc_case(name, place) for name, place in _MODEL_DESC_PLACES.items()),
+    _model_desc_case("model_desc '../evil.py'", _MODEL_DESC_PLACES["model_desc '../evil.py'"], "prune"),
+    _model_desc_case("model_desc an absolute path", _MODEL_DESC_PLACES["model_desc an absolute path"], "fingerprint"),
+]
+
+
 # ---------------------------------------------------------------- kills during prune
 
 _PRUNE_ARGS = ["prune", "--net", "squeezenet1_1", "--levels", "0:90:10", "--input-size", "3,32,32",
@@ -1057,13 +1126,13 @@ def catalogue() -> list[Case]:
     configs = [_config_case(section, key, value) for section, key, value in BAD_VALUES]
     files = [*FILE_CASES, Case("config", "the config file is missing", _missing_config)]
     return [*configs, *files, *CLI_CASES, *LOG_CASES, *ROW_CASES, *SET_CASES, *STORED_CASES, *SPEC_CASES,
-            *SPEC_LOG_CASES, *OUTPUT_CASES, *PRUNE_AGAIN_CASES, *NAME_CASES, *LEFTOVER_CASES, *KILL_CASES]
+            *CODE_CASES, *SPEC_LOG_CASES, *OUTPUT_CASES, *PRUNE_AGAIN_CASES, *NAME_CASES, *LEFTOVER_CASES, *KILL_CASES]
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--only", default="",
-                        help="comma-separated categories: config, cli, log, log set, stored model, spec, output, "
+                        help="comma-separated categories: config, cli, log, log set, stored model, spec, code from data, output, "
                              "prune again, name as path, leftover, kill")
     parser.add_argument("--list", action="store_true", help="print every case's outcome")
     parser.add_argument("--keep", type=Path, default=None, help="scratch folder to keep (default: a temporary one)")

@@ -40,7 +40,7 @@ def test_a_fault_is_one_line_or_the_right_result(case, fixtures, tmp_path):
 
 def test_the_catalogue_covers_every_category_and_the_issue_count():
     categories = {case.category for case in CASES}
-    assert categories == {"config", "cli", "log", "log set", "stored model", "spec", "output", "prune again",
-                          "name as path", "leftover", "kill"}
+    assert categories == {"config", "cli", "log", "log set", "stored model", "spec", "code from data", "output",
+                          "prune again", "name as path", "leftover", "kill"}
     assert len(CASES) >= 175
     assert len({case.id for case in CASES}) == len(CASES)  # each case named once
