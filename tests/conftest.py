@@ -1,6 +1,6 @@
 """Shared fixtures: the TX2 dataset beside the project (skipped when absent), an editor of a
 stored model's metadata, the console's messages back on after a test that ran the CLI
-with --quiet, and the old Python + PyTorch stacks a Jetson runs (old_stacks.py)."""
+with --quiet, each test's own disk cache, and the old Python + PyTorch stacks a Jetson runs (old_stacks.py)."""
 
 from __future__ import annotations
 
@@ -25,6 +25,29 @@ def _console_not_quiet() -> Iterator[None]:
     not depend on them."""
     yield
     console.reset()
+
+
+_CACHE_VARIABLES = ("PERF4SIGHT_CACHE", "PERF4SIGHT_CACHE_MAX_MIB")
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _no_users_cache(tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
+    """A disk cache (`perf4sight.cache`) of the session's own, never the user's: module-wide
+    fixtures load networks before any test's own cache is set."""
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("PERF4SIGHT_CACHE_DIR", str(tmp_path_factory.mktemp("session_cache")))
+        for name in _CACHE_VARIABLES:
+            patch.delenv(name, raising=False)
+        yield
+
+
+@pytest.fixture(autouse=True)
+def _own_cache(tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Each test's own empty disk cache: what one test records is no other's, and the
+    commands it runs inherit the folder."""
+    monkeypatch.setenv("PERF4SIGHT_CACHE_DIR", str(tmp_path_factory.mktemp("cache")))
+    for name in _CACHE_VARIABLES:
+        monkeypatch.delenv(name, raising=False)
 
 
 @pytest.fixture(scope="session")
