@@ -23,6 +23,7 @@ command imports it alone.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import hashlib
 import io
@@ -165,10 +166,11 @@ def _read(path: Path, key: str) -> Architecture | None:
             if meta["key"] != key:
                 return None
             arch = _from_plain(meta["arch"], {name: arrays[name] for name in arrays.files if name != _META})
-        os.utime(path)  # read now: the last the bound drops
-        return arch
     except _UNREADABLE:
         return None
+    with contextlib.suppress(OSError):  # a cache that is only readable is still read
+        os.utime(path)  # read now: the last the bound drops
+    return arch
 
 
 def _write(path: Path, key: str, arch: Architecture) -> None:
