@@ -7,8 +7,8 @@ Queried: resnet18 (a torchvision name) and resnet18 pruned by 50 % (a spec `prun
 (`PERF4SIGHT_CACHE_DIR`): empty for the first query, holding what the first wrote for the second.
 
 - In Python: the process times its imports (perf4sight's predictor, torch), loading the fitted
-  models, loading the compiled allocator replay (numba's cache, on a two-event timeline: what
-  any first replay in a process pays), then `Predictor.predict(source, 25 sizes)`.
+  models (which checks their features of a small reference network: its trace, its recording and
+  the compiled allocator replay's loading), then `Predictor.predict(source, 25 sizes)`.
 - The command line: `perf4sight predict --models ... --net ... --bs <25 sizes>`, wall time,
   beside `python -c "import torch, sklearn, pandas"` (what any command that predicts imports).
 
@@ -36,20 +36,14 @@ BATCH_SIZES = list(range(8, 8 * 25 + 1, 8))
 _QUERY = """
 import json, sys, time
 start = time.perf_counter()
-import numpy as np
 from perf4sight.predict import Predictor
-from perf4sight.architecture import Timeline
-from perf4sight.features.caching_allocator import replay
 import torch
 imported = time.perf_counter()
 predictor = Predictor.load(sys.argv[1])
 loaded = time.perf_counter()
-replay(Timeline(np.array([0, 0]), np.array([True, False]), np.array([512, 0]), np.array([0, 0])), 1)
-compiled = time.perf_counter()
 predictor.predict(sys.argv[2], [int(size) for size in sys.argv[3].split(",")])
 done = time.perf_counter()
-print(json.dumps({"imports": imported - start, "models": loaded - imported, "compiled replay": compiled - loaded,
-                  "predict": done - compiled}))
+print(json.dumps({"imports": imported - start, "models": loaded - imported, "predict": done - loaded}))
 """
 
 
@@ -92,7 +86,7 @@ def main() -> None:
                                                       model_path=out / "nets"))
         del os.environ["PERF4SIGHT_CACHE"]
         sources = {"resnet18": "resnet18", "resnet18 pruned 50 %": str(out / "nets" / "resnet18_50.json")}
-        parts = ("imports", "models", "compiled replay", "predict")
+        parts = ("imports", "models", "predict")
         print(f"{len(BATCH_SIZES)} batch sizes, best of {args.runs} new processes per case (s)")
         print(f"{'query':<42}" + "".join(f"{part:>17}" for part in parts))
         for name, source in sources.items():
