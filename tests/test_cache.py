@@ -90,7 +90,7 @@ def test_a_model_file_is_read_back_until_its_bytes_change(recordings: list[str],
     assert recordings == ["mobilenet_like", "mobilenet_like"]
 
 
-@pytest.mark.parametrize("damage", ["truncated", "garbage", "foreign"])
+@pytest.mark.parametrize("damage", ["truncated", "garbage", "foreign", "inconsistent"])
 def test_a_damaged_or_foreign_entry_is_recorded_again(recordings: list[str], damage: str) -> None:
     made = _load("resnet18")
     squeezenet = _load("squeezenet")
@@ -101,6 +101,12 @@ def test_a_damaged_or_foreign_entry_is_recorded_again(recordings: list[str], dam
             path.write_bytes(data[: len(data) // 2])
         elif damage == "garbage":
             path.write_bytes(b"\x93NUMPY" + os.urandom(len(data)))
+        elif damage == "inconsistent":  # its own key, a timeline's arrays of two lengths
+            with np.load(path, allow_pickle=False) as stored:
+                arrays = {name: stored[name][:-1] if name.endswith(".tensor") else stored[name]
+                          for name in stored.files}
+            with path.open("wb") as out:
+                np.savez(out, **arrays)
     if damage == "foreign":  # another key's entry under these names
         for path, other in zip(entries, entries[1:] + entries[:1]):
             shutil.copy(other, path.with_suffix(".swap"))

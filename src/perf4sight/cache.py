@@ -30,6 +30,7 @@ import io
 import json
 import os
 import zipfile
+import zlib
 from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, NamedTuple
@@ -49,7 +50,8 @@ _DEFAULT_BOUND_MIB = 256
 _SUFFIX = ".npz"
 _META = "meta"
 # Raised while reading an entry that is not a whole one of its key: it is then rebuilt.
-_UNREADABLE = (OSError, ValueError, KeyError, TypeError, IndexError, zipfile.BadZipFile, EOFError)
+_UNREADABLE = (OSError, ValueError, KeyError, TypeError, IndexError, AttributeError, EOFError, zipfile.BadZipFile,
+               zlib.error)
 
 
 def cache_dir() -> Path | None:
