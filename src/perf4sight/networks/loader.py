@@ -90,7 +90,9 @@ def load_architecture(
     suffices for `Detail.LAYER_TABLE`; else its base network is traced (and its lifetimes
     recorded) once per process and re-propagated to the spec's channel counts, in a
     millisecond. A torchvision network is traced once per process too (for each input
-    size and class count), sharing its recording with the specs cut from it.
+    size and class count), sharing its recording with the specs cut from it. Those traces and
+    recordings, and a model file's (named by its path), are kept on disk (`perf4sight.cache`)
+    for later processes.
     """
     check_num_classes(num_classes)
     check_recipe(recipe)

@@ -34,8 +34,8 @@ from perf4sight.architecture import (
     with_layer_shapes,
     with_lifetimes,
 )
-from perf4sight.device.definitions import input_size_problem, is_positive_int, num_classes_problem
 from perf4sight.cache import cached_architecture, file_digest
+from perf4sight.device.definitions import input_size_problem, is_positive_int, num_classes_problem
 from perf4sight.device.recipe import DEFAULT_RECIPE, Recipe
 from perf4sight.errors import NetworkError, clip
 from perf4sight.files import read_json, write_text
