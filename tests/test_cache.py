@@ -90,6 +90,19 @@ def test_a_model_file_is_read_back_until_its_bytes_change(recordings: list[str],
     assert recordings == ["mobilenet_like", "mobilenet_like"]
 
 
+def test_the_models_reference_network_is_recorded_once(recordings: list[str]) -> None:
+    """Loading a stored model computes a reference network's features (`perf4sight.fit.store`):
+    a later process reads its recording back."""
+    from perf4sight.features import FEATURE_SETS
+    from perf4sight.fit import store
+
+    tables = []
+    for _ in range(2):
+        store._probe_features.cache_clear()  # as a new process would
+        tables.append(store._probe_features(FEATURE_SETS["replay"], "training"))
+    assert len(recordings) == 1 and tables[1].equals(tables[0])
+
+
 @pytest.mark.parametrize("damage", ["truncated", "garbage", "foreign", "inconsistent"])
 def test_a_damaged_or_foreign_entry_is_recorded_again(recordings: list[str], damage: str) -> None:
     made = _load("resnet18")
