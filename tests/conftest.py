@@ -1,8 +1,8 @@
 """Shared fixtures: the H200 measurements in the repository, the TX2 dataset beside the project
 (its tests marked `tx2`, skipped when it is absent), an editor of a stored model's metadata, the
-console's messages back on after a test that ran the CLI with --quiet, and the old Python +
-PyTorch stacks a Jetson runs (old_stacks.py). A skip for any other reason fails the run: every
-behaviour is tested on data in the repository."""
+console's messages back on after a test that ran the CLI with --quiet, each test's own disk
+cache, and the old Python + PyTorch stacks a Jetson runs (old_stacks.py). A skip for any other
+reason fails the run: every behaviour is tested on data in the repository."""
 
 from __future__ import annotations
 
@@ -84,6 +84,29 @@ def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter, config: p
 def h200_dir() -> Path:
     """The H200 measurements in the repository (repository_data.H200)."""
     return H200
+
+
+_CACHE_VARIABLES = ("PERF4SIGHT_CACHE", "PERF4SIGHT_CACHE_MAX_MIB")
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _no_users_cache(tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
+    """A disk cache (`perf4sight.cache`) of the session's own, never the user's: module-wide
+    fixtures load networks before any test's own cache is set."""
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("PERF4SIGHT_CACHE_DIR", str(tmp_path_factory.mktemp("session_cache")))
+        for name in _CACHE_VARIABLES:
+            patch.delenv(name, raising=False)
+        yield
+
+
+@pytest.fixture(autouse=True)
+def _own_cache(tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Each test's own empty disk cache: what one test records is no other's, and the
+    commands it runs inherit the folder."""
+    monkeypatch.setenv("PERF4SIGHT_CACHE_DIR", str(tmp_path_factory.mktemp("cache")))
+    for name in _CACHE_VARIABLES:
+        monkeypatch.delenv(name, raising=False)
 
 
 @pytest.fixture(scope="session")

@@ -40,7 +40,7 @@ def no_heavy_packages(tmp_path_factory: pytest.TempPathFactory) -> dict[str, str
     shadow = tmp_path_factory.mktemp("no_heavy_packages")
     for name in HEAVY:
         (shadow / f"{name}.py").write_text(f"raise RuntimeError('{name} imported before the options were checked')\n")
-    return {**os.environ, "PYTHONPATH": str(shadow)}
+    return {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(shadow), os.environ.get("PYTHONPATH")]))}
 
 
 def _run(args: list[str], env: dict[str, str], cwd: Path) -> subprocess.CompletedProcess[str]:
@@ -120,6 +120,14 @@ def test_help_loads_no_heavy_package(no_heavy_packages: dict[str, str], tmp_path
     done = _run(["--help"], no_heavy_packages, tmp_path)
     assert done.returncode == 0, done.stderr
     assert "predict" in done.stdout
+
+
+@pytest.mark.parametrize("command", ["info", "clear"])
+def test_the_cache_commands_load_no_heavy_package(command: str, no_heavy_packages: dict[str, str],
+                                                  tmp_path: Path) -> None:
+    done = _run(["cache", command], {**no_heavy_packages, "PERF4SIGHT_CACHE_DIR": str(tmp_path / "cache")}, tmp_path)
+    assert done.returncode == 0, done.stderr
+    assert str(tmp_path / "cache") in done.stdout
 
 
 def test_a_repeated_option_is_refused_in_process(capsys: pytest.CaptureFixture[str]) -> None:

@@ -114,3 +114,30 @@ def test_a_recipe_the_replay_cannot_record_is_predicted_by_its_stored_physical_f
     fp32 = replay.predict(spec, SIZES)
     assert not np.allclose(fp32[MEMORY.name], predictor.predict(spec, SIZES)[MEMORY.name], rtol=1e-3)
     assert capsys.readouterr().err == ""
+
+
+def test_the_disk_cache_changes_no_prediction(replay_models: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The replay's predictions with the cache off, with it on and empty (recording), and read
+    back from it: of a torchvision name, a pruned spec and a model file."""
+    from perf4sight.cache import cache_info
+    from perf4sight.networks.spec import _base_architecture
+
+    replay = Predictor.load(replay_models)
+    model_file = Path(__file__).resolve().parents[2] / "examples" / "model_files" / "mobilenet_like.py"
+    sources = ["resnet18", H200 / "models" / "vgg11_60.json", model_file]
+    sizes = [1, 8, 24, 100, 256]
+
+    def tables() -> list[pd.DataFrame]:
+        _base_architecture.cache_clear()  # what this process traced and recorded
+        return [replay.predict(source, sizes) for source in sources]
+
+    monkeypatch.setenv("PERF4SIGHT_CACHE", "0")
+    without = tables()
+    monkeypatch.delenv("PERF4SIGHT_CACHE")
+    before = cache_info().entries  # the models' reference network's, where loading them recorded it
+    recorded, read = tables(), tables()
+    # the bases' traces, and each with its recording; the model file's trace with its recording
+    assert cache_info().entries - before == 5
+    for plain, first, second in zip(without, recorded, read):
+        pd.testing.assert_frame_equal(first, plain, check_exact=True)
+        pd.testing.assert_frame_equal(second, plain, check_exact=True)

@@ -23,7 +23,7 @@ import typer.main
 from rich.markup import escape
 
 from perf4sight import console
-from perf4sight.cli import fingerprint, predict, profile, prune, run
+from perf4sight.cli import cache, fingerprint, predict, profile, prune, run
 from perf4sight.device.runner import interrupt
 from perf4sight.errors import Perf4sightError, UsageError, clip
 from perf4sight.networks.trust import allow_model_files_anywhere
@@ -65,7 +65,7 @@ def _options(
     allow_model_files_anywhere(allow_model_files)
 
 
-for _module in (prune, profile, fingerprint, predict, run):
+for _module in (prune, profile, fingerprint, predict, run, cache):
     _module.register(app)
 
 

@@ -38,6 +38,7 @@ from sklearn.pipeline import Pipeline
 from pydantic import BaseModel, ConfigDict, Field, StringConstraints, ValidationError, model_validator
 from torch import nn
 
+from perf4sight.cache import cached_architecture
 from perf4sight.device.recipe import Recipe
 from perf4sight.errors import ArgumentError, DataNotFoundError, FittedModelError, clip
 from perf4sight.features import FEATURE_SETS
@@ -230,8 +231,12 @@ def _feature_probe(feature_set: str, stage: str) -> tuple[tuple[float, ...], ...
 @cache
 def _probe_features(features_of: Callable[..., pd.DataFrame], stage: str) -> pd.DataFrame:
     """The reference network's feature table, computed once per feature function and stage
-    in a process (a predictor loads two models of one feature set)."""
-    arch = load_architecture(_probe_network(), input_size=_PROBE_INPUT, needs=features_of.needs, stage=stage)
+    in a process (a predictor loads two models of one feature set); its architecture is kept
+    on disk (`perf4sight.cache`: a module is not keyed by the loader, but this one is defined
+    here, in perf4sight's own source), so that loading a model records nothing again."""
+    key = {"reference network": list(_PROBE_INPUT), "needs": features_of.needs.name, "stage": stage}
+    arch = cached_architecture(key, lambda: load_architecture(_probe_network(), input_size=_PROBE_INPUT,
+                                                              needs=features_of.needs, stage=stage))
     return features_of(arch, _PROBE_BATCH_SIZES, stage)
 
 

@@ -18,6 +18,7 @@ from typing import Any
 from torch import nn
 
 from perf4sight.architecture import Architecture, Detail, check_classes, output_shape, trace_architecture, with_lifetimes
+from perf4sight.cache import cached_architecture, file_digest
 from perf4sight.device.recipe import DEFAULT_RECIPE, Recipe, check_recipe
 from perf4sight.device.models import spec_shape
 from perf4sight.errors import NetworkError
@@ -89,7 +90,9 @@ def load_architecture(
     suffices for `Detail.LAYER_TABLE`; else its base network is traced (and its lifetimes
     recorded) once per process and re-propagated to the spec's channel counts, in a
     millisecond. A torchvision network is traced once per process too (for each input
-    size and class count), sharing its recording with the specs cut from it.
+    size and class count), sharing its recording with the specs cut from it. Those traces and
+    recordings, and a model file's (named by its path), are kept on disk (`perf4sight.cache`)
+    for later processes.
     """
     check_num_classes(num_classes)
     check_recipe(recipe)
@@ -114,18 +117,45 @@ def load_architecture(
             raise NetworkError(f"{name}: {text}") from exc
         return dataclasses.replace(arch, name=name)
     else:
-        # The trace finds the classes itself: no separate forward pass for them.
-        load = functools.partial(_from_spec, spec, input_size, num_classes, "meta") if spec is not None else \
-            functools.partial(_load, source, input_size=input_size, num_classes=num_classes,
-                              model_desc_dir=model_desc_dir, device="cpu", initialise=False, find_classes=False)
-        loaded = load()
-        arch = trace_architecture(loaded.module, loaded.input_size, name=loaded.name, num_classes=loaded.num_classes,
-                                  recipe=recipe)
-        # a module given as the source is copied, so that it keeps its weights when the
-        # copy moves to the meta device
-        build = (functools.partial(copy.deepcopy, source) if isinstance(source, nn.Module)
-                 else lambda: load().module)
+        make = functools.partial(_traced, source, spec, input_size, num_classes, model_desc_dir, stages, recipe)
+        key = _model_file_key(source, input_size, num_classes, stages, recipe) if spec is None else None
+        return make() if key is None else cached_architecture(key, make)
     return with_lifetimes(arch, build, stages)
+
+
+def _traced(source: Source, spec: dict[str, Any] | None, input_size: Sequence[int] | None,
+            num_classes: int | None, model_desc_dir: str | Path | None, stages: tuple[str, ...],
+            recipe: Recipe) -> Architecture:
+    """The network of `source` (or of `spec` at another size) traced, with the lifetimes of `stages`."""
+    # The trace finds the classes itself: no separate forward pass for them.
+    load = functools.partial(_from_spec, spec, input_size, num_classes, "meta") if spec is not None else \
+        functools.partial(_load, source, input_size=input_size, num_classes=num_classes,
+                          model_desc_dir=model_desc_dir, device="cpu", initialise=False, find_classes=False)
+    loaded = load()
+    arch = trace_architecture(loaded.module, loaded.input_size, name=loaded.name, num_classes=loaded.num_classes,
+                              recipe=recipe)
+    # a module given as the source is copied, so that it keeps its weights when the
+    # copy moves to the meta device
+    build = (functools.partial(copy.deepcopy, source) if isinstance(source, nn.Module)
+             else lambda: load().module)
+    return with_lifetimes(arch, build, stages)
+
+
+def _model_file_key(source: Source, input_size: Sequence[int] | None, num_classes: int | None,
+                    stages: tuple[str, ...], recipe: Recipe) -> dict[str, Any] | None:
+    """What determines a model file's traced architecture (`perf4sight.cache`): its bytes, its
+    factory and name, the spec written beside it (which gives its size) and the options;
+    None for any other source, or a file that is not there (its load says so)."""
+    if isinstance(source, nn.Module) or not is_model_file(str(source)):
+        return None
+    path, factory = split_model_source(str(source))
+    if not path.is_file():
+        return None
+    beside = path.with_suffix(".json")
+    return {"model_file": file_digest(path), "factory": factory, "name": path.stem,
+            "beside": file_digest(beside) if beside.is_file() else None,
+            "input_size": None if input_size is None else list(input_size), "num_classes": num_classes,
+            "lifetimes": list(stages), "recipe": list(recipe)}
 
 
 def _at_own_size(spec: dict[str, Any], input_size: Sequence[int] | None, num_classes: int | None) -> bool:

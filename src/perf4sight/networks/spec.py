@@ -35,6 +35,7 @@ from perf4sight.architecture import (
     with_layer_shapes,
     with_lifetimes,
 )
+from perf4sight.cache import cached_architecture, file_digest
 from perf4sight.device.definitions import input_size_problem, is_positive_int, num_classes_problem
 from perf4sight.device.recipe import DEFAULT_RECIPE, Recipe
 from perf4sight.errors import NetworkError, clip
@@ -543,7 +544,25 @@ def _base_architecture(
 ) -> Architecture:
     """A base network traced under `recipe`; with the tensor lifetimes of the stages in
     `lifetimes` recorded against that trace (the base built again on the meta device for
-    each recording)."""
+    each recording). Kept on disk too (`perf4sight.cache`), keyed by these arguments and a
+    model file's bytes: a later process reads it back instead."""
+    key = {"base": torchvision_name, "kwargs": json.loads(kwargs_json), "model_desc": model_desc,
+           "num_classes": num_classes, "input_size": list(input_size), "lifetimes": list(lifetimes),
+           "recipe": list(recipe)}
+    make = functools.partial(_traced_base, torchvision_name, kwargs_json, model_desc, num_classes, input_size,
+                             lifetimes, recipe)
+    if model_desc is not None:
+        path = split_model_source(model_desc)[0]
+        if not path.is_file():  # the build says so
+            return make()
+        key["model_desc_bytes"] = file_digest(path)
+    return cached_architecture(key, make)
+
+
+def _traced_base(
+    torchvision_name: str | None, kwargs_json: str, model_desc: str | None, num_classes: int,
+    input_size: tuple[int, ...], lifetimes: tuple[str, ...], recipe: Recipe,
+) -> Architecture:
     spec = {
         "name": torchvision_name or model_desc,
         "torchvision": torchvision_name,
