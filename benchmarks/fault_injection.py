@@ -989,7 +989,7 @@ def _hostile(path: Path, marker: Path) -> Path:
     return path
 
 
-def _linked(specs: Path, target: Path) -> str:
+def _linked_model_file(specs: Path, target: Path) -> str:
     (specs / "evil.py").symlink_to(target)
     return "evil.py"
 
@@ -999,7 +999,7 @@ _MODEL_DESC_PLACES: dict[str, Callable[[Path, Path, Path], str]] = {
     "model_desc an absolute path": lambda scratch, specs, mark: str(_hostile(scratch / "elsewhere" / "evil.py", mark)),
     "model_desc 'sub/../../evil.py:squeezenet'": lambda scratch, specs, mark: (
         _hostile(scratch / "evil.py", mark) and "sub/../../evil.py:squeezenet"),
-    "model_desc a link in the spec's folder to a file outside": lambda scratch, specs, mark: _linked(
+    "model_desc a link in the spec's folder to a file outside": lambda scratch, specs, mark: _linked_model_file(
         specs, _hostile(scratch / "elsewhere" / "evil.py", mark)),
     "model_desc in a folder beside the specs' ('../models_x/evil.py')": lambda scratch, specs, mark: (
         _hostile(scratch / "models_x" / "evil.py", mark) and "../models_x/evil.py"),

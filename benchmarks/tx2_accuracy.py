@@ -32,6 +32,7 @@ import argparse
 import dataclasses
 import json
 import re
+import shutil
 import sys
 import tempfile
 import time
@@ -134,11 +135,13 @@ def find_data(
 
 def as_profiled(models: Path, folder: Path) -> Path:
     """`folder` holding `models`' files, the squeezenet specs built from `SQUEEZENET_AS_PROFILED`
-    instead of torchvision's builder (their channels as they are)."""
+    (copied beside them, where a spec may run its model file) instead of torchvision's builder
+    (their channels as they are)."""
+    shutil.copy(SQUEEZENET_AS_PROFILED, folder)
     for path in models.iterdir():
         if path.name.startswith("squeezenet_") and path.suffix == ".json":
             spec = json.loads(path.read_text())
-            spec.update(torchvision=None, torchvision_kwargs=None, model_desc=f"{SQUEEZENET_AS_PROFILED}:squeezenet")
+            spec.update(torchvision=None, torchvision_kwargs=None, model_desc=f"{SQUEEZENET_AS_PROFILED.name}:squeezenet")
             (folder / path.name).write_text(json.dumps(spec))
         else:
             (folder / path.name).symlink_to(path.resolve())
