@@ -144,7 +144,7 @@ def as_profiled(models: Path, folder: Path) -> Path:
             spec.update(torchvision=None, torchvision_kwargs=None, model_desc=f"{SQUEEZENET_AS_PROFILED.name}:squeezenet")
             (folder / path.name).write_text(json.dumps(spec))
         else:
-            (folder / path.name).symlink_to(path.resolve())
+            shutil.copy(path, folder)  # a copy, not a link: a spec runs a model file of its own folder only
     return folder
 
 
