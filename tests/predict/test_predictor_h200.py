@@ -59,19 +59,19 @@ def test_a_profiled_family_is_calibrated_and_another_is_not(predictor: Predictor
         arch = predictor.describe(H200 / "models" / f"{net}_60.json")
         table = predictor.predict(arch, SIZES)
         assert table["calibrated"].tolist() == [profiled] * len(SIZES)
-        raw = memory.estimator.predict(queries(arch, SIZES), calibrate=False)
+        raw = memory.predict(queries(arch, SIZES), calibrate=False)
         assert np.allclose(table[MEMORY.name], raw) is not profiled
-        np.testing.assert_array_equal(table[MEMORY.name], memory.estimator.predict(queries(arch, SIZES)))
+        np.testing.assert_array_equal(table[MEMORY.name], memory.predict(queries(arch, SIZES)))
 
 
 def test_the_bound_lies_above_the_prediction_by_the_stored_ratio(predictor: Predictor) -> None:
-    bound = predictor.models[MEMORY.name].estimator.bound_
+    bound = predictor.models[MEMORY.name].bound_
     assert bound["left_out"] == "network" and 1 < bound["calibrated_ratio"] < bound["ratio"]
     for net, ratio in (("resnet18", bound["calibrated_ratio"]), ("vgg11", bound["ratio"])):
         table = predictor.predict(H200 / "models" / f"{net}_60.json", SIZES)
         assert (table[MEMORY_BOUND] >= table[MEMORY.name]).all()
         np.testing.assert_allclose(table[MEMORY_BOUND], table[MEMORY.name] * ratio)
-    assert predictor.models[LATENCY.name].estimator.bound_ is None  # latency has no bound
+    assert predictor.models[LATENCY.name].bound_ is None  # latency has no bound
 
 
 def test_the_evaluation_bounds_the_runs_as_the_predictor_does(fingerprinted) -> None:
@@ -102,7 +102,7 @@ def test_a_recipe_the_replay_cannot_record_is_predicted_by_its_stored_physical_f
     predicts such a recipe with the `physical` model fitted on the same runs (the same
     predictions as the physical fingerprint's), saying so; fp32 is still the replay's."""
     replay = Predictor.load(replay_models)
-    assert replay.models[MEMORY.name].estimator.fallback_.method == "physical"
+    assert replay.models[MEMORY.name].fallback_.method == "physical"
     spec = H200 / "models" / "vgg11_60.json"
     bf16 = Recipe(precision="amp-bf16")
     table = replay.predict(spec, SIZES, recipe=bf16, breakdown=True)
