@@ -232,10 +232,10 @@ def test_runs_profiled_under_autocast_leave_the_replay_out_of_the_choice_and_ref
     assert main(["--quiet", "run", "--config", str(config)]) == 0
     logs = pd.read_csv(tmp_path / "logs" / "memory" / "resnet18_50-gt.csv", sep="|")
     assert sorted(logs["precision"]) == ["amp-bf16", "amp-bf16", "fp32", "fp32"] and logs["passed"].all()
-    meta = json.loads((tmp_path / "fitted" / "training_mem_used_mib.json").read_text())
-    assert meta["method"] == "physical" and meta["method_choice"]["errors"]["replay"] is None
+    model = load_model(tmp_path / "fitted", stage="training", target=MEMORY.name)
+    assert model.method == "physical" and model.method_choice_["errors"]["replay"] is None
     assert "; not replay: the tensor lifetimes (the replay's) cannot be recorded under amp-bf16" \
-        in meta["method_choice"]["reason"]
+        in model.method_choice_["reason"]
     capsys.readouterr()
     forced = tmp_path / "forced.ini"
     forced.write_text(AUTOCAST_CONFIG.format(out=tmp_path).split("[create_network_dataset]")[0]

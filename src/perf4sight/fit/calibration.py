@@ -233,14 +233,15 @@ class CalibratedModel(BaseEstimator):
         prediction is checked against. `method_choice` (`MethodChoice.as_dict`) says why
         `method = default` chose this method."""
         y = np.asarray(y, dtype=float)
+        rows = query_rows(X)
         self.regressor_ = fit_method(self.method, X, y, self.target, self.stage, self.torch_version)
-        self.calibration_ = FamilyCalibration.of(query_rows(X), y, self.regressor_.predict(X))
+        self.calibration_ = FamilyCalibration.of(rows, y, self.regressor_.predict(X))
         self.bound_ = None if self.bound_quantile is None else held_out_ratio(self, X, y, self.bound_quantile)
         self.fallback_ = None if self.fallback is None else clone(self).set_params(
             method=self.fallback, fallback=None).fit(X, y)
         features = self.regressor_[0].transform(X)
         self.feature_names_ = [str(name) for name in features.columns]
-        columns = {**{name: features[name] for name in features.columns}, "params": pd.Series(query_rows(X)["params"]),
+        columns = {**{name: features[name] for name in features.columns}, "params": pd.Series(rows["params"]),
                    BATCH_SIZE: X[BATCH_SIZE], "measured": pd.Series(y)}
         self.training_ranges_ = {name: (float(values.min()), float(values.max())) for name, values in columns.items()}
         # how many training networks hold each layer group: a query with a group that fewer
@@ -273,25 +274,26 @@ class CalibratedModel(BaseEstimator):
         `calibrate` is False): `answer`'s."""
         return self.answer(X, calibrate=calibrate).predicted
 
-    def predict_bound(self, X: pd.DataFrame) -> np.ndarray:  # noqa: N803
-        """The memory bound per row (`answer`'s); a ValueError for a model that measured none
-        (`bound_` is None: a latency model, or one fitted on a single architecture)."""
-        bound = self.answer(X).bound
+    def predict_bound(self, X: pd.DataFrame, *, calibrate: bool = True) -> np.ndarray:  # noqa: N803
+        """The memory bound per row, above the prediction `predict` makes with `calibrate`
+        (`answer`'s); a ValueError for a model that measured none (`bound_` is None: a latency
+        model, or one fitted on a single architecture)."""
+        bound = self.answer(X, calibrate=calibrate).bound
         if bound is None:
             raise ValueError("this model measured no bound (bound_ is None)")
         return bound
 
     def answer(self, X: pd.DataFrame, *, calibrate: bool = True) -> Answer:  # noqa: N803
-        """Everything a prediction yields (`Answer`), by the regressor's own `predict`; the
-        bound is the prediction times the held-out ratio, the calibrated one where the
-        prediction was calibrated, never below the prediction."""
+        """Everything a prediction yields (`Answer`), by the regressor's own steps: the
+        pipeline's transform up to its solver, run once for the solver's prediction and its
+        demand; the bound is the prediction times the held-out ratio, the calibrated one where
+        the prediction was calibrated, never below the prediction."""
         model = self.answering(X)
         if model is not self:
             return model.answer(X, calibrate=calibrate)
-        predicted = self.regressor_.predict(X)
-        solver = self.regressor_[-1]
-        fits = (solver.predict_demand(self.regressor_[:-1].transform(X)) <= solver.capacity_mib()
-                if hasattr(solver, "predict_demand") else None)
+        design, solver = self.regressor_[:-1].transform(X), self.regressor_[-1]
+        predicted = solver.predict(design)
+        fits = solver.predict_demand(design) <= solver.capacity_mib() if hasattr(solver, "predict_demand") else None
         if calibrate:
             predicted, calibrated = self.calibration_.apply(query_rows(X), predicted)
         else:

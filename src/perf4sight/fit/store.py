@@ -287,8 +287,9 @@ def load_models(storedir: str | Path, *, stage: str) -> dict[str, CalibratedMode
             found[quantity.name] = _load(storedir, stage=stage, target=quantity.name)
         except DataNotFoundError:
             continue
-    (first, (_, ours)), *others = found.items() if found else [(None, (None, None))]
-    for name, (_, theirs) in others:
+    names = list(found)
+    for first, name in zip(names, names[1:]):
+        ours, theirs = found[first][1], found[name][1]
         if not theirs.same(ours):
             raise FittedModelError(
                 f"{storedir}: its {first} model is of another fingerprint than its {name} model "
