@@ -4,6 +4,8 @@ evaluation, calibrated on a profiled family only, bounded above every prediction
 
 from __future__ import annotations
 
+import json
+import shutil
 from pathlib import Path
 
 import numpy as np
@@ -14,8 +16,10 @@ from perf4sight import console
 from perf4sight.config import FingerprintSettings
 from perf4sight.device.definitions import LATENCY, MEMORY
 from perf4sight.device.recipe import Recipe
+from perf4sight.errors import FittedModelError
 from perf4sight.features import queries
 from perf4sight.fit import fingerprint_device
+from perf4sight.fit.store import model_hash
 from perf4sight.predict import MEMORY_BOUND, Predictor
 
 H200 = Path(__file__).resolve().parents[2] / "benchmarks" / "data" / "h200"
@@ -75,8 +79,6 @@ def test_the_bound_lies_above_the_prediction_by_the_stored_ratio(predictor: Pred
 
 
 def test_the_evaluation_bounds_the_runs_as_the_predictor_does(fingerprinted) -> None:
-    import json
-
     report = json.loads(fingerprinted[1].read_text())
     assert "bound_under_pct" in report["mem_used_mib"] and "bound_under_pct" not in report["latency_ms"]
     assert report["mem_used_mib"]["bound_under_pct"] <= report["mem_used_mib"]["under_pct"]
@@ -114,3 +116,25 @@ def test_a_recipe_the_replay_cannot_record_is_predicted_by_its_stored_physical_f
     fp32 = replay.predict(spec, SIZES)
     assert not np.allclose(fp32[MEMORY.name], predictor.predict(spec, SIZES)[MEMORY.name], rtol=1e-3)
     assert capsys.readouterr().err == ""
+
+
+def test_a_fingerprint_s_models_carry_its_device_and_campaign(fingerprinted, replay_models: Path) -> None:
+    """Both models of one fingerprint name the device and campaign of the H200's environment
+    records; a folder holding one of them and a model of another campaign is refused."""
+    records = sorted(path.name for path in H200.glob("environment-*.json"))
+    headers = [json.loads((fingerprinted[0] / f"training_{q.name}.json").read_text()) for q in (MEMORY, LATENCY)]
+    for header in headers:
+        assert header["fingerprint"]["device"] == "NVIDIA H200"
+        assert header["fingerprint"]["campaign"] == ", ".join(records)
+    mixed = fingerprinted[0].parent / "mixed"
+    shutil.copytree(replay_models, mixed)  # its memory model, and the latency model of the other fit
+    for suffix in (".skops", ".json"):
+        shutil.copy(fingerprinted[0] / f"training_{LATENCY.name}{suffix}", mixed)
+    assert Predictor.load(mixed).models.keys() == {MEMORY.name, LATENCY.name}  # the same campaign, fitted apart
+    campaign = json.loads((mixed / f"training_{LATENCY.name}.json").read_text())
+    campaign["fingerprint"]["campaign"] = "environment-20261203T084510Z.json"
+    campaign["sha256"] = model_hash((mixed / f"training_{LATENCY.name}.skops").read_bytes(), campaign)
+    (mixed / f"training_{LATENCY.name}.json").write_text(json.dumps(campaign))
+    with pytest.raises(FittedModelError, match="its mem_used_mib model is of another fingerprint than its latency_ms "
+                                               "model .*campaign environment-20261203T084510Z.json"):
+        Predictor.load(mixed)
