@@ -227,7 +227,8 @@ class CalibratedModel(BaseEstimator):
         return method_spec(self.method).feature_set
 
     @_fit_context(prefer_skip_nested_validation=True)
-    def fit(self, X: pd.DataFrame, y: Any, *, method_choice: Mapping[str, Any] | None = None) -> CalibratedModel:  # noqa: N803
+    def fit(self, X: pd.DataFrame, y: Any, *,  # noqa: N803
+            method_choice: Mapping[str, Any] | None = None) -> CalibratedModel:
         """Fit the regressor on every row, its corrections on each family's rows and, with
         `bound_quantile`, the bound (refitting without each network in turn); keep what a
         prediction is checked against. `method_choice` (`MethodChoice.as_dict`) says why
