@@ -741,12 +741,12 @@ def _stored_case(name: str, change: Callable[[Path], None]) -> Case:
 
 
 def _sha(path: Path) -> None:
-    """Fix the metadata's hash to the model file's bytes, as a careful tamperer would."""
-    import hashlib
+    """Fix the header's hash to the model file's bytes and the header, as a careful tamperer would."""
+    from perf4sight.fit.store import model_hash
 
     meta = path.with_suffix(".json")
     data = json.loads(meta.read_text())
-    data["sha256"] = hashlib.sha256(path.read_bytes()).hexdigest()
+    data["sha256"] = model_hash(path.read_bytes(), data)
     meta.write_text(json.dumps(data))
 
 
@@ -828,7 +828,7 @@ STORED_CASES = [
         "feature_probe 'abc'": lambda m: m.update(feature_probe="abc"),
         "feature_probe [[NaN]]": lambda m: m.update(feature_probe=[[float("nan")]]),
         "feature_probe ragged": lambda m: m["feature_probe"][0].append(1.0),
-        "an unknown feature name": lambda m: m["feature_names"].__setitem__(0, "bogus"),
+        "fingerprint device ''": lambda m: m["fingerprint"].update(device=""),
         "feature_names []": lambda m: m.update(feature_names=[]),
         "bound_ratio 'abc'": lambda m: m.update(bound_ratio="abc"),
         "bound ratio non-numeric": lambda m: m.update(bound_ratio={**(m.get("bound_ratio") or {}), "ratio": "abc"}),
@@ -840,8 +840,8 @@ STORED_CASES = [
         "family_residuals misaligned": lambda m: m.update(family_residuals={"k": {"params": [1.0], "batch_size": [],
                                                                                    "log_ratio": [0.0]}}),
         "training_ranges 'zzz'": lambda m: m.update(training_ranges="zzz"),
-        "training_ranges one number": lambda m: m["training_ranges"].update(batch_size=[1]),
-        "training_ranges infinite": lambda m: m["training_ranges"].update(batch_size=[1, float("inf")]),
+        "fingerprint without its campaign": lambda m: m["fingerprint"].pop("campaign"),
+        "feature_probe infinite": lambda m: m["feature_probe"][0].__setitem__(0, float("inf")),
         "format '6'": lambda m: m.update(format="6"),
         "format 5": lambda m: m.update(format=5),
         "format 6.0": lambda m: m.update(format=6.0),
@@ -858,7 +858,7 @@ STORED_CASES = [
     _stored_case("metadata not JSON", lambda p: p.with_suffix(".json").write_text("{")),
     _stored_case("metadata nested 100000 deep", lambda p: p.with_suffix(".json").write_text(DEEP)),
     _stored_case("metadata 1e999", lambda p: p.with_suffix(".json").write_text(
-        p.with_suffix(".json").read_text().replace('"n_train": ', '"n_train": 1e999, "x": ', 1))),
+        p.with_suffix(".json").read_text().replace('"estimator": ', '"estimator": 1e999, "x": ', 1))),
     _stored_case("metadata empty", _replace(".json", b"")),
 ]
 

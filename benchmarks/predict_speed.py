@@ -107,7 +107,7 @@ def original_way(model_file: Path, net: str, models: list) -> np.ndarray:
     arch = architecture_from_spec({"name": net, "input_size": [3, 224, 224], "num_classes": 1000,
                                    "layers": layers, "params": sum(p.numel() for p in module.parameters())})
     features = pd.concat([FEATURE_SETS["paper"](arch, [bs], "training") for bs in BATCH_SIZES], ignore_index=True)
-    return np.stack([m.estimator.regressor_[1:].predict(features) for m in models])  # the trees after the features
+    return np.stack([m.regressor_[1:].predict(features) for m in models])  # the trees after the features
 
 
 def _time_set(predictor: Predictor, sources: list[str], *, cleared: bool = True) -> float:
@@ -168,7 +168,7 @@ def main() -> None:
         os.environ["PERF4SIGHT_CACHE"] = "0"
         networks = _networks(out, args.networks, args.levels, args.model_files)
         predictor = Predictor.load(fit(out, args.method))
-        chosen = ", ".join(f"{name}: {model.metadata['method']}" for name, model in predictor.models.items())
+        chosen = ", ".join(f"{name}: {model.method}" for name, model in predictor.models.items())
         paper_dir = fit(out, "paper")
         paper = [load_model(paper_dir, stage="training", target=q.name) for q in QUANTITIES]
         # The setup's objects (torch, the fitted models) leave the collector's generations,
@@ -190,8 +190,8 @@ def main() -> None:
         del os.environ["PERF4SIGHT_CACHE"]
         _time_set(predictor, sources)  # records the bases into the disk cache
         on_disk = statistics.median(_time_set(predictor, sources) for _ in range(REPEATS))
-        replaying = [model.metadata["torch_version"] for model in predictor.models.values()
-                     if FEATURE_SETS[model.metadata["feature_set"]].needs is Detail.LIFETIMES]
+        replaying = [model.torch_version for model in predictor.models.values()
+                     if FEATURE_SETS[model.feature_set].needs is Detail.LIFETIMES]
         replays = [_replays(predictor, source, replaying[0]) for source in sources] if replaying else None
     what = "model files of resnet_like, mobilenet_like (examples) and the TX2's mobilenetv2" if args.model_files \
         else ", ".join(args.networks)

@@ -101,7 +101,8 @@ def _evaluate(method: str, logs_dir: Path, nets: tuple[str, ...], levels: tuple[
             chosen, model = fit_chosen(method, {m: d.select(mask) for m, d in full.items()}, target.name,
                                        bound_quantile=bound_quantile)
             test = full[chosen].select(evaluated)
-            predicted, bound = model.predict(test.rows, return_bound=True)
+            predicted = model.predict(test.rows)
+            bound = None if model.bound_ is None else model.predict_bound(test.rows)
             frame = pd.DataFrame({
                 "net": test.rows["net"], "model": test.rows["model"], "batch_size": test.rows["batch_size"],
                 "recipe": recipes[evaluated].to_numpy(), "target": target.name, "method": chosen,

@@ -257,10 +257,9 @@ def memory_boundary(
             fits = model.predict(test.rows, calibrate=False) <= train.target.max()
         test_ok = ok[evaluated]
         passed_rows = test.select(test_ok)
-        predicted, bounded = model.predict(passed_rows.rows, calibrate=calibrate,
-                                           return_bound=True)
-        if bounded is None:  # a single architecture trained on: no bound
-            bounded = predicted * np.nan
+        predicted = model.predict(passed_rows.rows, calibrate=calibrate)
+        bounded = (predicted * np.nan if model.bound_ is None  # a single architecture trained on: no bound
+                   else model.predict_bound(passed_rows.rows, calibrate=calibrate))
         measured = passed_rows.target
         out[(case, net)] = tuple(100 * float(np.mean(x)) for x in (
             fits == test_ok, predicted < measured, bounded < measured, bounded / measured - 1))

@@ -1,5 +1,5 @@
 """Shared fixtures: the H200 measurements in the repository, the TX2 dataset beside the project
-(its tests marked `tx2`, skipped when it is absent), an editor of a stored model's metadata, the
+(its tests marked `tx2`, skipped when it is absent), an editor of a stored model's header, the
 console's messages back on after a test that ran the CLI with --quiet, each test's own disk
 cache, and the old Python + PyTorch stacks a Jetson runs (old_stacks.py). A skip for any other
 reason fails the run: every behaviour is tested on data in the repository."""
@@ -119,13 +119,18 @@ def tx2_dir() -> Path:
 
 
 @pytest.fixture
-def edit_metadata() -> Callable[[Path, Callable[[dict], None]], None]:
-    """`edit(model_path, change)`: apply `change` to the metadata stored beside a model."""
+def edit_header() -> Callable[[Path, Callable[[dict], None]], None]:
+    """`edit(model_path, change)`: apply `change` to the header stored beside a model and fix
+    its hash, as a careful tamperer would (`perf4sight.fit.store.model_hash`)."""
 
     def edit(path: Path, change: Callable[[dict], None]) -> None:
+        from perf4sight.fit.store import model_hash
+
         meta_path = path.with_suffix(".json")
         meta = json.loads(meta_path.read_text())
         change(meta)
+        if isinstance(meta, dict):
+            meta["sha256"] = model_hash(path.read_bytes(), meta)
         meta_path.write_text(json.dumps(meta))
 
     return edit

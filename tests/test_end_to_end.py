@@ -93,7 +93,7 @@ def test_predict_from_the_fitted_models(run_dir: Path, capsys: pytest.CaptureFix
     assert rows[0]["mem_used_mib"] > 0 and rows[0]["latency_ms"] > 0
     # one network profiled: the bound comes from leaving each of its two architectures out, and
     # squeezenet_50 is a level of that profiled family: calibrated, bounded by the in-family ratio
-    bound = load_model(run_dir / "fitted", stage="training", target="mem_used_mib").estimator.bound_
+    bound = load_model(run_dir / "fitted", stage="training", target="mem_used_mib").bound_
     assert bound["left_out"] == "architecture" and bound["calibrated_ratio"] is not None
     assert all(r["calibrated"] for r in rows)
     expected = max(1.0, bound["calibrated_ratio"])

@@ -4,9 +4,15 @@ measurements (skipped when they are absent)."""
 
 from __future__ import annotations
 
+import re
+from pathlib import Path
+
 import numpy as np
 import pandas as pd
 import pytest
+from sklearn.base import clone
+from sklearn.utils._param_validation import InvalidParameterError
+from sklearn.utils.estimator_checks import parametrize_with_checks
 from repository_data import H200
 
 from perf4sight import console
@@ -85,13 +91,64 @@ def test_calibration_corrects_a_profiled_family_only(h200):
                                                                                   raw[profiled])
 
 
+# The checks that fit or predict on a numeric array: X is a query frame of architectures
+# (`perf4sight.features.queries`), which no array of numbers describes; what they check is
+# checked on real query frames below (test_the_model_is_a_scikit_learn_estimator,
+# test_fit_and_predict_keep_to_the_contract_on_query_frames).
+_NUMERIC_ARRAY_CHECKS = (
+    "check_fit_score_takes_y", "check_estimators_overwrite_params", "check_dont_overwrite_parameters",
+    "check_estimators_fit_returns_self", "check_readonly_memmap_input", "check_n_features_in_after_fitting",
+    "check_positive_only_tag_during_fit", "check_estimators_dtypes", "check_complex_data", "check_dtype_object",
+    "check_estimators_empty_data_messages", "check_pipeline_consistency", "check_estimators_nan_inf",
+    "check_estimator_sparse_tag", "check_estimator_sparse_array", "check_estimator_sparse_matrix",
+    "check_estimators_pickle", "check_estimators_pickle(readonly_memmap=True)", "check_f_contiguous_array_estimator",
+    "check_methods_sample_order_invariance", "check_methods_subset_invariance", "check_fit2d_1sample",
+    "check_fit2d_1feature", "check_dict_unchanged", "check_fit_idempotent", "check_fit_check_is_fitted",
+    "check_n_features_in", "check_fit1d", "check_fit2d_predict1d",
+)
+
+
+@parametrize_with_checks([CalibratedModel()], expected_failed_checks=lambda _: {
+    name: "fits on a numeric array; X is a query frame of architectures" for name in _NUMERIC_ARRAY_CHECKS})
+def test_sklearn_estimator_contract(estimator, check):
+    check(estimator)
+
+
+@pytest.mark.parametrize(("params", "message"), [
+    ({"method": "bogus"}, "The 'method' parameter of CalibratedModel must be a str among"),
+    ({"bound_quantile": 1.5}, "The 'bound_quantile' parameter of CalibratedModel must be a float in the range (0.0, 1.0] or None. Got 1.5"),
+    ({"fallback": "trees"}, "The 'fallback' parameter of CalibratedModel must be a str among"),
+])
+def test_an_unknown_parameter_value_is_refused_before_fitting(h200, params, message):
+    train, _, _ = h200
+    with pytest.raises(InvalidParameterError, match=re.escape(message)):
+        CalibratedModel(**params).fit(train.rows, train.target)
+
+
+def test_fit_and_predict_keep_to_the_contract_on_query_frames(h200):
+    """What the numeric-array checks check, on the H200 query frames: a fit returns the
+    estimator and leaves its parameters alone, fits again to the same predictions, and a row's
+    prediction does not depend on the rows beside it or their order."""
+    train, query, model = h200
+    fresh = clone(model)
+    params = fresh.get_params()
+    assert fresh.fit(train.rows, train.target) is fresh and fresh.get_params() == params
+    np.testing.assert_array_equal(fresh.predict(query.rows), model.predict(query.rows))
+    assert fresh.fit(train.rows, train.target).training_ranges_ == model.training_ranges_
+    order = np.random.default_rng(0).permutation(len(query))
+    shuffled = query.rows.iloc[order].reset_index(drop=True)
+    np.testing.assert_allclose(model.predict(shuffled), model.predict(query.rows)[order], rtol=1e-12)
+    half = query.rows.iloc[: len(query) // 2].reset_index(drop=True)
+    np.testing.assert_allclose(model.predict(half), model.predict(query.rows)[: len(half)], rtol=1e-12)
+
+
 def test_the_model_is_a_scikit_learn_estimator(h200):
-    from sklearn.base import clone
     from sklearn.exceptions import NotFittedError
 
     train, _, model = h200
     params = model.get_params()
-    assert set(params) == {"method", "target", "stage", "bound_quantile", "fallback", "torch_version"}
+    assert set(params) == {"method", "target", "stage", "bound_quantile", "fallback", "torch_version",
+                           "torch_version_reason"}
     fresh = clone(model)
     assert fresh.get_params() == params and not hasattr(fresh, "regressor_")
     with pytest.raises(NotFittedError):
@@ -102,13 +159,14 @@ def test_the_model_is_a_scikit_learn_estimator(h200):
 def test_the_bound_lies_above_every_prediction_and_covers_the_held_out_runs(h200):
     train, query, model = h200
     if model.bound_quantile is None:
-        assert model.bound_ is None and model.predict(query.rows, return_bound=True)[1] is None
+        assert model.bound_ is None
+        with pytest.raises(ValueError, match="this model measured no bound"):
+            model.predict_bound(query.rows)
         return
     bound = model.bound_
     assert bound["quantile"] == BOUND_QUANTILE and bound["left_out"] == "network"
     assert 1 < bound["calibrated_ratio"] < bound["ratio"]
-    predicted, bounded = model.predict(query.rows, return_bound=True)
-    np.testing.assert_array_equal(predicted, model.predict(query.rows))
+    predicted, bounded = model.predict(query.rows), model.predict_bound(query.rows)
     assert (bounded >= predicted).all()
     ratio = np.where(model.calibrated(query.rows), bound["calibrated_ratio"], bound["ratio"])
     np.testing.assert_allclose(bounded, predicted * ratio)
@@ -184,7 +242,7 @@ def test_a_calibrated_bound_is_tighter_and_holds_the_other_levels(catalog, tx2_d
     train, query = _tx2(tx2_dir, catalog, MEMORY)
     model = CalibratedModel("physical", "mem_used_mib", bound_quantile=BOUND_QUANTILE).fit(train.rows, train.target)
     assert 1 < model.bound_["calibrated_ratio"] < model.bound_["ratio"]
-    corrected, bounded = model.predict(query.rows, return_bound=True)
+    corrected, bounded = model.predict(query.rows), model.predict_bound(query.rows)
     assert (bounded < query.target).mean() < 0.1 < (corrected < query.target).mean()
 
 

@@ -133,18 +133,18 @@ def test_fingerprint_stores_the_choice_and_the_predictor_uses_it(tmp_path):
     report = fingerprint_device(settings)
     memory = load_model(settings.model_storedir, stage="training", target="mem_used_mib")
     latency = load_model(settings.model_storedir, stage="training", target="latency_ms")
-    assert memory.metadata["method"] == report["mem_used_mib"]["method"] == "replay"
+    assert memory.method == report["mem_used_mib"]["method"] == "replay"
     # replay's latency model is physical's: the latency candidates are those whose latency differs
-    assert list(latency.metadata["method_choice"]["errors"]) == list(candidate_methods("latency_ms"))
-    assert latency.metadata["method"] == latency.metadata["method_choice"]["chosen"] in candidate_methods("latency_ms")
-    assert report["mem_used_mib"]["method_choice"] == memory.metadata["method_choice"]
-    assert memory.metadata["layer_groups"]["conv_depthwise"] == 1 and memory.metadata["layer_groups"]["conv_1x1"] == 3
+    assert list(latency.method_choice_["errors"]) == list(candidate_methods("latency_ms"))
+    assert latency.method == latency.method_choice_["chosen"] in candidate_methods("latency_ms")
+    assert report["mem_used_mib"]["method_choice"] == memory.method_choice_
+    assert memory.layer_groups_["conv_depthwise"] == 1 and memory.layer_groups_["conv_1x1"] == 3
 
     predictor = Predictor.load(settings.model_storedir)
     spec = H200 / "models" / "mnasnet_30.json"
     table = predictor.predict(spec, [8, 64])
     arch = predictor.describe(spec)
-    expected = memory.estimator.regressor_.predict(queries(arch, [8, 64]))
+    expected = memory.regressor_.predict(queries(arch, [8, 64]))
     assert not table["calibrated"].any()  # mnasnet was not profiled: the regressor's own prediction
     np.testing.assert_allclose(table["mem_used_mib"], expected)
     # depthwise layers were in one training network only: their cost rests on it
@@ -153,5 +153,5 @@ def test_fingerprint_stores_the_choice_and_the_predictor_uses_it(tmp_path):
 
     forced = fingerprint_device(replace(settings, method="physical", model_storedir=tmp_path / "forced"))
     stored = load_model(tmp_path / "forced", stage="training", target="mem_used_mib")
-    assert forced["mem_used_mib"]["method"] == stored.metadata["method"] == "physical"
-    assert stored.metadata["method_choice"] is None
+    assert forced["mem_used_mib"]["method"] == stored.method == "physical"
+    assert stored.method_choice_ is None

@@ -113,12 +113,12 @@ def _features_computed_otherwise(meta: dict) -> None:
 
 
 @pytest.mark.parametrize("edit", [_older_format, _features_computed_otherwise])
-def test_a_stored_model_that_cannot_be_used_is_refitted(h200_dir, tmp_path, edit_metadata, capsys, edit):
+def test_a_stored_model_that_cannot_be_used_is_refitted(h200_dir, tmp_path, edit_header, capsys, edit):
     settings = _settings(h200_dir, tmp_path, report=None, latency_model=False)
     fingerprint_device(settings)
     path = settings.model_storedir / "training_mem_used_mib.skops"
     fitted = json.loads(path.with_suffix(".json").read_text())
-    edit_metadata(path, edit)
+    edit_header(path, edit)
     capsys.readouterr()
     report = fingerprint_device(settings)
     captured = capsys.readouterr()
@@ -233,10 +233,10 @@ def test_runs_profiled_under_autocast_leave_the_replay_out_of_the_choice_and_ref
     assert main(["--quiet", "run", "--config", str(config)]) == 0
     logs = pd.read_csv(tmp_path / "logs" / "memory" / "resnet18_50-gt.csv", sep="|")
     assert sorted(logs["precision"]) == ["amp-bf16", "amp-bf16", "fp32", "fp32"] and logs["passed"].all()
-    meta = json.loads((tmp_path / "fitted" / "training_mem_used_mib.json").read_text())
-    assert meta["method"] == "physical" and meta["method_choice"]["errors"]["replay"] is None
+    model = load_model(tmp_path / "fitted", stage="training", target=MEMORY.name)
+    assert model.method == "physical" and model.method_choice_["errors"]["replay"] is None
     assert "; not replay: the tensor lifetimes (the replay's) cannot be recorded under amp-bf16" \
-        in meta["method_choice"]["reason"]
+        in model.method_choice_["reason"]
     capsys.readouterr()
     forced = tmp_path / "forced.ini"
     forced.write_text(AUTOCAST_CONFIG.format(out=tmp_path).split("[create_network_dataset]")[0]
@@ -285,12 +285,12 @@ def test_the_device_s_pytorch_is_read_from_its_environment_record(h200_dir, tmp_
     said = " ".join(capsys.readouterr().out.split())
     assert "the device ran PyTorch 1.8.0 (" in said and "environment-20261202T000000Z.json)" in said  # the latest
     stored = load_model(settings.model_storedir, stage="training", target=MEMORY.name)
-    assert stored.metadata["torch_version"] == "1.8.0" == stored.estimator.torch_version
-    assert stored.metadata["torch_version_reason"] == "recorded in " + str(settings.memory_logs[0].parent /
+    assert stored.torch_version == "1.8.0"
+    assert stored.torch_version_reason == "recorded in " + str(settings.memory_logs[0].parent /
                                                                            "environment-20261202T000000Z.json")
-    assert stored.estimator.regressor_[0].torch_version == "1.8.0"  # the features' step counts no copies
+    assert stored.regressor_[0].torch_version == "1.8.0"  # the features' step counts no copies
     fingerprint_device(replace(settings, torch_version="2.1.0", overwrite=True))  # the config's key wins
-    assert load_model(settings.model_storedir, stage="training", target=MEMORY.name).metadata["torch_version"] == "2.1.0"
+    assert load_model(settings.model_storedir, stage="training", target=MEMORY.name).torch_version == "2.1.0"
 
 
 def test_logs_of_pytorch_versions_that_save_differently_are_refused(h200_dir, tmp_path):
@@ -341,14 +341,14 @@ def test_where_nothing_says_the_device_s_pytorch_the_runs_do(tx2_dir, tmp_path, 
     fingerprint_device(settings)
     said = " ".join(capsys.readouterr().out.split())
     stored = load_model(settings.model_storedir, stage="training", target=MEMORY.name)
-    assert stored.metadata["torch_version"] == "1.9" == stored.estimator.torch_version
-    reason = stored.metadata["torch_version_reason"]
+    assert stored.torch_version == "1.9"
+    reason = stored.torch_version_reason
     assert reason in said and "described as versions before 1.10 save them, the better with each network left out" in reason
     errors = [float(part.split()[-2]) for part in reason.split(": ", 2)[2].split(", ")]
     assert errors[1] < errors[0]  # as the host saves them, then before 1.10
     fingerprint_device(replace(settings, train_nets=["resnet18"], overwrite=True))
     stored = load_model(settings.model_storedir, stage="training", target=MEMORY.name)
-    assert stored.metadata["torch_version"] is None and stored.metadata["torch_version_reason"] is None
+    assert stored.torch_version is None and stored.torch_version_reason is None
 
 
 @pytest.mark.parametrize(("content", "message"), [

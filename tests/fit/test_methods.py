@@ -15,7 +15,7 @@ from perf4sight.errors import ConfigError
 from perf4sight.architecture import Detail
 from perf4sight.features import FEATURE_SETS, TERM_SETS, FeatureTransformer, queries
 from perf4sight.fit import DEFAULT_METHOD, METHODS, PaperExtraTrees, fit_method, make_regressor, resolve_method
-from perf4sight.fit.methods import trusted_types
+from perf4sight.fit.methods import method_problem, trusted_types
 from perf4sight.networks import load_architecture
 
 MEMORY_ONLY = ("floor_mib_", "library_mib_", "capacity_mib_")
@@ -82,3 +82,7 @@ def test_default_method_resolves_and_unknown_is_refused():
     assert resolve_method("paper") == "paper"
     with pytest.raises(ConfigError, match="unknown method 'forest'"):
         resolve_method("forest")
+    # a library caller's unknown method is the same clear error, not a KeyError
+    for call in (lambda: make_regressor("forest", "latency_ms"), lambda: method_problem("forest", [])):
+        with pytest.raises(ConfigError, match="method: unknown method 'forest'; known: paper, physical, replay, streams"):
+            call()

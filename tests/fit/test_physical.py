@@ -26,6 +26,7 @@ from perf4sight.fit import (
     fit_method,
     held_out_ratio,
     make_regressor,
+    Fingerprint,
     load_model,
     mape_pct,
     network_weights,
@@ -169,10 +170,10 @@ def test_latency_rises_with_batch_size(datasets, h200_dir):
 def test_stored_with_skops_and_reloaded(datasets, tmp_path):
     data = datasets["mem_used_mib"]
     model = CalibratedModel("physical", "mem_used_mib").fit(data.rows, data.target)
-    save_model(model, storedir=tmp_path, stage="training", target="mem_used_mib", dataset=data)
+    save_model(model, storedir=tmp_path, fingerprint=Fingerprint("Jetson TX2", "tx2", "2026-12-03T12:00:00+00:00"))
     loaded = load_model(tmp_path, stage="training", target="mem_used_mib")
-    assert loaded.estimator.regressor_["terms"].get_params() == {"term_set": "network", "target": "mem_used_mib"}
-    np.testing.assert_allclose(loaded.estimator.predict(data.rows), model.predict(data.rows))
+    assert loaded.regressor_["terms"].get_params() == {"term_set": "network", "target": "mem_used_mib"}
+    np.testing.assert_allclose(loaded.predict(data.rows), model.predict(data.rows))
 
 
 def test_bad_input(datasets):

@@ -6,7 +6,6 @@ from __future__ import annotations
 import copy
 import json
 import math
-from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -213,7 +212,7 @@ def test_cli_refuses_networks_it_cannot_describe(
 def test_the_devices_out_of_memory_boundary(predictor: Predictor, saturating: Predictor, h200_dir: Path) -> None:
     # googlenet_0 measured 2848 MiB at batch size 32 and 5010 at 64 on the H200: above CAPACITY_MIB
     spec = h200_dir / "models" / "googlenet_0.json"
-    assert saturating.models[MEMORY.name].estimator.capacity_mib() == pytest.approx(CAPACITY_MIB, rel=0.01)
+    assert saturating.models[MEMORY.name].capacity_mib() == pytest.approx(CAPACITY_MIB, rel=0.01)
     table = saturating.predict(spec, [8, 32, 64, 128, 256])
     assert table["fits_device"].tolist() == [True, True, False, False, False]
     best = saturating.max_batch_size(spec, 1e9)
@@ -224,13 +223,13 @@ def test_the_devices_out_of_memory_boundary(predictor: Predictor, saturating: Pr
 def test_the_memory_bound_covers_a_network_left_out(predictor: Predictor, models_dir: Path, h200_dir: Path) -> None:
     """Fingerprinting stores how far above its prediction a left-out network measured; the
     bound it gives holds alexnet, a network the models never saw, on nearly every run."""
-    stored = predictor.models[MEMORY.name].estimator.bound_
+    stored = predictor.models[MEMORY.name].bound_
     assert stored["quantile"] == 0.95 and stored["left_out"] == "network" and stored["ratio"] > 1
     catalog = ArchitectureCatalog(h200_dir / "models")
     logs = read_logs(["alexnet"], LEVELS, [h200_dir / "memory"], [MEMORY])
-    feature_set = predictor.models[MEMORY.name].metadata["feature_set"]
+    feature_set = predictor.models[MEMORY.name].feature_set
     unseen = build_dataset(logs, target="mem_used_mib", feature_set=feature_set, stage="training", catalog=catalog)
-    predicted = predictor.models[MEMORY.name].estimator.regressor_.predict(unseen.rows)
+    predicted = predictor.models[MEMORY.name].regressor_.predict(unseen.rows)
     assert (unseen.target > predicted).mean() > 0.2  # the prediction is often below what was measured
     table = predictor.predict(h200_dir / "models" / "alexnet_60.json", [8, 32])
     assert table[MEMORY_BOUND].tolist() == pytest.approx((table[MEMORY.name] * stored["ratio"]).tolist())
@@ -251,10 +250,9 @@ def test_the_largest_batch_size_within_the_bound(predictor: Predictor, models_di
 
 
 def test_without_a_stored_bound_there_is_none_to_plan_with(predictor: Predictor) -> None:
-    memory = predictor.models[MEMORY.name]
-    unbounded = copy.copy(memory.estimator)
+    unbounded = copy.copy(predictor.models[MEMORY.name])
     unbounded.bound_ = None  # as a model fitted on a single architecture stores it
-    predictor = Predictor(models={MEMORY.name: replace(memory, estimator=unbounded)})
+    predictor = Predictor(models={MEMORY.name: unbounded})
     assert MEMORY_BOUND not in predictor.predict("resnet18", [8])
     with pytest.raises(DataNotFoundError, match="stores no bound"):
         predictor.max_batch_size("resnet18", 3000.0, bound=True)
@@ -286,7 +284,7 @@ def test_copies_a_device_may_not_make_are_named_where_its_version_is_not_known(
         saturating: Predictor, capsys: pytest.CaptureFixture[str]) -> None:
     """Fitted on logs without an environment record, on networks without an in-place ReLU6:
     a MobileNetV2's memory counts the copies PyTorch 1.10 and later save, and says so once."""
-    assert saturating.models["mem_used_mib"].metadata["torch_version_reason"] is None
+    assert saturating.models["mem_used_mib"].torch_version_reason is None
     for _ in range(2):
         saturating.predict("mobilenet_v2", [8], input_size=(3, 64, 64))
     said = capsys.readouterr().err
@@ -294,8 +292,8 @@ def test_copies_a_device_may_not_make_are_named_where_its_version_is_not_known(
     assert "fingerprint with torch_version" in said
     saturating.predict("resnet18", [8], input_size=(3, 64, 64))  # no such layer: nothing to say
     assert "ReLU6" not in capsys.readouterr().err
-    told = Predictor({name: replace(model, metadata={**model.metadata, "torch_version": "1.8.0",
-                                                     "torch_version_reason": "torch_version in the config"})
+    told = Predictor({name: copy.copy(model).set_params(torch_version="1.8.0",
+                                                          torch_version_reason="torch_version in the config")
                       for name, model in saturating.models.items()})
     console.reset()  # the warnings already shown
     told.predict("mobilenet_v2", [8], input_size=(3, 64, 64))

@@ -4,6 +4,8 @@ evaluation, calibrated on a profiled family only, bounded above every prediction
 
 from __future__ import annotations
 
+import json
+import shutil
 from pathlib import Path
 
 import numpy as np
@@ -15,8 +17,10 @@ from perf4sight import console
 from perf4sight.config import FingerprintSettings
 from perf4sight.device.definitions import LATENCY, MEMORY
 from perf4sight.device.recipe import Recipe
+from perf4sight.errors import FittedModelError
 from perf4sight.features import queries
 from perf4sight.fit import fingerprint_device
+from perf4sight.fit.store import model_hash
 from perf4sight.predict import MEMORY_BOUND, Predictor
 
 TRAIN = ["resnet18", "googlenet", "squeezenet"]
@@ -59,24 +63,22 @@ def test_a_profiled_family_is_calibrated_and_another_is_not(predictor: Predictor
         arch = predictor.describe(H200 / "models" / f"{net}_60.json")
         table = predictor.predict(arch, SIZES)
         assert table["calibrated"].tolist() == [profiled] * len(SIZES)
-        raw = memory.estimator.predict(queries(arch, SIZES), calibrate=False)
+        raw = memory.predict(queries(arch, SIZES), calibrate=False)
         assert np.allclose(table[MEMORY.name], raw) is not profiled
-        np.testing.assert_array_equal(table[MEMORY.name], memory.estimator.predict(queries(arch, SIZES)))
+        np.testing.assert_array_equal(table[MEMORY.name], memory.predict(queries(arch, SIZES)))
 
 
 def test_the_bound_lies_above_the_prediction_by_the_stored_ratio(predictor: Predictor) -> None:
-    bound = predictor.models[MEMORY.name].estimator.bound_
+    bound = predictor.models[MEMORY.name].bound_
     assert bound["left_out"] == "network" and 1 < bound["calibrated_ratio"] < bound["ratio"]
     for net, ratio in (("resnet18", bound["calibrated_ratio"]), ("vgg11", bound["ratio"])):
         table = predictor.predict(H200 / "models" / f"{net}_60.json", SIZES)
         assert (table[MEMORY_BOUND] >= table[MEMORY.name]).all()
         np.testing.assert_allclose(table[MEMORY_BOUND], table[MEMORY.name] * ratio)
-    assert predictor.models[LATENCY.name].estimator.bound_ is None  # latency has no bound
+    assert predictor.models[LATENCY.name].bound_ is None  # latency has no bound
 
 
 def test_the_evaluation_bounds_the_runs_as_the_predictor_does(fingerprinted) -> None:
-    import json
-
     report = json.loads(fingerprinted[1].read_text())
     assert "bound_under_pct" in report["mem_used_mib"] and "bound_under_pct" not in report["latency_ms"]
     assert report["mem_used_mib"]["bound_under_pct"] <= report["mem_used_mib"]["under_pct"]
@@ -102,7 +104,7 @@ def test_a_recipe_the_replay_cannot_record_is_predicted_by_its_stored_physical_f
     predicts such a recipe with the `physical` model fitted on the same runs (the same
     predictions as the physical fingerprint's), saying so; fp32 is still the replay's."""
     replay = Predictor.load(replay_models)
-    assert replay.models[MEMORY.name].estimator.fallback_.method == "physical"
+    assert replay.models[MEMORY.name].fallback_.method == "physical"
     spec = H200 / "models" / "vgg11_60.json"
     bf16 = Recipe(precision="amp-bf16")
     table = replay.predict(spec, SIZES, recipe=bf16, breakdown=True)
@@ -141,3 +143,25 @@ def test_the_disk_cache_changes_no_prediction(replay_models: Path, monkeypatch: 
     for plain, first, second in zip(without, recorded, read):
         pd.testing.assert_frame_equal(first, plain, check_exact=True)
         pd.testing.assert_frame_equal(second, plain, check_exact=True)
+
+
+def test_a_fingerprint_s_models_carry_its_device_and_campaign(fingerprinted, replay_models: Path) -> None:
+    """Both models of one fingerprint name the device and campaign of the H200's environment
+    records; a folder holding one of them and a model of another campaign is refused."""
+    records = sorted(path.name for path in H200.glob("environment-*.json"))
+    headers = [json.loads((fingerprinted[0] / f"training_{q.name}.json").read_text()) for q in (MEMORY, LATENCY)]
+    for header in headers:
+        assert header["fingerprint"]["device"] == "NVIDIA H200"
+        assert header["fingerprint"]["campaign"] == ", ".join(records)
+    mixed = fingerprinted[0].parent / "mixed"
+    shutil.copytree(replay_models, mixed)  # its memory model, and the latency model of the other fit
+    for suffix in (".skops", ".json"):
+        shutil.copy(fingerprinted[0] / f"training_{LATENCY.name}{suffix}", mixed)
+    assert Predictor.load(mixed).models.keys() == {MEMORY.name, LATENCY.name}  # the same campaign, fitted apart
+    campaign = json.loads((mixed / f"training_{LATENCY.name}.json").read_text())
+    campaign["fingerprint"]["campaign"] = "environment-20261203T084510Z.json"
+    campaign["sha256"] = model_hash((mixed / f"training_{LATENCY.name}.skops").read_bytes(), campaign)
+    (mixed / f"training_{LATENCY.name}.json").write_text(json.dumps(campaign))
+    with pytest.raises(FittedModelError, match="its mem_used_mib model is of another fingerprint than its latency_ms "
+                                               "model .*campaign environment-20261203T084510Z.json"):
+        Predictor.load(mixed)

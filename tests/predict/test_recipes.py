@@ -47,7 +47,7 @@ def test_the_optimizer_changes_the_memory_by_its_state(predictor: Predictor) -> 
     sgd = predictor.predict(UNSEEN, [8, 64], breakdown=True)
     adam = predictor.predict(UNSEEN, [8, 64], recipe=Recipe(optimizer="adam"), breakdown=True)
     plain = predictor.predict(UNSEEN, [8, 64], recipe=Recipe(optimizer="sgd-plain"), breakdown=True)
-    assert predictor.models[MEMORY.name].recipes == [DEFAULT_RECIPE]
+    assert predictor.models[MEMORY.name].recipes_ == [DEFAULT_RECIPE]
     assert list(sgd["recipe"]) == [DEFAULT_RECIPE.label()] * 2 and set(adam["recipe"]) == {"adam, fp32, train all"}
     weights = sgd["weights_mib"].to_numpy()
     np.testing.assert_allclose(adam["optimizer_state_mib"], 2 * weights)

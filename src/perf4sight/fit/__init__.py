@@ -20,7 +20,7 @@ from perf4sight.fit.methods import (
 )
 from perf4sight.fit.physical import LatencySolver, MemorySolver, TermDesign
 from perf4sight.fit.report import mape_pct, summarise
-from perf4sight.fit.store import FittedModel, load_model, save_model, stored_model_path
+from perf4sight.fit.store import Fingerprint, load_model, load_models, save_model, stored_model_path
 
 __all__ = [
     "Answer",
@@ -30,7 +30,7 @@ __all__ = [
     "Dataset",
     "DEFAULT_METHOD",
     "FamilyCalibration",
-    "FittedModel",
+    "Fingerprint",
     "MethodChoice",
     "METHODS",
     "LatencySolver",
@@ -51,6 +51,7 @@ __all__ = [
     "held_out_ratio",
     "network_weights",
     "load_model",
+    "load_models",
     "mape_pct",
     "stored_model_path",
     "query_rows",

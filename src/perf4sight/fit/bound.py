@@ -7,7 +7,8 @@ the bound is what to plan with when a crash is costly. The fitted model
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
+from functools import partial
 from typing import Any
 
 import numpy as np
@@ -18,7 +19,7 @@ from perf4sight import console
 from perf4sight.architecture import family_key
 from perf4sight.features import ARCHITECTURE
 
-__all__ = ["BOUND_QUANTILE", "held_out_groups", "held_out_ratio"]
+__all__ = ["BOUND_QUANTILE", "held_out_groups", "held_out_ratio", "leave_one_group_out"]
 
 # The share of runs of networks left out of the fit that the stored memory bound covers.
 BOUND_QUANTILE = 0.95
@@ -32,6 +33,21 @@ def held_out_groups(X: pd.DataFrame) -> tuple[str, pd.Series]:  # noqa: N803 (sc
     if nets.nunique() > 1:
         return "network", nets
     return "architecture", X["model"]
+
+
+def leave_one_group_out(model: BaseEstimator, X: pd.DataFrame, y: np.ndarray,  # noqa: N803
+                        groups: pd.Series) -> Iterator[tuple[Any, np.ndarray, Any]]:
+    """For each group of `groups` (one per row of `X`, in order of appearance): the group, its
+    rows (a mask) and a clone of `model` fitted on every other row. The one refit loop of the
+    bound and of `method = default`'s choice."""
+    for group in groups.unique():
+        out = (groups == group).to_numpy()
+        yield group, out, fitted_without(model, X, y, out)
+
+
+def fitted_without(model: BaseEstimator, X: pd.DataFrame, y: np.ndarray, out: np.ndarray) -> Any:  # noqa: N803
+    """A clone of `model` fitted on the rows of `X` outside the mask `out`."""
+    return clone(model).fit(X[~out].reset_index(drop=True), y[~out])
 
 
 def held_out_ratio(model: BaseEstimator, X: pd.DataFrame, y: np.ndarray,  # noqa: N803
@@ -50,24 +66,18 @@ def held_out_ratio(model: BaseEstimator, X: pd.DataFrame, y: np.ndarray,  # noqa
     families = X[ARCHITECTURE].map(family_key)
     in_family_levels = X.loc[X["model"].groupby(families).transform("nunique") > 1, "model"].unique()
     refit = clone(model).set_params(bound_quantile=None, fallback=None)
-
-    def fitted_without(out: np.ndarray) -> Any:
-        return clone(refit).fit(X[~out].reset_index(drop=True), y[~out])
-
     # With one network profiled, a group is an architecture: the fit without it serves the
     # calibrated ratio too (the same training rows), so it is made once.
     without: dict[str, Any] = {}
     refits = groups.nunique() + (0 if left_out == "architecture" else len(in_family_levels))
     ratios = []
     with console.progress("memory bound, refitting", total=refits) as bar:
-        for group in groups.unique():
-            out = (groups == group).to_numpy()
-            fitted = fitted_without(out)
+        for group, out, fitted in leave_one_group_out(refit, X, y, groups):
             if left_out == "architecture":
                 without[group] = fitted
             ratios.append(_ratio(y[out], fitted.predict(X[out].reset_index(drop=True), calibrate=False)))
             bar.advance(f"without {group}")
-        in_family = _calibrated_ratios(fitted_without, X, y, in_family_levels, without, bar)
+        in_family = _calibrated_ratios(partial(fitted_without, refit, X, y), X, y, in_family_levels, without, bar)
     return {
         "quantile": quantile,
         "ratio": float(np.quantile(np.concatenate(ratios), quantile)),

@@ -14,27 +14,33 @@ averages out). A family is what the pruning levels of one network share
 nothing else. A network of a family never profiled is not corrected.
 
 `CalibratedModel` is the fitted model as one scikit-learn estimator: the method's
-regressor (a pipeline from architectures and batch sizes to the target), these corrections
-and the memory bound, stored by skops as one object; every prediction goes through its
-`predict`.
+regressor (a pipeline from architectures and batch sizes to the target), these corrections,
+the memory bound and what a prediction is checked against (training ranges, layer groups,
+recipes, networks), stored by skops as one object; every prediction goes through its
+`predict` (`predict_bound` for the bound).
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from numbers import Real
 from typing import Any, NamedTuple
 
 import numpy as np
 import pandas as pd
-from sklearn.base import BaseEstimator
+from sklearn.base import BaseEstimator, _fit_context, clone
+from sklearn.utils._param_validation import Interval, StrOptions
 from sklearn.utils.validation import check_is_fitted
 
 from perf4sight.architecture import family_key
-from perf4sight.device.definitions import MEMORY
-from perf4sight.features import ARCHITECTURE, BATCH_SIZE, FEATURE_SETS
+from perf4sight.device.definitions import MEMORY, QUANTITIES, STAGES
+from perf4sight.device.recipe import Recipe
+from perf4sight.features import ARCHITECTURE, BATCH_SIZE
+from perf4sight.features.network import networks_per_group
 from perf4sight.fit.bound import held_out_ratio
-from perf4sight.fit.methods import METHODS, fit_method
+from perf4sight.fit.dataset import logged_recipes
+from perf4sight.fit.methods import METHODS, fit_method, method_problem, method_spec
 from perf4sight.fit.physical import memory_breakdown
 
 __all__ = ["Answer", "CalibratedModel", "FamilyCalibration", "query_rows"]
@@ -179,76 +185,114 @@ class Answer(NamedTuple):
 class CalibratedModel(BaseEstimator):
     """The fitted model: a method's regressor (`make_regressor`: the features of a query
     frame, then the method's steps), its corrections per profiled family (`calibration_`)
-    and, with `bound_quantile`, the memory bound (`bound_`, `held_out_ratio`'s). It is what
-    skops stores, and every prediction (a user's query, the fingerprint evaluation, the
-    bound's refits) is its `predict`.
+    and, with `bound_quantile`, the memory bound (`bound_`, `held_out_ratio`'s), with what a
+    prediction checks itself against: the training ranges, layer groups, recipes and
+    networks, and why its method and PyTorch were chosen. It is what skops stores, whole,
+    and every prediction (a user's query, the fingerprint evaluation, the bound's refits) is
+    its `predict`.
 
     X is a query frame (`perf4sight.features.queries`): each row's `architecture` and
-    `batch_size`; to fit, also its network (`net`) and architecture's name (`model`), which
-    the bound leaves out in turn (a `Dataset`'s rows).
+    `batch_size`; to fit, also its network (`net`), architecture's name (`model`), which the
+    bound leaves out in turn, and training recipe (`RECIPE_COLUMNS`): a `Dataset`'s rows.
 
     With `fallback` (a method, `Method.fallback`), a second model of that method is fitted on
-    the same rows (`fallback_`) and answers the queries whose architectures do not hold what
-    the method's features need: `replay`'s for a recipe whose tensor lifetimes cannot be
-    recorded (autocast) is `physical`'s."""
+    the same rows (`fallback_`) and answers the queries the method cannot describe
+    (`for_recipe`): `replay`'s for a recipe whose tensor lifetimes cannot be recorded
+    (autocast) is `physical`'s."""
+
+    _parameter_constraints: dict[str, list[Any]] = {
+        "method": [StrOptions(set(METHODS))],
+        "target": [StrOptions({quantity.name for quantity in QUANTITIES})],
+        "stage": [StrOptions(set(STAGES))],
+        "bound_quantile": [Interval(Real, 0, 1, closed="right"), None],
+        "fallback": [StrOptions(set(METHODS)), None],
+        "torch_version": [str, None],
+        "torch_version_reason": [str, None],
+    }
 
     def __init__(self, method: str = "physical", target: str = MEMORY.name, stage: str = "training",
                  bound_quantile: float | None = None, fallback: str | None = None,
-                 torch_version: str | None = None) -> None:
+                 torch_version: str | None = None, torch_version_reason: str | None = None) -> None:
         self.method = method
         self.target = target
         self.stage = stage
         self.bound_quantile = bound_quantile
         self.fallback = fallback
         self.torch_version = torch_version
+        self.torch_version_reason = torch_version_reason
 
     @property
     def feature_set(self) -> str:
         """The feature set (a `FEATURE_SETS` key) the method's regressor reads."""
-        return METHODS[self.method].feature_set
+        return method_spec(self.method).feature_set
 
-    def fit(self, X: pd.DataFrame, y: Any) -> CalibratedModel:  # noqa: N803
+    @_fit_context(prefer_skip_nested_validation=True)
+    def fit(self, X: pd.DataFrame, y: Any, *,  # noqa: N803
+            method_choice: Mapping[str, Any] | None = None) -> CalibratedModel:
         """Fit the regressor on every row, its corrections on each family's rows and, with
-        `bound_quantile`, the bound (refitting without each network in turn)."""
+        `bound_quantile`, the bound (refitting without each network in turn); keep what a
+        prediction is checked against. `method_choice` (`MethodChoice.as_dict`) says why
+        `method = default` chose this method."""
         y = np.asarray(y, dtype=float)
+        rows = query_rows(X)
         self.regressor_ = fit_method(self.method, X, y, self.target, self.stage, self.torch_version)
-        self.calibration_ = FamilyCalibration.of(query_rows(X), y, self.regressor_.predict(X))
+        self.calibration_ = FamilyCalibration.of(rows, y, self.regressor_.predict(X))
         self.bound_ = None if self.bound_quantile is None else held_out_ratio(self, X, y, self.bound_quantile)
-        self.fallback_ = None if self.fallback is None else CalibratedModel(
-            self.fallback, self.target, self.stage, self.bound_quantile, torch_version=self.torch_version).fit(X, y)
+        self.fallback_ = None if self.fallback is None else clone(self).set_params(
+            method=self.fallback, fallback=None).fit(X, y)
+        features = self.regressor_[0].transform(X)
+        self.feature_names_ = [str(name) for name in features.columns]
+        columns = {**{name: features[name] for name in features.columns}, "params": pd.Series(rows["params"]),
+                   BATCH_SIZE: X[BATCH_SIZE], "measured": pd.Series(y)}
+        self.training_ranges_ = {name: (float(values.min()), float(values.max())) for name, values in columns.items()}
+        # how many training networks hold each layer group: a query with a group that fewer
+        # than two (or than all, if fewer) held is extrapolated for it
+        self.layer_groups_ = networks_per_group(features, X["net"].reset_index(drop=True))
+        # the recipes the training runs ran: what a prediction under another one extrapolates from
+        self.recipes_ = logged_recipes(X)
+        self.train_nets_ = sorted(X["net"].unique().tolist())
+        self.method_choice_ = None if method_choice is None else dict(method_choice)
+        return self
+
+    def for_recipe(self, recipe: Recipe) -> CalibratedModel:
+        """The model that answers a network trained under `recipe`: this one, or its fallback
+        where this method cannot describe such runs (`method_problem`: the replay's tensor
+        lifetimes under autocast)."""
+        check_is_fitted(self, "regressor_")
+        if self.fallback_ is not None and method_problem(self.method, [recipe]) is not None:
+            return self.fallback_
         return self
 
     def answering(self, X: pd.DataFrame) -> CalibratedModel:  # noqa: N803
-        """The model that answers the queries: this one, or its fallback where an
-        architecture lacks what this method's features need."""
+        """The model that answers the queries: this one, or its fallback where any of their
+        architectures is trained under a recipe this method cannot describe (`for_recipe`)."""
         check_is_fitted(self, "regressor_")
-        if self.fallback_ is None:
-            return self
-        needs = FEATURE_SETS[self.feature_set].needs
-        archs = {id(arch): arch for arch in X[ARCHITECTURE]}.values()
-        return self if all(arch.holds(needs, self.stage) for arch in archs) else self.fallback_
+        recipes = {id(arch): arch.recipe for arch in X[ARCHITECTURE]}.values()
+        return next((model for model in map(self.for_recipe, recipes) if model is not self), self)
 
-    def predict(self, X: pd.DataFrame, *, calibrate: bool = True,  # noqa: N803
-                return_bound: bool = False) -> np.ndarray | tuple[np.ndarray, np.ndarray | None]:
+    def predict(self, X: pd.DataFrame, *, calibrate: bool = True) -> np.ndarray:  # noqa: N803
         """The predicted target per row, corrected where its family was profiled (unless
-        `calibrate` is False); with `return_bound`, also the memory bound per row (None
-        when none was measured): `answer`'s."""
-        answer = self.answer(X, calibrate=calibrate)
-        return (answer.predicted, answer.bound) if return_bound else answer.predicted
+        `calibrate` is False): `answer`'s."""
+        return self.answer(X, calibrate=calibrate).predicted
+
+    def predict_bound(self, X: pd.DataFrame, *, calibrate: bool = True) -> np.ndarray:  # noqa: N803
+        """The memory bound per row, above the prediction `predict` makes with `calibrate`
+        (`answer`'s); a ValueError for a model that measured none (`bound_` is None: a latency
+        model, or one fitted on a single architecture)."""
+        bound = self.answer(X, calibrate=calibrate).bound
+        if bound is None:
+            raise ValueError("this model measured no bound (bound_ is None)")
+        return bound
 
     def answer(self, X: pd.DataFrame, *, calibrate: bool = True) -> Answer:  # noqa: N803
-        """Everything a prediction yields (`Answer`): the regressor's steps run once, as
-        `Pipeline.predict` runs them (without its metadata routing, which costs as much as a
-        prediction of one network); the bound is the prediction times the held-out ratio,
-        the calibrated one where the prediction was calibrated, never below the prediction."""
+        """Everything a prediction yields (`Answer`), by the regressor's own steps: the
+        pipeline's transform up to its solver, run once for the solver's prediction and its
+        demand; the bound is the prediction times the held-out ratio, the calibrated one where
+        the prediction was calibrated, never below the prediction."""
         model = self.answering(X)
         if model is not self:
             return model.answer(X, calibrate=calibrate)
-        (_, transformer), *middle, (_, solver) = self.regressor_.steps
-        features = transformer.transform(X)
-        design = features
-        for _, step in middle:
-            design = step.transform(design)
+        design, solver = self.regressor_[:-1].transform(X), self.regressor_[-1]
         predicted = solver.predict(design)
         fits = solver.predict_demand(design) <= solver.capacity_mib() if hasattr(solver, "predict_demand") else None
         if calibrate:
@@ -259,7 +303,7 @@ class CalibratedModel(BaseEstimator):
         if self.bound_ is not None:
             in_family = self.bound_["calibrated_ratio"] or self.bound_["ratio"]
             bound = predicted * np.maximum(1.0, np.where(calibrated, in_family, self.bound_["ratio"]))
-        return Answer(predicted, bound, calibrated, fits, features, self.method)
+        return Answer(predicted, bound, calibrated, fits, self.regressor_[0].transform(X), self.method)
 
     def calibrated(self, X: pd.DataFrame) -> np.ndarray:  # noqa: N803
         """Which rows `predict` corrects: those of a profiled family."""

@@ -5,7 +5,9 @@ replay's memory is far better than `physical`'s, on the TX2 worse), so no method
 best default everywhere. Fingerprinting measures it instead: each candidate is fitted with
 each training network left out in turn and predicts that network's runs (with a single
 training network, each profiled architecture, i.e. pruning level, is left out); the
-candidate with the lowest mean error over the left-out groups is fitted on everything.
+candidate with the lowest mean error over the left-out groups is fitted on everything. Each
+refit is a clone of the candidate's `CalibratedModel`, the estimator that is stored, without
+its bound and fallback, scored uncalibrated (`leave_one_group_out`, the bound's refit loop).
 Ties go to the earlier candidate, the faster one to predict with. A candidate whose model is
 another's with more rates (`Method.extends`: `streams` splits `physical`'s traffic rate in two)
 fits the training networks at least as well by construction, so it must also be clearly better
@@ -26,9 +28,10 @@ import numpy as np
 from perf4sight import console
 from perf4sight.architecture import BEFORE_COPIES, FIRST_COPYING, version_name
 from perf4sight.features import ARCHITECTURE
-from perf4sight.fit.bound import held_out_groups
+from perf4sight.fit.bound import held_out_groups, leave_one_group_out
+from perf4sight.fit.calibration import CalibratedModel
 from perf4sight.fit.dataset import Dataset
-from perf4sight.fit.methods import CANDIDATE_METHODS, METHODS, fit_method
+from perf4sight.fit.methods import CANDIDATE_METHODS, METHODS
 from perf4sight.fit.report import mape_pct
 
 __all__ = ["MethodChoice", "held_out_errors", "choose_method", "choose_torch_version", "holds_copies"]
@@ -56,12 +59,9 @@ def held_out_errors(method: str, dataset: Dataset, target: str) -> tuple[np.ndar
     left_out, groups = held_out_groups(dataset.rows)
     if groups.nunique() < 2:
         return np.empty(0), left_out
-    errors = []
-    for group in groups.unique():
-        out = (groups == group).to_numpy()
-        held, rest = dataset.select(out), dataset.select(~out)
-        estimator = fit_method(method, rest.rows, rest.target, target, dataset.stage, dataset.torch_version)
-        errors.append(mape_pct(held.target, estimator.predict(held.rows)))
+    model = CalibratedModel(method, target, dataset.stage, torch_version=dataset.torch_version)
+    errors = [mape_pct(dataset.target[out], fitted.predict(dataset.rows[out].reset_index(drop=True), calibrate=False))
+              for _, out, fitted in leave_one_group_out(model, dataset.rows, dataset.target, groups)]
     return np.array(errors), left_out
 
 

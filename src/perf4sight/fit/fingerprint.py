@@ -10,7 +10,9 @@ correct the predictions of that family's other pruning levels, in the evaluation
 user's query, and for memory its bound (`held_out_ratio`): how far above the prediction the
 runs of a network left out of the fit measured. With `method = default` each target's
 method is chosen from the device's own data (`perf4sight.fit.choice`); the choice, every
-candidate's error and the reason are stored in the model's metadata and reported. The
+candidate's error and the reason are stored with the model (`method_choice_`) and reported.
+The models of one run carry its fingerprint (`Fingerprint`: the device and campaign its
+logs' environment records name, and when it was fitted). The
 features count what autograd saves on the device's PyTorch (`torch_version`, or the version
 its profiler recorded beside the logs; `perf4sight.architecture.autograd`); where neither
 says, the memory runs choose between the ways versions save (`choose_torch_version`).
@@ -18,10 +20,10 @@ says, the memory runs choose between the ways versions save (`choose_torch_versi
 
 from __future__ import annotations
 
+from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
-import numpy as np
 import pandas as pd
 
 from perf4sight import console
@@ -34,10 +36,10 @@ from perf4sight.fit.bound import BOUND_QUANTILE
 from perf4sight.fit.calibration import CalibratedModel
 from perf4sight.fit.choice import MethodChoice, choose_method, choose_torch_version, holds_copies
 from perf4sight.fit.dataset import ArchitectureCatalog, Dataset, build_dataset, logged_recipes, row_recipes
-from perf4sight.fit.logs import find_logs, read_logs, recorded_torch_versions
+from perf4sight.fit.logs import find_logs, read_logs, recorded_environments, recorded_torch_versions
 from perf4sight.fit.methods import DEFAULT_METHOD, METHODS, candidate_methods, method_problem, resolve_method
 from perf4sight.fit.report import print_report, summarise, write_report
-from perf4sight.fit.store import FittedModel, load_model, save_model, stored_model_path
+from perf4sight.fit.store import Fingerprint, load_model, save_model, stored_model_path
 
 __all__ = ["check_settings", "fingerprint_device"]
 
@@ -92,17 +94,27 @@ def _train(settings: FingerprintSettings, target: Quantity, method: str, catalog
     console.info(f"fitting the {target.kind} model ({method}) on {len(dataset)} rows")
     model = CalibratedModel(method, target.name, settings.stage,
                             bound_quantile=BOUND_QUANTILE if target == MEMORY else None, fallback=METHODS[method].fallback,
-                            torch_version=torch_version)
-    bound = model.fit(dataset.rows, dataset.target).bound_
+                            torch_version=torch_version, torch_version_reason=reason)
+    bound = model.fit(dataset.rows, dataset.target,
+                      method_choice=choice.as_dict() if choice is not None else None).bound_
     if bound is not None:
         in_family = bound["calibrated_ratio"]
         console.info(f"{bound['quantile']:.0%} of runs measured at most {bound['ratio']:.3f}x their prediction "
                      f"with their {bound['left_out']} left out of the fit: the memory bound"
                      + (f" ({in_family:.3f}x for another level of a profiled network)" if in_family else ""))
-    save_model(model, storedir=settings.model_storedir, stage=settings.stage, target=target.name,
-               dataset=dataset, method_choice=choice.as_dict() if choice is not None else None,
-               torch_version_reason=reason)
+    save_model(model, storedir=settings.model_storedir, fingerprint=_fingerprint(dirs))
     console.info(f"stored the {target.kind} model at {path}")
+
+
+def _fingerprint(log_dirs: list[Path]) -> Fingerprint:
+    """The fingerprint of a model fitted now on `log_dirs`: the device and campaign their
+    environment records name (the records' names; the log folders' parents where there are none)."""
+    records = recorded_environments(log_dirs)
+    devices = {str(record.get("device_name") or record.get("hostname")) for record in records.values()
+               if isinstance(record, dict) and (record.get("device_name") or record.get("hostname"))}
+    campaign = sorted(record.name for record in records) or sorted({str(d.resolve().parent) for d in log_dirs})
+    return Fingerprint(device=", ".join(sorted(devices)) or "not recorded", campaign=", ".join(campaign),
+                       fitted_at=datetime.now(timezone.utc).isoformat(timespec="seconds"))
 
 
 def _device_torch(settings: FingerprintSettings, log_dirs: list[Path]) -> tuple[str | None, str | None]:
@@ -141,29 +153,26 @@ def _check_positive(dataset: Dataset, target: Quantity) -> None:
         )
 
 
-def _evaluate(settings: FingerprintSettings, target: Quantity, model: FittedModel,
+def _evaluate(settings: FingerprintSettings, target: Quantity, model: CalibratedModel,
               catalog: ArchitectureCatalog) -> pd.DataFrame:
     logs = read_logs(settings.eval_nets or settings.train_nets, settings.eval_logs,
                      _log_dirs(settings, target.kind, evaluation=True), [target])
-    method = model.metadata["method"]
-    fallback = METHODS[method].fallback
-    parts = [(model.metadata["feature_set"], logs)]
-    if fallback is not None:  # runs the method cannot describe (the replay's under autocast) are its fallback's
-        other = np.array([method_problem(method, [recipe]) is not None for recipe in row_recipes(logs)], dtype=bool)
-        parts = [(model.metadata["feature_set"], logs[~other]), (METHODS[fallback].feature_set, logs[other])]
+    # runs the method cannot describe (the replay's under autocast) are its fallback's, in its feature set
+    answering = [model.for_recipe(recipe).feature_set for recipe in row_recipes(logs)]
+    parts = [(feature_set, logs[[feature_set == answered for answered in answering]])
+             for feature_set in dict.fromkeys((model.feature_set, *answering))]
     frames, missing = [], None
     for feature_set, part in parts:
         if part.empty:
             continue
         try:
             dataset = build_dataset(part, target=target.name, feature_set=feature_set, stage=settings.stage,
-                                    catalog=catalog, torch_version=model.metadata["torch_version"])
+                                    catalog=catalog, torch_version=model.torch_version)
         except DataNotFoundError as exc:  # none usable in this part: the other may have some
             missing = exc
             continue
-        predicted, bound = model.estimator.predict(dataset.rows, return_bound=True)
-        rows = dataset.rows.drop(columns=ARCHITECTURE).assign(predicted=predicted)
-        frames.append(rows if bound is None else rows.assign(bound=bound))
+        rows = dataset.rows.drop(columns=ARCHITECTURE).assign(predicted=model.predict(dataset.rows))
+        frames.append(rows if model.bound_ is None else rows.assign(bound=model.predict_bound(dataset.rows)))
     if not frames:
         raise missing
     return pd.concat(frames, ignore_index=True)
@@ -244,16 +253,16 @@ def fingerprint_device(settings: FingerprintSettings) -> dict[str, Any]:
     for target in enabled:
         with console.collected_warnings() as warned:
             model = load_model(settings.model_storedir, stage=settings.stage, target=target.name)
-            choice = model.metadata.get("method_choice")
-            stored = DEFAULT_METHOD if choice else model.metadata["method"]
+            choice = model.method_choice_
+            stored = DEFAULT_METHOD if choice else model.method
             if stored != method:
                 console.warn(f"the stored {target.kind} model is method '{stored}', the config asks "
                              f"for '{method}'; set overwrite = True to refit")
             predictions[target.name] = _evaluate(settings, target, model, catalog)
         notes = ([note] if note is not None else []) + warned
         report[target.name] = {**summarise(predictions[target.name]),
-                               "method": model.metadata["method"], "method_choice": choice,
-                               "torch_version": model.metadata["torch_version"],
+                               "method": model.method, "method_choice": choice,
+                               "torch_version": model.torch_version,
                                **({"notes": notes} if notes else {})}
     if report:
         print_report(report, predictions)

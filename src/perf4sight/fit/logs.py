@@ -17,6 +17,7 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 import pandas as pd
 
@@ -27,7 +28,8 @@ from perf4sight.device.recipe import RECIPE_COLUMNS
 from perf4sight.errors import DataNotFoundError, LogFormatError
 from perf4sight.files import read_json
 
-__all__ = ["REQUIRED_COLUMNS", "gt_log_path", "find_logs", "read_gt_log", "read_logs", "recorded_torch_versions"]
+__all__ = ["REQUIRED_COLUMNS", "gt_log_path", "find_logs", "read_gt_log", "read_logs", "recorded_environments",
+           "recorded_torch_versions"]
 
 # The columns that tell one test from another, where the log has them (the recipe's always:
 # `read_gt` fills them): a second row with the same values is the same test measured again.
@@ -136,16 +138,24 @@ def read_logs(nets: Sequence[str], levels: Sequence[int], log_dirs: Sequence[str
     return pd.concat(frames, ignore_index=True)
 
 
-def recorded_torch_versions(log_dirs: Sequence[str | Path]) -> dict[Path, str]:
-    """The PyTorch version each environment record of the campaigns behind `log_dirs` names
-    (`environment-*.json`, which the profiler writes in its log folder, the parent of its
-    `memory` and `latency` folders), in the order of the records' times."""
+def recorded_environments(log_dirs: Sequence[str | Path]) -> dict[Path, Any]:
+    """The environment records of the campaigns behind `log_dirs` (`environment-*.json`, which
+    the profiler writes in its log folder, the parent of its `memory` and `latency` folders),
+    in the order of the records' times."""
     records = sorted({record for folder in map(Path, log_dirs) for place in (folder, folder.parent)
                       for record in place.glob("environment-*.json") if record.is_file()},
                      key=lambda record: record.name)
-    versions = {}
+    environments = {}
     for record in records:
-        content = read_json(record, what="environment record", error=LogFormatError)
+        environments[record] = read_json(record, what="environment record", error=LogFormatError)
+    return environments
+
+
+def recorded_torch_versions(log_dirs: Sequence[str | Path]) -> dict[Path, str]:
+    """The PyTorch version each environment record of the campaigns behind `log_dirs` names
+    (`recorded_environments`), in the order of the records' times."""
+    versions = {}
+    for record, content in recorded_environments(log_dirs).items():
         version = content.get("torch") if isinstance(content, dict) else None
         if not isinstance(version, str):
             raise LogFormatError(f"{record}: an environment record without a 'torch' version")

@@ -30,7 +30,7 @@ from perf4sight.fit.physical import LatencySolver, MemorySolver, TermDesign, phy
 
 __all__ = [
     "PaperExtraTrees", "Method", "METHODS", "CANDIDATE_METHODS", "DEFAULT_METHOD", "candidate_methods", "fit_method",
-    "make_regressor", "method_problem", "network_weights", "resolve_method", "trusted_types",
+    "make_regressor", "method_problem", "method_spec", "network_weights", "resolve_method", "trusted_types",
 ]
 
 
@@ -118,10 +118,18 @@ def candidate_methods(target: str) -> tuple[str, ...]:
     return _CANDIDATES[target]
 
 
+def method_spec(method: str) -> Method:
+    """The declared method `method` (a `METHODS` key); an ArgumentError naming the known ones
+    for any other."""
+    if method not in METHODS:
+        raise ArgumentError(f"method: unknown method '{method}'; known: {', '.join(METHODS)}")
+    return METHODS[method]
+
+
 def method_problem(method: str, recipes: Iterable[Recipe]) -> str | None:
     """Why `method` cannot describe runs under `recipes` (None when it can): its features need
     tensor lifetimes, which cannot be recorded under autocast."""
-    if FEATURE_SETS[METHODS[method].feature_set].needs is not Detail.LIFETIMES:
+    if FEATURE_SETS[method_spec(method).feature_set].needs is not Detail.LIFETIMES:
         return None
     return next((problem for problem in map(recording_problem, recipes) if problem), None)
 
@@ -143,7 +151,7 @@ def make_regressor(method: str, target: str, stage: str = "training", torch_vers
     """An unfitted regressor of `method` for `target` (`mem_used_mib`, `latency_ms`) and
     `stage` on a device running PyTorch `torch_version` (None: the host's): the features of
     the query frame, then the method's steps."""
-    spec = METHODS[method]
+    spec = method_spec(method)
     return Pipeline([("features", FeatureTransformer(spec.feature_set, stage, torch_version)), *spec.steps(target)])
 
 

@@ -1,31 +1,32 @@
-"""Fitted models on disk: one skops file per device folder, stage and target, plus metadata.
+"""Fitted models on disk: one skops file per device folder, stage and target, plus a header.
 
 `<model_storedir>/<stage>_<target>.skops` (the target by its name with unit:
-`training_mem_used_mib.skops`) holds the fitted model, one `CalibratedModel`
-(the method's regressor, its family corrections and its memory bound; skops, never a
-pickle: only the types the methods declare are trusted when loading) and
-`<stage>_<target>.json` what a later run needs to trust and use it: method, stage, target,
-feature set and names, the ranges of the training data, the library versions, and the
-features of a small reference network. The model carries its own identity too (stage,
-target, feature set, method): a model file copied over another's, its hash fixed in the
-metadata, still says what it is.
-A model is refused when it was stored for another stage or target, by another
-scikit-learn or perf4sight version, when its file no longer matches its metadata, when its
-metadata is not what perf4sight writes (a wrong type, a NaN), or when this run computes
-other features for the reference network than the fit did: features defined differently
-would be fed to coefficients fitted on the old ones, silently. One half of a pair without
-the other (or a folder in its place) is an error naming it, never a model skipped.
+`training_mem_used_mib.skops`) holds the fitted model, one `CalibratedModel` with everything
+a prediction reads (the method's regressor, its family corrections, its memory bound, the
+training ranges, layer groups, recipes and networks, why its method and PyTorch were chosen;
+skops, never a pickle: only the types the methods declare are trusted when loading), and
+`<stage>_<target>.json` a header: the format, what the model is (stage, target, method,
+feature set), the fingerprint it belongs to (`Fingerprint`: device, campaign, fitted at),
+the library versions, the features of a small reference network, and one sha256 over the
+model's bytes and the rest of the header.
+A model is refused when it was stored in another format, for another stage or target, by
+another scikit-learn or perf4sight version, when the hash does not match the pair, when the
+model inside says it is another than its header does, when its content is not what a fit
+makes (a wrong type, a NaN), or when this run computes other features for the reference
+network than the fit did: features defined differently would be fed to coefficients fitted
+on the old ones, silently. One half of a pair without the other (or a folder in its place)
+is an error naming it, never a model skipped; a folder's models of different fingerprints
+are never combined (`load_models`).
 """
 
 from __future__ import annotations
 
-import copy
 import hashlib
 import io
 import json
 import zipfile
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from functools import cache
 from importlib.metadata import version
 from pathlib import Path
@@ -40,16 +41,16 @@ from torch import nn
 
 from perf4sight.cache import cached_architecture
 from perf4sight.device.recipe import Recipe
-from perf4sight.errors import ArgumentError, DataNotFoundError, FittedModelError, clip
+from perf4sight.device.definitions import QUANTITIES
+from perf4sight.errors import DataNotFoundError, FittedModelError, clip
 from perf4sight.features import FEATURE_SETS
-from perf4sight.features.network import networks_per_group
 from perf4sight.fit.calibration import CalibratedModel, FamilyCalibration
-from perf4sight.fit.dataset import Dataset
 from perf4sight.fit.methods import METHODS, make_regressor, trusted_types
 from perf4sight.files import read_json, replaced, write_text
 from perf4sight.networks import load_architecture
 
-__all__ = ["FittedModel", "library_versions", "stored_model_path", "save_model", "load_model"]
+__all__ = ["Fingerprint", "library_versions", "load_model", "load_models", "model_hash", "save_model",
+           "stored_model_path"]
 
 # 5: the reference network's features are stored (`feature_probe`); 6: the estimator's identity;
 # 7: one object, the `CalibratedModel`, holds the family corrections and the bound, and the
@@ -57,15 +58,15 @@ __all__ = ["FittedModel", "library_versions", "stored_model_path", "save_model",
 # (`training_mem_used_mib.skops`); 9: the regressor is a pipeline from a query frame (its features,
 # term design and solver); 10: the training recipes the runs fitted on (`recipes`); 12: the
 # method's fallback model (`fallback_`); 13: the device's PyTorch (`torch_version`); 14: depthwise
-# convolutions' latency per operation
-_FORMAT = 14
-# The attribute of a stored model that names what it was fitted for (`_identity`).
-_IDENTITY = "perf4sight_identity_"
+# convolutions' latency per operation; 15: the estimator holds what a prediction reads (training
+# ranges, layer groups, recipes, networks, the method's choice), the header the fingerprint's
+# identity, and the hash covers both
+_FORMAT = 15
 # Versions that must match for a stored model to be used: the estimator's internals
 # (scikit-learn) and the feature definitions (perf4sight).
 _PINNED = ("scikit-learn", "perf4sight")
 # The types a stored model holds besides its regressor's (`trusted_types`).
-_MODEL_TYPES = tuple(f"{cls.__module__}.{cls.__qualname__}" for cls in (CalibratedModel, FamilyCalibration))
+_MODEL_TYPES = tuple(f"{cls.__module__}.{cls.__qualname__}" for cls in (CalibratedModel, FamilyCalibration, Recipe))
 
 
 def library_versions() -> dict[str, str]:
@@ -74,7 +75,7 @@ def library_versions() -> dict[str, str]:
 
 
 def stored_model_path(storedir: str | Path, stage: str, target: str) -> Path:
-    """Where the model for `stage` and `target` lives (its metadata is beside it, `.json`)."""
+    """Where the model for `stage` and `target` lives (its header is beside it, `.json`)."""
     return Path(storedir) / f"{stage}_{target}.skops"
 
 
@@ -128,48 +129,55 @@ class _Recipe(_Strict):
     checkpoint_segments: Annotated[int, Field(ge=0)]
 
 
-class _Metadata(_Strict):
+class _Fingerprint(_Strict):
+    device: _Name
+    campaign: _Name
+    fitted_at: _Name
+
+
+class _Header(_Strict):
     """What `save_model` writes beside a model, every field checked at load: a tampered or
     damaged file is refused in one line instead of failing deep inside a prediction."""
 
     format: int
-    method: _Name
-    method_choice: _MethodChoice | None
-    layer_groups: dict[str, Annotated[int, Field(ge=0)]]
-    estimator: _Name
-    feature_set: _Name
     stage: _Name
     target: _Name
-    feature_names: Annotated[list[_Name], Field(min_length=1)]
-    n_train: Annotated[int, Field(gt=0)]
-    train_nets: list[_Name]
-    training_ranges: dict[str, Annotated[list[_Finite], Field(min_length=2, max_length=2)]]
+    method: _Name
+    feature_set: _Name
+    estimator: _Name
+    fingerprint: _Fingerprint
     versions: dict[str, str]
     feature_probe: Annotated[list[Annotated[list[_Finite], Field(min_length=1)]], Field(min_length=1)]
-    recipes: Annotated[list[_Recipe], Field(min_length=1)]
-    torch_version: Annotated[str, StringConstraints(pattern=r"^\d+\.\d+")] | None
-    torch_version_reason: str | None
     sha256: Annotated[str, StringConstraints(pattern=r"^[0-9a-f]{64}$")]
 
 
 class _Content(_Strict):
-    """What a stored model's bound and family corrections must be (`save_model` writes them
-    from a fit; a file rewritten with, say, a NaN bound and its hash fixed is refused)."""
+    """What a stored model's fitted attributes must be (a fit makes them; a file rewritten
+    with, say, a NaN bound and its hash fixed is refused)."""
 
     bound_: _Bound | None
     family_residuals: dict[str, _Residuals]
+    feature_names_: Annotated[list[_Name], Field(min_length=1)]
+    training_ranges_: dict[str, Annotated[tuple[_Finite, _Finite], Field()]]
+    layer_groups_: dict[str, Annotated[int, Field(ge=0)]]
+    recipes_: Annotated[list[_Recipe], Field(min_length=1)]
+    train_nets_: Annotated[list[_Name], Field(min_length=1)]
+    method_choice_: _MethodChoice | None
+    torch_version: Annotated[str, StringConstraints(pattern=r"^\d+\.\d+")] | None
+    torch_version_reason: str | None
 
 
-def _check_metadata(metadata: Any, meta_path: Path) -> None:
-    """Refuse metadata that `save_model` cannot have written, naming its first wrong field."""
-    if not isinstance(metadata, dict) or "format" not in metadata:
-        raise FittedModelError(f"{meta_path}: not perf4sight model metadata")
-    if metadata["format"] != _FORMAT or type(metadata["format"]) is not int:
+def _check_header(header: Any, meta_path: Path) -> None:
+    """Refuse a header that `save_model` cannot have written, naming its first wrong field; a
+    model stored in another format is refused first, whatever else it holds."""
+    if not isinstance(header, dict) or "format" not in header:
+        raise FittedModelError(f"{meta_path}: not a perf4sight model header")
+    if header["format"] != _FORMAT or type(header["format"]) is not int:
         raise FittedModelError(
-            f"{meta_path}: stored in format {clip(repr(metadata['format']))}, this perf4sight reads format {_FORMAT}; "
+            f"{meta_path}: stored in format {clip(repr(header['format']))}, this perf4sight reads format {_FORMAT}; "
             "fingerprint again to refit"
         )
-    _validate(_Metadata, metadata, meta_path)
+    _validate(_Header, header, meta_path)
 
 
 def _validate(schema: type[_Strict], data: dict[str, Any], path: Path) -> None:
@@ -178,31 +186,29 @@ def _validate(schema: type[_Strict], data: dict[str, Any], path: Path) -> None:
         schema.model_validate(data)
     except ValidationError as exc:
         error = exc.errors()[0]
-        where = ".".join(str(part) for part in error["loc"]) or "metadata"
+        where = ".".join(str(part) for part in error["loc"]) or "header"
         raise FittedModelError(f"{path}: {where}: {error['msg']} (got {clip(repr(error['input']))}); "
                                "fingerprint again to refit") from None
 
 
 @dataclass(frozen=True)
-class FittedModel:
-    """A loaded model with its metadata (the training ranges, layer groups and recipes, for
-    the predictor's extrapolation checks)."""
+class Fingerprint:
+    """Which fingerprint a stored model belongs to: the device (as its campaign's environment
+    records name it), the campaign (its records, or its log folders where it has none) and
+    when the model was fitted (UTC). A folder's models of two devices or campaigns are not
+    combined (`load_models`)."""
 
-    estimator: CalibratedModel
-    metadata: dict[str, Any]
+    device: str
+    campaign: str
+    fitted_at: str
 
-    @property
-    def recipes(self) -> list[Recipe]:
-        """The training recipes of the runs the model was fitted on."""
-        return [Recipe(**columns) for columns in self.metadata["recipes"]]
+    def same(self, other: Fingerprint) -> bool:
+        """Whether two models describe the same measurements: one device and campaign."""
+        return (self.device, self.campaign) == (other.device, other.campaign)
 
-
-def _ranges(dataset: Dataset) -> dict[str, list[float]]:
-    columns = {name: dataset.features[name] for name in dataset.features.columns}
-    columns["params"] = dataset.rows["params"]
-    columns["batch_size"] = dataset.rows["batch_size"]
-    columns["measured"] = dataset.rows["measured"]
-    return {name: [float(values.min()), float(values.max())] for name, values in columns.items()}
+    def describe(self) -> str:
+        """One line for messages."""
+        return f"device {self.device}, campaign {self.campaign}, fitted at {self.fitted_at}"
 
 
 # The reference network's input and batch sizes: small, with channel counts that are not
@@ -240,68 +246,72 @@ def _probe_features(features_of: Callable[..., pd.DataFrame], stage: str) -> pd.
     return features_of(arch, _PROBE_BATCH_SIZES, stage)
 
 
-def _identity(*, stage: str, target: str, feature_set: str, method: str) -> dict[str, str]:
-    """What a stored estimator says it was fitted for."""
-    return {"stage": stage, "target": target, "feature_set": feature_set, "method": method}
-
-
 def _describe(regressor: Pipeline) -> str:
     """The regressor's steps, by name and class: `features: FeatureTransformer > terms: TermDesign > ...`."""
     return " > ".join(f"{name}: {type(step).__name__}" for name, step in regressor.steps)
 
 
-def _sha256(data: bytes) -> str:
-    return hashlib.sha256(data).hexdigest()
+def model_hash(data: bytes, header: dict[str, Any]) -> str:
+    """The sha256 of a stored model: its bytes and every field of its header but the hash."""
+    fields = {key: value for key, value in header.items() if key != "sha256"}
+    return hashlib.sha256(data + json.dumps(fields, sort_keys=True).encode()).hexdigest()
 
 
-def save_model(model: CalibratedModel, *, storedir: str | Path, stage: str, target: str, dataset: Dataset,
-               method_choice: dict[str, Any] | None = None, torch_version_reason: str | None = None) -> Path:
-    """Store a fitted model (fitted on `dataset`) and its metadata; returns the .skops
-    path. `method_choice` (`MethodChoice.as_dict`) says why `method = default` chose its
-    method, `torch_version_reason` where the device's PyTorch (`model.torch_version`) was said."""
-    for key, value, fitted_for in (("stage", stage, model.stage), ("target", target, model.target)):
-        if value != fitted_for:
-            raise ArgumentError(f"{key} {value}: the model was fitted for {fitted_for}")
-    path = stored_model_path(storedir, stage, target)
+def _what(model: Any) -> dict[str, Any]:
+    """What a stored estimator says it is."""
+    return {name: getattr(model, name, None) for name in ("stage", "target", "method", "feature_set")}
+
+
+def save_model(model: CalibratedModel, *, storedir: str | Path, fingerprint: Fingerprint) -> Path:
+    """Store a fitted model and its header (the model's identity and `fingerprint`'s);
+    returns the .skops path."""
+    path = stored_model_path(storedir, model.stage, model.target)
     path.parent.mkdir(parents=True, exist_ok=True)
-    method, feature_set = model.method, model.feature_set
-    labelled = copy.copy(model)  # the caller's model is left as it was
-    setattr(labelled, _IDENTITY, _identity(stage=stage, target=target, feature_set=feature_set, method=method))
-    with replaced(path) as temporary:
-        skops.io.dump(labelled, temporary)
-    metadata = {
+    data = skops.io.dumps(model)
+    header = {
         "format": _FORMAT,
-        "method": method,
-        "method_choice": method_choice,
-        # how many training networks hold each layer group: a query with a group that fewer
-        # than two (or than all, if fewer) held is extrapolated for it
-        "layer_groups": networks_per_group(dataset.features, dataset.rows["net"]),
+        **_what(model),
         "estimator": _describe(model.regressor_),
-        "feature_set": feature_set,
-        "stage": stage,
-        "target": target,
-        "feature_names": [str(name) for name in dataset.features.columns],
-        "n_train": len(dataset),
-        "train_nets": sorted(dataset.rows["net"].unique().tolist()),
-        "training_ranges": _ranges(dataset),
+        "fingerprint": asdict(fingerprint),
         "versions": library_versions(),
-        "feature_probe": _feature_probe(feature_set, stage),
-        # the recipes the training runs ran: what a prediction under another one extrapolates from
-        "recipes": [recipe.columns() for recipe in dataset.recipes()],
-        # the device's PyTorch, as its features count what autograd saves (None: the host's)
-        "torch_version": model.torch_version,
-        "torch_version_reason": torch_version_reason,
-        "sha256": _sha256(path.read_bytes()),
+        "feature_probe": _feature_probe(model.feature_set, model.stage),
     }
-    write_text(path.with_suffix(".json"), json.dumps(metadata, indent=2) + "\n")
+    header["sha256"] = model_hash(data, header)
+    with replaced(path) as temporary:
+        temporary.write_bytes(data)
+    write_text(path.with_suffix(".json"), json.dumps(header, indent=2) + "\n")
     return path
 
 
-def load_model(storedir: str | Path, *, stage: str, target: str) -> FittedModel:
+def load_models(storedir: str | Path, *, stage: str) -> dict[str, CalibratedModel]:
+    """Whichever of the memory and latency models `storedir` holds, by target name (none is
+    an empty dict); models of two fingerprints (`Fingerprint.same`) are refused, naming both."""
+    found: dict[str, tuple[CalibratedModel, Fingerprint]] = {}
+    for quantity in QUANTITIES:
+        try:
+            found[quantity.name] = _load(storedir, stage=stage, target=quantity.name)
+        except DataNotFoundError:
+            continue
+    names = list(found)
+    for first, name in zip(names, names[1:]):
+        ours, theirs = found[first][1], found[name][1]
+        if not theirs.same(ours):
+            raise FittedModelError(
+                f"{storedir}: its {first} model is of another fingerprint than its {name} model "
+                f"({ours.describe()}; {theirs.describe()}); fingerprint both again into one folder")
+    return {name: model for name, (model, _) in found.items()}
+
+
+def load_model(storedir: str | Path, *, stage: str, target: str) -> CalibratedModel:
     """Load the model for `stage` and `target`, refusing one that does not fit this run.
 
     DataNotFoundError when neither file of the pair is there (no such model was fitted);
     FittedModelError for anything else that is not a whole, matching pair."""
+    return _load(storedir, stage=stage, target=target)[0]
+
+
+def _load(storedir: str | Path, *, stage: str, target: str) -> tuple[CalibratedModel, Fingerprint]:
+    """`load_model`'s model and the fingerprint its header names."""
     path = stored_model_path(storedir, stage, target)
     meta_path = path.with_suffix(".json")
     present = [p for p in (path, meta_path) if p.exists() or p.is_symlink()]
@@ -314,65 +324,69 @@ def load_model(storedir: str | Path, *, stage: str, target: str) -> FittedModel:
     if not path.exists():
         raise FittedModelError(f"{meta_path}: its model {path.name} is missing; fingerprint again to refit")
     if not meta_path.exists():  # a fit stopped between its two files
-        raise FittedModelError(f"{path}: its metadata {meta_path.name} is missing; fingerprint again to refit")
-    metadata = read_json(meta_path, what="fitted model metadata", error=FittedModelError)
-    _check_metadata(metadata, meta_path)
+        raise FittedModelError(f"{path}: its header {meta_path.name} is missing; fingerprint again to refit")
+    header = read_json(meta_path, what="fitted model header", error=FittedModelError)
+    _check_header(header, meta_path)
     for key, wanted in (("stage", stage), ("target", target)):
-        if metadata[key] != wanted:
-            raise FittedModelError(f"{path}: fitted for {key} '{clip(metadata[key])}', this run needs '{wanted}'")
+        if header[key] != wanted:
+            raise FittedModelError(f"{path}: fitted for {key} '{clip(header[key])}', this run needs '{wanted}'")
     current = library_versions()
     for name in _PINNED:
-        stored = metadata["versions"].get(name)
+        stored = header["versions"].get(name)
         if stored != current[name]:
             raise FittedModelError(
                 f"{path}: stored by {name} {clip(str(stored))}, this is {name} {current[name]}; fingerprint again to refit"
             )
-    method = metadata["method"]
+    method = header["method"]
     if method not in METHODS:
         raise FittedModelError(f"{path}: method '{clip(method)}' is not one of {', '.join(METHODS)}")
     expected = METHODS[method]
-    if metadata["feature_set"] != expected.feature_set:
-        raise FittedModelError(f"{meta_path}: feature set '{clip(metadata['feature_set'])}', method '{method}' is "
+    if header["feature_set"] != expected.feature_set:
+        raise FittedModelError(f"{meta_path}: feature set '{clip(header['feature_set'])}', method '{method}' is "
                                f"fitted on '{expected.feature_set}'")
     data = path.read_bytes()  # checked and loaded from these same bytes
-    if _sha256(data) != metadata["sha256"]:
-        raise FittedModelError(f"{path}: the model file does not match its metadata {meta_path.name}")
+    if model_hash(data, header) != header["sha256"]:
+        raise FittedModelError(f"{path}: the model file and its header {meta_path.name} do not match each other "
+                               "(one of them was changed or replaced); fingerprint again to refit")
     estimator = _load_estimator(data, path)
-    wanted_identity = _identity(stage=stage, target=target, feature_set=expected.feature_set, method=method)
-    identity = getattr(estimator, _IDENTITY, None)
-    if identity != wanted_identity:
-        said = ", ".join(f"{k} {v}" for k, v in identity.items()) if isinstance(identity, dict) else "nothing"
-        raise FittedModelError(f"{path}: the model inside says it was fitted for {clip(said)}; its name and "
-                               f"{meta_path.name} say {', '.join(f'{k} {v}' for k, v in wanted_identity.items())}")
-    torch_version = metadata["torch_version"]
-    _check_content(estimator, method, stage, target, torch_version, path)
+    wanted = {key: header[key] for key in ("stage", "target", "method", "feature_set")}
+    said = _what(estimator) if type(estimator) is CalibratedModel else None
+    if said != wanted:
+        inside = ", ".join(f"{k} {v}" for k, v in said.items()) if said else f"nothing (a {type(estimator).__name__})"
+        raise FittedModelError(f"{path}: the model inside says it was fitted for {clip(inside)}; its name and "
+                               f"{meta_path.name} say {', '.join(f'{k} {v}' for k, v in wanted.items())}")
+    _check_content(estimator, method, stage, target, path)
     fallback = getattr(estimator, "fallback_", "missing")
     if expected.fallback is None:
         if fallback is not None:
             raise FittedModelError(f"{path}: holds a fallback model; method '{method}' has none")
-    elif type(fallback) is not CalibratedModel or fallback.method != expected.fallback:
-        raise FittedModelError(f"{path}: its fallback is not a '{expected.fallback}' model; fingerprint again to refit")
+    elif type(fallback) is not CalibratedModel or fallback.method != expected.fallback \
+            or fallback.torch_version != estimator.torch_version:
+        raise FittedModelError(f"{path}: its fallback is not a '{expected.fallback}' model of the same PyTorch; "
+                               "fingerprint again to refit")
     else:
-        _check_content(fallback, expected.fallback, stage, target, torch_version, path)
-    _check_features(metadata, path)
-    return FittedModel(estimator=estimator, metadata=metadata)
+        _check_content(fallback, expected.fallback, stage, target, path)
+    _check_features(estimator, header, path)
+    return estimator, Fingerprint(**header["fingerprint"])
 
 
-def _check_content(estimator: Any, method: str, stage: str, target: str, torch_version: str | None,
-                   path: Path) -> None:
-    """Refuse a stored model (or fallback) whose regressor is not `method`'s for the device's
-    PyTorch `torch_version` (its metadata's), or whose bound or family corrections are not
-    what a fit makes."""
-    if type(estimator) is CalibratedModel and getattr(estimator, "torch_version", "missing") != torch_version:
-        raise FittedModelError(f"{path}: fitted for PyTorch {clip(repr(getattr(estimator, 'torch_version', None)))}, "
-                               f"its metadata says {clip(repr(torch_version))}; fingerprint again to refit")
+def _check_content(estimator: CalibratedModel, method: str, stage: str, target: str, path: Path) -> None:
+    """Refuse a stored model (or fallback) whose regressor is not `method`'s for its own
+    PyTorch (`torch_version`), or whose fitted attributes are not what a fit makes."""
+    torch_version = getattr(estimator, "torch_version", "missing")
+    if torch_version is not None and type(torch_version) is not str:
+        raise FittedModelError(f"{path}: torch_version {clip(repr(torch_version))} is not a PyTorch version; "
+                               "fingerprint again to refit")
     problem = _regressor_problem(estimator, make_regressor(method, target, stage, torch_version), method)
     if problem:
         raise FittedModelError(f"{path}: {problem}")
     calibration = getattr(estimator, "calibration_", None)
+    recipes = getattr(estimator, "recipes_", "missing")
     _validate(_Content, {
-        "bound_": getattr(estimator, "bound_", "missing"),
+        **{name: getattr(estimator, name, "missing") for name in _Content.model_fields if name != "family_residuals"},
         "family_residuals": calibration.residuals if type(calibration) is FamilyCalibration else "missing",
+        "recipes_": [recipe.columns() if type(recipe) is Recipe else recipe for recipe in recipes]
+        if type(recipes) is list else recipes,
     }, path)
 
 
@@ -410,19 +424,20 @@ def _load_estimator(data: bytes, path: Path) -> Any:
                                "fingerprint again to refit") from None
 
 
-def _check_features(metadata: dict[str, Any], path: Path) -> None:
+def _check_features(estimator: CalibratedModel, header: dict[str, Any], path: Path) -> None:
     """Refuse a model whose reference-network features this run computes differently, or
     whose feature names are not those of its feature set."""
-    table = _probe_features(FEATURE_SETS[metadata["feature_set"]], metadata["stage"])
-    unknown = [name for name in metadata["feature_names"] if name not in table.columns]
+    feature_set = estimator.feature_set
+    table = _probe_features(FEATURE_SETS[feature_set], estimator.stage)
+    unknown = [name for name in estimator.feature_names_ if name not in table.columns]
     if unknown:
         raise FittedModelError(f"{path}: feature {clip(repr(unknown[0]))} is not one of the "
-                               f"'{metadata['feature_set']}' features; fingerprint again to refit")
-    stored = metadata["feature_probe"]
+                               f"'{feature_set}' features; fingerprint again to refit")
+    stored = header["feature_probe"]
     current = table.to_numpy(dtype=float)
     if len({len(row) for row in stored}) != 1 or np.shape(stored) != current.shape \
             or not np.allclose(stored, current, rtol=_PROBE_RTOL, atol=0.0):
         raise FittedModelError(
-            f"{path}: fitted on '{metadata['feature_set']}' features as another version of the code computed "
+            f"{path}: fitted on '{feature_set}' features as another version of the code computed "
             "them; fingerprint again to refit"
         )

@@ -19,12 +19,12 @@ import pandas as pd
 
 from perf4sight.architecture import FIRST_COPYING, Architecture, Detail
 from perf4sight.console import warn
-from perf4sight.device.definitions import LATENCY, MEMORY, QUANTITIES, check_batch_sizes, check_stage
+from perf4sight.device.definitions import LATENCY, MEMORY, check_batch_sizes, check_stage
 from perf4sight.device.recipe import DEFAULT_RECIPE, Recipe
 from perf4sight.errors import DataNotFoundError, UsageError
 from perf4sight.features import FEATURE_SETS, queries, recipe_extrapolation
 from perf4sight.features.network import EXACT_COLUMNS, group_column
-from perf4sight.fit import FittedModel, load_model
+from perf4sight.fit import CalibratedModel, load_models
 from perf4sight.fit.methods import method_problem
 from perf4sight.predict.units import check_dataset_size
 
@@ -46,20 +46,16 @@ class Predictor:
     """The fitted models of one device and stage, keyed by the name of what they predict
     (`mem_used_mib`, `latency_ms`: their output columns)."""
 
-    models: dict[str, FittedModel]
+    models: dict[str, CalibratedModel]
     stage: str = "training"
 
     @classmethod
     def load(cls, directory: str | Path, *, stage: str = "training") -> Predictor:
         """Load whichever of the memory and latency models `directory` holds (at least one);
-        a model with one of its two files missing or unreadable is an error, never skipped."""
+        a model with one of its two files missing or unreadable is an error, never skipped,
+        and so are models of two fingerprints (`perf4sight.fit.load_models`)."""
         check_stage(stage, "stage", UsageError)
-        models = {}
-        for quantity in QUANTITIES:
-            try:
-                models[quantity.name] = load_model(directory, stage=stage, target=quantity.name)
-            except DataNotFoundError:
-                continue
+        models = load_models(directory, stage=stage)
         if not models:
             raise DataNotFoundError(f"no fitted {stage} models in {directory}; run `perf4sight fingerprint` first")
         return cls(models=models, stage=stage)
@@ -72,7 +68,8 @@ class Predictor:
         from perf4sight.networks import load_architecture
 
         # what the models' feature sets need, and never less than every layer traced
-        needs = max(Detail.LAYERS, *(_needs(m, recipe) for m in self.models.values()))
+        needs = max(Detail.LAYERS, *(FEATURE_SETS[m.for_recipe(recipe).feature_set].needs
+                                     for m in self.models.values()))
         return load_architecture(network, needs=needs, stage=self.stage, recipe=recipe.for_stage(self.stage),
                                  **load_options)
 
@@ -113,12 +110,10 @@ class Predictor:
         query = queries(arch, sizes)
         _warn_unknown_version(self.models.get(MEMORY.name), arch)
         for column, model in self.models.items():
-            answer = model.estimator.answer(query)
-            if answer.method != model.estimator.method:
-                reason = (method_problem(model.estimator.method, [arch.recipe])
-                          or "its description holds no tensor lifetimes")
+            answer = model.answer(query)
+            if answer.method != model.method:
                 warn(f"{arch.recipe.label()}: {column} predicted by the '{answer.method}' model stored as the "
-                     f"fallback of the '{model.estimator.method}' one: {reason}")
+                     f"fallback of the '{model.method}' one: {method_problem(model.method, [arch.recipe])}")
             columns[column] = answer.predicted
             calibrated |= bool(answer.calibrated.all())
             if column == MEMORY.name and answer.bound is not None:
@@ -126,15 +121,15 @@ class Predictor:
             extrapolated |= _outside_range(model, arch, batch, answer.features)
             unseen.update(_rare_groups(model, answer.features))
             if (column == MEMORY.name and answer.fits is not None
-                    and np.isfinite(model.estimator.answering(query).capacity_mib())):
+                    and np.isfinite(model.answering(query).capacity_mib())):
                 # the device's own out-of-memory boundary, learned from its failed runs (by the model that answered)
                 columns["fits_device"] = answer.fits
             if column == MEMORY.name and breakdown:
-                parts = model.estimator.breakdown(query)
+                parts = model.breakdown(query)
                 columns.update({name: parts[name].to_numpy() for name in parts.columns})
         if breakdown and MEMORY.name not in self.models:
             raise DataNotFoundError("--breakdown needs a memory model; fingerprint memory first")
-        profiled = {recipe for model in self.models.values() for recipe in model.recipes}
+        profiled = {recipe for model in self.models.values() for recipe in model.recipes_}
         unknown = [str(item) for item in recipe_extrapolation(arch.recipe, profiled)]
         if LATENCY.name in columns:
             if dataset_size is not None:
@@ -195,10 +190,10 @@ class Predictor:
         return table.iloc[first_miss - 1]
 
 
-def _warn_unknown_version(model: FittedModel | None, arch: Architecture) -> None:
+def _warn_unknown_version(model: CalibratedModel | None, arch: Architecture) -> None:
     """Say where a memory prediction counts copies that the device's PyTorch, which nothing
     named when the model was fitted, may not make (`perf4sight.architecture.autograd`)."""
-    if model is None or model.metadata["torch_version_reason"] is not None:
+    if model is None or model.torch_version_reason is not None:
         return
     if any(layer.saved_copy_bytes for layer in arch.layers):
         warn(f"{arch.name}: its in-place ReLU6 layers save a copy of their input on PyTorch {FIRST_COPYING} and later, "
@@ -206,21 +201,12 @@ def _warn_unknown_version(model: FittedModel | None, arch: Architecture) -> None
              "and no training network with such layers to tell); fingerprint with torch_version to count what it saves")
 
 
-def _needs(model: FittedModel, recipe: Recipe) -> Detail:
-    """What a model's features need of a network trained under `recipe`: its fallback's
-    where its own need tensor lifetimes that cannot be recorded under it."""
-    estimator = model.estimator
-    if estimator.fallback_ is not None and method_problem(estimator.method, [recipe]) is not None:
-        return FEATURE_SETS[estimator.fallback_.feature_set].needs
-    return FEATURE_SETS[estimator.feature_set].needs
-
-
-def _outside_range(model: FittedModel, arch: Architecture, batch: np.ndarray, features: pd.DataFrame) -> np.ndarray:
+def _outside_range(model: CalibratedModel, arch: Architecture, batch: np.ndarray, features: pd.DataFrame) -> np.ndarray:
     """True where the batch size lies outside what the model was fitted on, or the parameter
     count or any feature exceeds it (but the exact amounts of the parameters' state,
     `EXACT_COLUMNS`): a bigger network, or a kind of layer it never saw.
     `features` holds the model's feature columns (`CalibratedModel.features`)."""
-    ranges = model.metadata.get("training_ranges", {})
+    ranges = model.training_ranges_
     outside = np.zeros(len(batch), dtype=bool)
     if "batch_size" in ranges:
         low, high = ranges["batch_size"]
@@ -238,11 +224,11 @@ def _outside_range(model: FittedModel, arch: Architecture, batch: np.ndarray, fe
 _NETWORKS_PER_GROUP = 2
 
 
-def _rare_groups(model: FittedModel, features: pd.DataFrame) -> set[str]:
+def _rare_groups(model: CalibratedModel, features: pd.DataFrame) -> set[str]:
     """The layer groups of the query (`<group>_count` > 0) that the model's training
-    networks held too rarely to fit their cost (metadata `layer_groups`)."""
-    held = model.metadata.get("layer_groups") or {}
-    enough = min(_NETWORKS_PER_GROUP, len(model.metadata.get("train_nets", ())))
+    networks held too rarely to fit their cost (`layer_groups_`)."""
+    held = model.layer_groups_
+    enough = min(_NETWORKS_PER_GROUP, len(model.train_nets_))
     counts = {group: group_column(group, "count") for group, nets in held.items() if nets < enough}
     first = dict(zip(features.columns.tolist(), features.to_numpy()[0].tolist())) if counts and len(features) else {}
     return {group for group, column in counts.items() if first.get(column, 0) > 0}
