@@ -498,12 +498,14 @@ ROW_CASES = [
 def _fitted_once(word: str) -> Callable[[Path, str, str], bool]:
     """Right: `word` said in one line of stderr, and the model fitted on each training row once."""
     def check(scratch: Path, out: str, err: str) -> bool:
-        meta = json.loads((scratch / "fitted" / f"{MEMORY_MODEL}.json").read_text())
+        from perf4sight.fit import load_model
+
+        model = load_model(scratch / "fitted", stage="training", target=MEMORY.name)
         rows = sum(1 for level in (0, 90)
                    for line in (ZOO / "memory" / f"alexnet_{level}-gt.csv").read_text().splitlines()[1:]
                    if line.startswith("True|"))
         said = [line for line in err.splitlines() if word in line]
-        return len(said) == 1 and meta["n_train"] == rows
+        return len(said) == 1 and model.n_train_ == rows
 
     return check
 

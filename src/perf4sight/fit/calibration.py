@@ -251,6 +251,7 @@ class CalibratedModel(BaseEstimator):
         # the recipes the training runs ran: what a prediction under another one extrapolates from
         self.recipes_ = logged_recipes(X)
         self.train_nets_ = sorted(X["net"].unique().tolist())
+        self.n_train_ = len(y)  # the runs it was fitted on, each once
         self.method_choice_ = None if method_choice is None else dict(method_choice)
         return self
 
