@@ -30,7 +30,7 @@ from perf4sight.device.checks import read_ini
 from perf4sight.device.definitions import TEST_VARIABLES
 from perf4sight.device.recipe import DEFAULT_RECIPE
 from perf4sight.errors import ArgumentError, ConfigError, clip
-from perf4sight.networks.trust import trust_model_folder
+from perf4sight.networks.trust import model_file_folders, trust_model_folder
 
 __all__ = [
     "NetworkDatasetSettings",
@@ -216,8 +216,9 @@ def load_config(path: str | Path) -> Config:
     if "fingerprint" in raw:
         fingerprint = _fingerprint_folders(raw["fingerprint"], networks, where=f"{path} [fingerprint]")
         values["fingerprint"] = parse_section(FingerprintSettings, fingerprint, where=f"{path} [fingerprint]")
-    if networks is not None and networks.model_desc_dir is not None:
-        trust_model_folder(networks.model_desc_dir)  # the user's own model files, named by this config
+    if networks is not None:
+        for folder in model_file_folders(networks):  # the user's own model files, named by this config
+            trust_model_folder(folder)
     for name, settings in values.items():
         for key, kind in OUTPUT_PATHS[name].items():
             if getattr(settings, key) is not None:

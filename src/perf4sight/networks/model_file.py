@@ -15,13 +15,9 @@ from torch import nn
 
 from perf4sight.device.models import call_factory, exec_model_file, split_model_source
 from perf4sight.errors import DataNotFoundError, ModelFileError
+from perf4sight.networks.trust import is_model_file
 
 __all__ = ["split_model_source", "is_model_file", "factory_names", "import_factory", "build_from_file"]
-
-
-def is_model_file(source: str | Path) -> bool:
-    """True for `something.py` or `something.py:factory`."""
-    return bool(re.search(r"\.py(:\w+)?$", str(source)))
 
 
 def factory_names(path: Path) -> list[str]:

@@ -27,7 +27,7 @@ from perf4sight.files import read_json, remove_stale_temporaries, write_text
 from perf4sight.networks.checks import check_settings_values
 from perf4sight.networks.loader import load_network
 from perf4sight.networks.model_file import is_model_file, split_model_source
-from perf4sight.networks.trust import trust_model_folder
+from perf4sight.networks.trust import model_file_folders, trust_model_folder
 from perf4sight.networks.model_writer import write_model_file
 from perf4sight.networks.pruning import ChannelPruner
 from perf4sight.networks.registry import build_torchvision, is_torchvision_network, known_networks, resolve_network
@@ -157,8 +157,9 @@ def create_network_dataset(settings: NetworkDatasetSettings) -> pd.DataFrame:
     reached, its parameters and its multiply-accumulates for one input of `input_size`.
     """
     networks, levels = check_settings(settings)
-    if settings.model_desc_dir is not None:
-        trust_model_folder(settings.model_desc_dir)  # the specs written here name its files
+    # the specs written here name these model files: the user named them for this run
+    for folder in model_file_folders(settings):
+        trust_model_folder(folder)
     for key, given, kept in (("networks", settings.networks, networks), ("pruning_perc", settings.pruning_perc, levels)):
         if len(kept) < len(given):
             console.info(f"{key}: {len(given) - len(kept)} repeated entries made once")

@@ -1,18 +1,25 @@
 """Which model files a spec may name: a model file is Python code, run when its network is built.
 
 A spec runs the file its `model_desc` names when it is in the spec's own folder (the layout
-`prune` writes and the TX2 dataset ships), or in a folder the user named for their model files
-(`[create_network_dataset] model_desc_dir` of the config being run); anywhere else only with
-`perf4sight --allow-model-files`. So a spec taken from elsewhere cannot reach for any file on
+`prune --write-model-files` writes and the TX2 dataset ships), or in a folder the user named for
+their model files (`[create_network_dataset]`'s `model_desc_dir` and the folders of the model
+files its `networks` list, of the config being run or the pruning of this process); anywhere else
+only with `perf4sight --allow-model-files`. So a spec taken from elsewhere cannot reach for any file on
 the machine unasked. Light on imports: the CLI sets it before loading anything.
 """
 
 from __future__ import annotations
 
 import os
+import re
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-__all__ = ["allow_model_files_anywhere", "model_file_problem", "trust_model_folder"]
+if TYPE_CHECKING:
+    from perf4sight.config import NetworkDatasetSettings
+
+__all__ = ["allow_model_files_anywhere", "is_model_file", "model_file_folders", "model_file_problem",
+           "trust_model_folder"]
 
 _anywhere = False
 _folders: set[str] = set()
@@ -27,6 +34,18 @@ def allow_model_files_anywhere(allowed: bool) -> None:
 def trust_model_folder(folder: str | Path) -> None:
     """Let specs name the model files in `folder`: the user named it for their own."""
     _folders.add(os.path.realpath(folder))
+
+
+def is_model_file(source: str | Path) -> bool:
+    """True for `something.py` or `something.py:factory`."""
+    return bool(re.search(r"\.py(:\w+)?$", str(source)))
+
+
+def model_file_folders(settings: NetworkDatasetSettings) -> list[Path]:
+    """The folders of the user's own model files that [create_network_dataset] names: its
+    `model_desc_dir` and those of the model files among its `networks`."""
+    files = [Path(re.sub(r":\w+$", "", network)).parent for network in settings.networks if is_model_file(network)]
+    return files + ([Path(settings.model_desc_dir)] if settings.model_desc_dir is not None else [])
 
 
 def model_file_problem(file: str | Path, spec_dir: str | Path) -> str:
