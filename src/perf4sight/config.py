@@ -217,7 +217,7 @@ def load_config(path: str | Path) -> Config:
         fingerprint = _fingerprint_folders(raw["fingerprint"], networks, where=f"{path} [fingerprint]")
         values["fingerprint"] = parse_section(FingerprintSettings, fingerprint, where=f"{path} [fingerprint]")
     if networks is not None:
-        for folder in model_file_folders(networks):  # the user's own model files, named by this config
+        for folder in model_file_folders(networks.networks, networks.model_desc_dir):  # the user's own model files, named by this config
             trust_model_folder(folder)
     for name, settings in values.items():
         for key, kind in OUTPUT_PATHS[name].items():

@@ -158,7 +158,7 @@ def create_network_dataset(settings: NetworkDatasetSettings) -> pd.DataFrame:
     """
     networks, levels = check_settings(settings)
     # the specs written here name these model files: the user named them for this run
-    for folder in model_file_folders(settings):
+    for folder in model_file_folders(settings.networks, settings.model_desc_dir):
         trust_model_folder(folder)
     for key, given, kept in (("networks", settings.networks, networks), ("pruning_perc", settings.pruning_perc, levels)):
         if len(kept) < len(given):

@@ -12,11 +12,8 @@ from __future__ import annotations
 
 import os
 import re
+from collections.abc import Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING
-
-if TYPE_CHECKING:
-    from perf4sight.config import NetworkDatasetSettings
 
 __all__ = ["allow_model_files_anywhere", "is_model_file", "model_file_folders", "model_file_problem",
            "trust_model_folder"]
@@ -41,11 +38,11 @@ def is_model_file(source: str | Path) -> bool:
     return bool(re.search(r"\.py(:\w+)?$", str(source)))
 
 
-def model_file_folders(settings: NetworkDatasetSettings) -> list[Path]:
+def model_file_folders(networks: Sequence[str], model_desc_dir: str | Path | None) -> list[Path]:
     """The folders of the user's own model files that [create_network_dataset] names: its
     `model_desc_dir` and those of the model files among its `networks`."""
-    files = [Path(re.sub(r":\w+$", "", network)).parent for network in settings.networks if is_model_file(network)]
-    return files + ([Path(settings.model_desc_dir)] if settings.model_desc_dir is not None else [])
+    files = [Path(re.sub(r":\w+$", "", network)).parent for network in networks if is_model_file(network)]
+    return files + ([Path(model_desc_dir)] if model_desc_dir is not None else [])
 
 
 def model_file_problem(file: str | Path, spec_dir: str | Path) -> str:
