@@ -99,13 +99,13 @@ def _agreement(tmp_path: Path, device: str) -> list[str]:
     return misses
 
 
-@pytest.mark.slow
 # An open miss (#32): on this 2-core VM, MobileNetV2 with Adam runs 118-156 ms per iteration in a
 # fresh plain loop's process, and 96-107 ms in the profiler's worker (one loop ran at about 100 ms
 # in other sessions). Its memory is checked; its latency miss is reported, not hidden.
 KNOWN_LATENCY_MISS = Case("mobilenet_v2", 16, "adam")
 
 
+@pytest.mark.slow
 @pytest.mark.serial
 def test_cpu_profile_agrees_with_a_plain_training_loop(tmp_path: Path) -> None:
     misses = _agreement(tmp_path, "cpu")
