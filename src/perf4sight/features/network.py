@@ -16,6 +16,7 @@ operations or counts, so a model can weigh it with a physical meaning.
 
 from __future__ import annotations
 
+import functools
 import math
 from collections.abc import Sequence
 
@@ -145,11 +146,16 @@ def _valid_taps(layer: Layer) -> int:
     depthwise kernel computes those only (a 7x7 one on a 4x4 map, 37 % of its k*k*outputs)."""
     taps = 1
     for axis, (size, kernel, stride) in enumerate(zip(layer.in_shape[1:], layer.kernel, layer.stride)):
-        pad = layer.padding[axis] if layer.padding else 0
-        dilation = layer.dilation[axis] if layer.dilation else 1
-        taps *= sum(sum(1 for k in range(kernel) if 0 <= o * stride - pad + k * dilation < size)
-                    for o in range(layer.output[1 + axis]))
+        taps *= _axis_taps(size, layer.output[1 + axis], kernel, stride, layer.padding[axis] if layer.padding else 0,
+                           layer.dilation[axis] if layer.dilation else 1)
     return taps
+
+
+@functools.lru_cache(maxsize=4096)
+def _axis_taps(size: int, out: int, kernel: int, stride: int, pad: int, dilation: int) -> int:
+    """`_valid_taps` along one axis; counted once per shape, since every feature table of every
+    network (and pruned variant) asks again."""
+    return sum(sum(1 for k in range(kernel) if 0 <= o * stride - pad + k * dilation < size) for o in range(out))
 
 
 def _im2col_bytes(layer: Layer, dtype_bytes: int) -> int:
