@@ -248,8 +248,7 @@ def _recorded(tests: Sequence[ProfileTest], log_dir: Path, *, repair: bool) -> D
     recorded: Dict[tuple, LogRow] = {}
     for path in dict.fromkeys(journal_path(log_dir, t) for t in tests):
         rows = read_journal(path, repair=repair)
-        for row in latest_rows(rows):
-            recorded[ProfileTest.from_params(row["params"]).key] = row
+        recorded.update(latest_rows(rows))
         if rows and repair:
             write_gt(path, path.parent.name)
     return recorded

@@ -128,13 +128,13 @@ def read_journal(path: Path, *, repair: bool = False) -> List[LogRow]:
     return rows
 
 
-def latest_rows(rows: Sequence[LogRow]) -> List[LogRow]:
-    """Each test's last row (a test run again appends a row), in the order the tests first
-    appear."""
+def latest_rows(rows: Sequence[LogRow]) -> Dict[tuple, LogRow]:
+    """Each test's last row (a test run again appends a row) by test key, in the order the
+    tests first appear."""
     latest: Dict[tuple, LogRow] = {}
     for row in rows:
         latest[ProfileTest.from_params(row["params"]).key] = row  # a key keeps its first place
-    return list(latest.values())
+    return latest
 
 
 # What an error or a worker's death says when a test ran out of memory: PyTorch's allocators
@@ -314,7 +314,7 @@ def write_gt(path: Path, test_var: str) -> Path:
     gt path."""
     target = gt_path(path)
     lines = [SEPARATOR.join(GT_COLUMNS[test_var])]
-    lines.extend(_gt_line(row, GT_COLUMNS[test_var]) for row in latest_rows(read_journal(path)))
+    lines.extend(_gt_line(row, GT_COLUMNS[test_var]) for row in latest_rows(read_journal(path)).values())
     write_text(target, "\n".join(lines) + "\n")
     return target
 
