@@ -1,4 +1,4 @@
-"""CLI for the profile stage: `perf4sight profile create-config`, `run` and `bundle`.
+"""CLI for the profile stage: `perf4sight profile create-config`, `probes`, `run` and `bundle`.
 
 The config is read and checked before the stage's modules (torch) are imported."""
 
@@ -7,6 +7,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import typer
+from rich.markup import escape
 
 from perf4sight import console
 from perf4sight.config import ProfileSettings, config_section, load_config, load_section
@@ -37,6 +38,19 @@ def register(app: typer.Typer) -> None:
         with in_settings("[profile]"):
             path = create_test_config(settings)
         console.info(f"test config written to {path}; copy it to the device with the models")
+
+    @profile_app.command("probes")
+    def probes(config: Path = _CONFIG) -> None:
+        """On the host: write the layer-level tests of [profile]'s networks (one probe network
+        per distinct convolution and linear layer shape) beside their models; add 'probe' to
+        [profile] network to profile them."""
+        settings = _settings(config)
+        from perf4sight.profile.layer_probes import PROBE_NET, network_probes
+
+        with in_settings("[profile]"):
+            paths = network_probes(settings)
+        console.info(escape(f"{len(paths)} probes in {settings.local_model_loc}; add '{PROBE_NET}' to [profile] "
+                            "network to profile them"))
 
     @profile_app.command("run")
     def run(config: Path = _CONFIG) -> None:

@@ -31,7 +31,7 @@ from perf4sight.features.inputs import checked_batch_sizes, needs
 from perf4sight.features.terms import Role, Term, TermSet
 
 __all__ = [
-    "AUTOCAST_TERMS", "EXACT_COLUMNS", "KIND_GROUPS", "LAYER_GROUPS", "MEMORY_PARTS", "NETWORK_TERMS", "STREAM_TERMS", "PARAMETER_STREAM_FACTOR", "network_features", "layer_group",
+    "AUTOCAST_TERMS", "EXACT_COLUMNS", "KIND_GROUPS", "LAYER_GROUPS", "MEMORY_PARTS", "NETWORK_TERMS", "STREAM_TERMS", "PARAMETER_STREAM_FACTOR", "gemm_flops", "network_features", "layer_group",
     "networks_per_group", "group_column",
 ]
 
@@ -125,7 +125,7 @@ def _round_up(value: np.ndarray, step: float) -> np.ndarray:
     return np.ceil(value / step) * step
 
 
-def _gemm_flops(layer: Layer, tile: int = 1) -> int:
+def gemm_flops(layer: Layer, tile: int = 1) -> int:
     """Forward multiply-adds x 2 of a conv or linear layer, output channels padded to `tile`.
 
     A linear layer works on the last dimension, a convolution on the first (channels).
@@ -371,7 +371,7 @@ def _gemm_amounts(layer: Layer, training: bool, passes: float) -> tuple[float, f
     to tiles, and bytes of its input and output moved in its kernels' `passes`."""
     gemms = _gemm_passes(layer, training)
     moved = (math.prod(layer.in_shape) + math.prod(layer.output)) * layer.element_bytes * passes
-    return _gemm_flops(layer) * gemms, _gemm_flops(layer, _CHANNEL_TILE) * gemms, moved
+    return gemm_flops(layer) * gemms, gemm_flops(layer, _CHANNEL_TILE) * gemms, moved
 
 
 def _gemm_passes(layer: Layer, training: bool) -> float:
