@@ -20,6 +20,7 @@ from old_stacks import OldStack
 
 from perf4sight.cli import main
 from perf4sight.profile import read_journal, read_test_config
+from perf4sight.profile.layer_probes import PROBE_NET, LayerShape, read_layer_times, write_probes
 
 pytestmark = pytest.mark.slow
 
@@ -183,3 +184,33 @@ def test_recipes_profile_under_the_oldest_stack(oldest_stack: OldStack, recipe_b
         assert sorted(zip(gt["optimizer"], gt["trainable"], gt["bs"])) == sorted(
             (o, t, b) for o in ("adam", "adamw") for t in ("classifier", "layer4") for b in (2, 4))
         assert set(gt["precision"]) == {"amp-bf16"} and set(gt["checkpoint_segments"]) == {2}
+
+
+PROBED = (
+    LayerShape("conv2d", (8, 12, 12), (16, 6, 6), (3, 3), (2, 2), (1, 1), 1, False),
+    LayerShape("conv2d", (8, 12, 12), (8, 12, 12), (5, 5), (1, 1), (2, 2), 8, False),
+    LayerShape("linear", (40, 1, 1), (10, 1, 1), bias=True),
+)
+
+
+@pytest.fixture(scope="module")
+def probe_bundle(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The layer-level tests of a dense, a depthwise and a linear layer shape (and their two
+    bases), batch sizes 2 and 4, training latency: 10 tests."""
+    root = tmp_path_factory.mktemp("probes")
+    write_probes(PROBED, root / "models")
+    config = root / "config.ini"
+    config.write_text(f"[profile]\nnetwork = ['{PROBE_NET}']\nbs = [2, 4]\nprofile_variables = ['latency']\n"
+                      f"local_model_loc = {root / 'models'}\ndevice = cpu\niterations = 1\nwarmup = 0\n")
+    assert main(["--quiet", "profile", "bundle", "--config", str(config), "--out", str(root / "bundle")]) == 0
+    return root / "bundle"
+
+
+def test_layer_probes_run_under_the_oldest_stack(oldest_stack: OldStack, probe_bundle: Path, tmp_path: Path) -> None:
+    """Layer-level tests from a bundle under Python 3.6 + torch 1.10.2, read back as layer times."""
+    log_dir = tmp_path / "logs"
+    _run(oldest_stack, probe_bundle, log_dir)
+    assert len(_check_layout(probe_bundle, log_dir, oldest_stack)) == 10
+    times = read_layer_times(log_dir / "latency")
+    assert sorted(zip(times["shape"], times["batch_size"])) == sorted((s, bs) for s in PROBED for bs in (2, 4))
+    assert (times["probe_ms"] > 0).all() and (times["base_ms"] > 0).all()
