@@ -480,3 +480,20 @@ def test_a_backend_error_names_its_argument_and_the_pipeline_adds_file_and_secti
     config = _run_config(tmp_path, test_config, tmp_path / "logs", "device = cuda\nsave = False\n")
     assert main(["--quiet", "run", "--config", str(config)]) == 2
     assert f"error: {config}: [profile] device = cuda: CUDA is not available on this machine" in _one_error_line(capsys)
+
+
+def test_a_campaign_whose_journal_was_deleted_adds_no_test_twice_to_the_gt(
+        tmp_path: Path, model_dir: Path, write_test_config) -> None:
+    config = read_test_config(write_test_config(tmp_path / "t.ini", [model_dir / "tinynet_0.py"], [2, 4],
+                                                test_var=("latency",)))
+    log_dir = tmp_path / "logs"
+    profile_campaign(config, log_dir=log_dir, iterations=1)
+    before = _gt(log_dir, "latency", "tinynet_0")
+    (log_dir / "latency" / "tinynet_0.csv").unlink()  # the journal lost, its gt kept
+
+    again = profile_campaign(config, log_dir=log_dir, iterations=1)
+    assert (again.passed, again.already_recorded) == (2, 0)  # measured again: nothing said they ran
+    after = _gt(log_dir, "latency", "tinynet_0")
+    assert sorted(after["bs"]) == [2, 4] and list(after.columns) == list(before.columns)
+    journal = read_journal(log_dir / "latency" / "tinynet_0.csv")
+    assert sorted(after["latency"]) == sorted(row["latency"] for row in journal)  # the new readings

@@ -79,6 +79,8 @@ LITERAL_COLUMNS = frozenset(_MEMORY_FIGURES + ["latency", "mem_context", "latenc
 MISSING = frozenset(["", "none", "nan", "null", "-1"])
 # The columns every `-gt.csv` has, whoever wrote it (the original's included).
 REQUIRED_COLUMNS = ("passed", "bs", "model")
+# The gt columns that name a test (the rest are what it measured).
+_TEST_COLUMNS = frozenset(_PARAM_COLUMNS + list(RECIPE_COLUMNS))
 SEPARATOR = "|"
 # `<model>-gt.csv`: the expanded log that fingerprinting reads.
 GT_SUFFIX = "-gt.csv"
@@ -320,25 +322,46 @@ def write_gt(path: Path, test_var: str) -> Path:
 
 
 def append_gt_row(path: Path, test_var: str, row: LogRow) -> None:
-    """Append the row just journalled at `path` to `<model>-gt.csv` (header first for a new
-    file). Not synced: should a crash lose it, the resumed campaign rewrites the file from
-    the journal."""
+    """Add the row just journalled at `path` to `<model>-gt.csv` (header first for a new
+    file), in place of a row of the same test already there (a journal deleted or replaced
+    since: the gt never holds a test twice). Not synced: should a crash lose it, the resumed
+    campaign rewrites the file from the journal."""
     target = gt_path(path)
     columns = _header(target)
-    text = ""
     if columns is None:
         columns = GT_COLUMNS[test_var]
         text = SEPARATOR.join(columns) + "\n"
+    else:
+        text = ""
+        lines = _decode(target.read_bytes(), target).splitlines()
+        identity = _gt_identity(_gt_fields(row), columns)
+        kept = [line for line in lines[1:] if _gt_identity(dict(zip(columns, line.split(SEPARATOR))), columns,
+                                                               raw=True) != identity]
+        if len(kept) < len(lines) - 1:
+            write_text(target, "\n".join([lines[0], *kept, _gt_line(row, columns)]) + "\n")
+            return
     with open(target, "a", encoding="utf-8") as handle:
         handle.write(text + _gt_line(row, columns) + "\n")
 
 
-def _gt_line(row: LogRow, columns: List[str]) -> str:
-    """A journal row with `params` expanded into `columns` (with the recipe's, the default
-    for a row of the original) and `exec_stage` named `stage`."""
+def _gt_fields(row: LogRow) -> Dict[str, Any]:
+    """A journal row with `params` expanded (with the recipe's, the default for a row of the
+    original) and `exec_stage` named `stage`: the gt's columns."""
     params = row["params"]
     expanded = dict(row)
     expanded.update(ProfileTest.from_params(params).recipe.columns())
     expanded.update((k, v) for k, v in params.items() if k != "exec_stage")
     expanded["stage"] = params["exec_stage"]
-    return SEPARATOR.join(_field(expanded.get(c)) for c in columns)
+    return expanded
+
+
+def _gt_identity(fields: Dict[str, Any], columns: List[str], *, raw: bool = False) -> Tuple[str, ...]:
+    """What names a gt row's test: its fields (as written, `raw`, or to be written) in the
+    test's columns (its parameters and recipe) that the file has."""
+    return tuple(fields.get(c, "") if raw else _field(fields.get(c)) for c in columns if c in _TEST_COLUMNS)
+
+
+def _gt_line(row: LogRow, columns: List[str]) -> str:
+    """A journal row as a gt line of `columns` (`_gt_fields`)."""
+    fields = _gt_fields(row)
+    return SEPARATOR.join(_field(fields.get(c)) for c in columns)
