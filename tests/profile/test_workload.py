@@ -183,9 +183,9 @@ def test_bf16_autocast_needs_a_gpu_with_bfloat16_kernels(monkeypatch: pytest.Mon
     monkeypatch.setattr(torch.cuda, "get_device_capability", lambda device=None: capability)
     problem = workload.device_precision_problem("amp-bf16", "cuda")
     assert (problem == "precision amp-bf16 needs a GPU with bfloat16 kernels (compute capability 8.0 or newer), "
-            "not {}.{}".format(*capability)) if refused else problem == ""
-    assert workload.device_precision_problem("amp-fp16", "cuda") == ""  # every CUDA GPU computes in fp16
-    assert workload.device_precision_problem("amp-bf16", "cpu") == ""
+            "not {}.{}".format(*capability)) if refused else problem is None
+    assert workload.device_precision_problem("amp-fp16", "cuda") is None  # every CUDA GPU computes in fp16
+    assert workload.device_precision_problem("amp-bf16", "cpu") is None
     if refused:
         with pytest.raises(ArgumentError, match="bfloat16 kernels"):
             workload.autocast(Recipe(precision="amp-bf16"), "cuda")

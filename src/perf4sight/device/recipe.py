@@ -13,7 +13,7 @@ every parameter trained, nothing recomputed.
 Plain data, the standard library only (it runs on the device, Python 3.6).
 """
 
-from typing import Dict, List, Mapping, NamedTuple, Sequence, Type
+from typing import Dict, List, Mapping, NamedTuple, Optional, Sequence, Type
 
 from .errors import ArgumentError, clip
 
@@ -27,7 +27,7 @@ __all__ = [
     "DEFAULT_RECIPE",
     "check_recipe",
     "precision_problem",
-    "trainable_problem",
+    "trainable_problems",
 ]
 
 
@@ -123,7 +123,7 @@ RECIPE_COLUMNS = Recipe._fields
 
 def check_recipe(recipe: Recipe, where: str = "recipe", error: Type[Exception] = ArgumentError) -> Recipe:
     """`recipe` if each of its values is known (a layer name is checked against a network
-    where one is built, `trainable_problem`); else `error` naming `where` (none when empty)
+    where one is built, `trainable_problems`); else `error` naming `where` (none when empty)
     and the key."""
     prefix = where + " " if where else ""
     checks = (
@@ -144,15 +144,15 @@ def check_recipe(recipe: Recipe, where: str = "recipe", error: Type[Exception] =
     return recipe
 
 
-def precision_problem(precision: str, device_type: str) -> str:
+def precision_problem(precision: str, device_type: str) -> Optional[str]:
     """Why the device of type `device_type` (`cuda`, `cpu`, a backend's device) cannot
-    compute in `precision`: fp16 autocast with its gradient scaler is CUDA's. Empty when it can."""
+    compute in `precision`: fp16 autocast with its gradient scaler is CUDA's. None when it can."""
     if PRECISIONS[precision].grad_scaler and device_type != "cuda":
         return "precision {} needs a CUDA device, not {}".format(precision, device_type)
-    return ""
+    return None
 
 
-def trainable_problem(trainable: str, module_names: Sequence[str], n_blocks: int = 0,
+def trainable_problems(trainable: str, module_names: Sequence[str], n_blocks: int = 0,
                       segments: int = 0, network: str = "the network") -> List[str]:
     """Why a recipe cannot train a network whose modules are `module_names` (qualified,
     in registration order) and which has `n_blocks` top-level blocks: a layer name that is

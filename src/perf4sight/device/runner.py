@@ -89,8 +89,8 @@ _DEFAULTS = {
 }
 
 
-def defaults_problem(defaults: Any) -> str:
-    """Why a bundle's recorded defaults cannot run (empty when they can): a key missing or a
+def defaults_problem(defaults: Any) -> Optional[str]:
+    """Why a bundle's recorded defaults cannot run (None when they can): a key missing or a
     value of the wrong type, found before the first test rather than recorded as every test's
     failure."""
     if not isinstance(defaults, dict):
@@ -101,7 +101,7 @@ def defaults_problem(defaults: Any) -> str:
         accepts, expected = _DEFAULTS[key]
         if not accepts(defaults[key]):
             return "{} = {}: expected {}".format(key, json.dumps(defaults[key]), expected)
-    return ""
+    return None
 
 
 def main(bundle_dir: str, argv: Optional[List[str]] = None) -> int:

@@ -23,7 +23,7 @@ from torch import nn
 from .backends import Backend, MemoryFigures
 from .contention import CpuElsewhere
 from .errors import ArgumentError, ConfigError, ModelFileError
-from .recipe import DEFAULT_RECIPE, PRECISIONS, TRAIN_ALL, TRAIN_CLASSIFIER, Recipe, precision_problem, trainable_problem
+from .recipe import DEFAULT_RECIPE, PRECISIONS, TRAIN_ALL, TRAIN_CLASSIFIER, Recipe, precision_problem, trainable_problems
 from .test_config import ProfileTest
 
 __all__ = [
@@ -133,11 +133,11 @@ def _timed(backend: Backend, step: Callable[[], None], iterations: int, warmup: 
     times.extend(backend.time_ms(step) for _ in range(iterations))
 
 
-def device_precision_problem(precision: str, device_type: str) -> str:
+def device_precision_problem(precision: str, device_type: str) -> Optional[str]:
     """Why this machine's device of type `device_type` cannot compute in `precision`:
     `precision_problem`'s reasons, and bf16 autocast on a GPU without bfloat16 kernels
     (compute capability below 8.0: a TX2, a Xavier, a Turing card), where PyTorch would
-    emulate or refuse them. Empty when it can."""
+    emulate or refuse them. None when it can."""
     problem = precision_problem(precision, device_type)
     if problem or device_type != "cuda" or PRECISIONS[precision].autocast_dtype != "bfloat16":
         return problem
@@ -145,7 +145,7 @@ def device_precision_problem(precision: str, device_type: str) -> str:
     if major < 8:
         return "precision {} needs a GPU with bfloat16 kernels (compute capability 8.0 or newer), not {}.{}".format(
             precision, major, minor)
-    return ""
+    return None
 
 
 def autocast(recipe: Recipe, device_type: str) -> ContextManager[Any]:
@@ -190,7 +190,7 @@ def frozen_module_names(model: nn.Module, recipe: Recipe) -> List[str]:
     if first is None:
         return []
     names = [name for name, _ in model.named_modules()]
-    problems = trainable_problem(first, names)
+    problems = trainable_problems(first, names)
     if problems:
         raise ArgumentError(problems[0])
     ancestors = {first.rsplit(".", i)[0] for i in range(1, first.count(".") + 1)} | {""}
@@ -262,11 +262,11 @@ def _reads(args: Tuple[Any, ...], tensor: torch.Tensor) -> bool:
 def recipe_problems(model: nn.Module, recipe: Recipe, blocks: Sequence[str] = (),
                     network: str = "the network") -> List[str]:
     """Why `recipe` cannot train `model` (named `network` in the messages;
-    `trainable_problem`): a layer name it lacks, more checkpoint segments than it has
+    `trainable_problems`): a layer name it lacks, more checkpoint segments than it has
     `blocks` (`checkpoint_blocks`; needed when the recipe checkpoints). Empty when it can."""
     names = [name for name, _ in model.named_modules()]
     trainable = _first_trained(model, recipe.trainable) or TRAIN_ALL
-    return trainable_problem(trainable, names, max(1, len(blocks)), recipe.checkpoint_segments, network)
+    return trainable_problems(trainable, names, max(1, len(blocks)), recipe.checkpoint_segments, network)
 
 
 def check_recipes(tests: Sequence[ProfileTest], load: Loader, device_type: str) -> None:

@@ -45,11 +45,11 @@ def model_file_folders(networks: Sequence[str], model_desc_dir: str | Path | Non
     return files + ([Path(model_desc_dir)] if model_desc_dir is not None else [])
 
 
-def model_file_problem(file: str | Path, spec_dir: str | Path) -> str:
-    """Why a spec in `spec_dir` may not name `file` (empty when it may)."""
+def model_file_problem(file: str | Path, spec_dir: str | Path) -> str | None:
+    """Why a spec in `spec_dir` may not name `file` (None when it may)."""
     real = Path(os.path.realpath(file))
     if _anywhere or any(real.is_relative_to(folder) for folder in {os.path.realpath(spec_dir), *_folders}):
-        return ""
+        return None
     return (f"model_desc {file} lies outside the spec's folder {spec_dir}: building its network would run that "
             "file's code; run `perf4sight --allow-model-files ...` if you trust it, or name its folder as "
             "[create_network_dataset] model_desc_dir")
