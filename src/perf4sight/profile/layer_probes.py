@@ -27,12 +27,13 @@ from torch import nn
 
 from perf4sight.architecture import Architecture, Layer
 from perf4sight.config import ProfileSettings
-from perf4sight.device.definitions import DATASETS, MAX_INPUT_EXTENT
+from perf4sight.device.definitions import DATASETS, LATENCY, MAX_INPUT_EXTENT
+from perf4sight.device.logs import GT_SUFFIX, read_gt
 from perf4sight.errors import ArgumentError, NetworkError
 from perf4sight.networks import load_architecture
-from perf4sight.profile.test_config import find_model_files
 from perf4sight.networks.model_writer import write_model_file
-from perf4sight.networks.spec import read_spec, spec_from_module, write_spec
+from perf4sight.networks.spec import spec_from_module, write_spec
+from perf4sight.profile.test_config import find_model_files
 
 __all__ = ["PROBE_NET", "LayerShape", "layer_shape", "layer_shapes", "network_probes", "probe_module", "read_layer_times",
            "write_probes"]
@@ -179,14 +180,14 @@ def network_probes(settings: ProfileSettings) -> list[Path]:
 
 def read_layer_times(latency_dir: Path) -> pd.DataFrame:
     """Each probed layer shape's time (ms) per batch size and stage, its base's time taken off
-    (at least zero), from the latency logs of a probe campaign (`<log_dir>/latency`).
+    (at least zero), from the latency logs of a probe campaign (`<log_dir>/latency`), each
+    checked as fingerprinting checks a log (`read_gt`).
     Columns: `shape` (a LayerShape), `batch_size`, `stage`, `probe_ms`, `base_ms`, `layer_ms`."""
     rows = []
-    for path in sorted(Path(latency_dir).glob(f"{PROBE_NET}_*-gt.csv")):
-        shape = LayerShape.from_name(path.name[len(PROBE_NET) + 1:-len("-gt.csv")])
-        log = pd.read_csv(path, sep="|")
-        for row in log[log["passed"].astype(bool)].itertuples():
-            rows.append({"shape": shape, "batch_size": int(row.bs), "stage": row.stage, "ms": float(row.latency)})
+    for path in sorted(Path(latency_dir).glob(f"{PROBE_NET}_*{GT_SUFFIX}")):
+        shape = LayerShape.from_name(path.name[len(PROBE_NET) + 1:-len(GT_SUFFIX)])
+        _, logged = read_gt(path, [LATENCY.column], PROBE_NET)
+        rows += [(shape, row["bs"], row["stage"], row[LATENCY.column]) for row in logged if row["passed"]]
     times = pd.DataFrame(rows, columns=["shape", "batch_size", "stage", "ms"])
     times = times.groupby(["shape", "batch_size", "stage"], as_index=False)["ms"].last()
     bases = times[[s.kind == "base" for s in times["shape"]]].rename(columns={"shape": "base", "ms": "base_ms"})
