@@ -86,6 +86,9 @@ class ProfileSettings:
     profile_variables: list[str] = field(default_factory=lambda: list(TEST_VARIABLES))
     local_model_loc: Path | None = None
     device_model_loc: Path | None = None
+    # at most this many (model, batch size) pairs, spread over each network's levels and batch
+    # sizes (`perf4sight.profile.selection`); None: every model at every batch size
+    max_tests: int | None = None
     # the training recipes (`perf4sight.device.recipe`), one list per recipe key; the tests are
     # their product, as of the other lists. A `trainable` item `network:layer` is that
     # network's only (the first trained layer's name differs from network to network).

@@ -10,7 +10,7 @@ import pytest
 
 from perf4sight.cli import main
 from perf4sight.config import ProfileSettings
-from perf4sight.errors import ConfigError
+from perf4sight.errors import ArgumentError, ConfigError
 from perf4sight.profile import ProfileTest, create_test_config, read_test_config
 from perf4sight.profile.test_config import find_model_files
 
@@ -173,3 +173,22 @@ def test_non_utf8_test_config_names_the_file(tmp_path: Path, capsys: pytest.Capt
     assert main(["--quiet", "profile", "run", "--config", str(config)]) == 2
     err = capsys.readouterr().err
     assert f"error: {test_config}: not UTF-8 text" in err and "Traceback" not in err
+
+
+def test_max_tests_spreads_the_pairs_over_levels_and_batch_sizes(tmp_path: Path, model_dir: Path) -> None:
+    for level in (10, 90):
+        (model_dir / f"tinynet_{level}.py").write_text((model_dir / "tinynet_0.py").read_text())
+    settings = ProfileSettings(network=["tinynet", "fragile"], bs=[2, 4, 8, 16, 32, 64], profile_variables=["latency"],
+                               local_model_loc=model_dir, test_config=tmp_path / "t.ini", max_tests=6)
+    tests = read_test_config(create_test_config(settings))
+    pairs = [(Path(t.model).stem, t.bs) for t in tests]
+    assert len(pairs) == len(set(pairs)) == 6
+    # each network in turn: least pruned at the smallest batch size, the far corner, then the farthest left
+    assert set(pairs) == {("tinynet_0", 2), ("tinynet_90", 64), ("tinynet_50", 4),
+                          ("fragile_0", 2), ("fragile_50", 64), ("fragile_0", 64)}
+    every = read_test_config(create_test_config(ProfileSettings(**{**vars(settings), "max_tests": None})))
+    assert len(every) == (4 + 2) * 6 and set(pairs) < {(Path(t.model).stem, t.bs) for t in every}
+
+    settings = ProfileSettings(**{**vars(settings), "max_tests": 0})
+    with pytest.raises(ArgumentError, match="max_tests: 0; expected a positive number of tests"):
+        create_test_config(settings)

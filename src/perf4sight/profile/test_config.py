@@ -13,12 +13,16 @@ import re
 from collections.abc import Sequence
 from pathlib import Path
 
+import numpy as np
+import pandas as pd
+
 from perf4sight.config import ProfileSettings
 from perf4sight.device.backends import BACKENDS, backend_name
 from perf4sight.device.definitions import DATASETS, STAGES, TEST_VARIABLES, check_batch_sizes, check_choices
 from perf4sight.device.recipe import DEFAULT_RECIPE, RECIPE_COLUMNS, Recipe, check_recipe, precision_problem
 from perf4sight.errors import ArgumentError
 from perf4sight.files import write_text
+from perf4sight.profile.selection import spread_tests
 
 __all__ = [
     "check_test_config_keys", "create_test_config", "find_model_files", "network_models", "network_recipe_lists",
@@ -58,6 +62,8 @@ def check_test_config_keys(settings: ProfileSettings) -> None:
     check_choices("stage", settings.stage, STAGES)
     check_choices("dataset", [settings.dataset], tuple(DATASETS))
     check_batch_sizes(settings.bs, "bs")
+    if settings.max_tests is not None and settings.max_tests < 1:
+        raise ArgumentError(f"max_tests: {settings.max_tests}; expected a positive number of tests, or none for all")
     if settings.local_model_loc is None:
         raise ArgumentError("local_model_loc: needed to find the models of the test config")
     check_recipe_keys(settings)
@@ -143,13 +149,33 @@ def create_test_config(settings: ProfileSettings) -> Path:
 
 
 def test_config_text(settings: ProfileSettings, models: dict[str, Sequence[str]]) -> str:
-    """The test config of the [profile] settings for `models` (network -> model paths)."""
-    return "\n".join(_section_text(network, settings, paths) for network, paths in models.items())
+    """The test config of the [profile] settings for `models` (network -> model paths): a
+    section per network, every model at every batch size; with `max_tests`, a section per
+    model that `spread_tests` picks, at the batch sizes picked for it."""
+    if settings.max_tests is None:
+        return "\n".join(_section_text(network, settings, paths, settings.bs) for network, paths in models.items())
+    rows = [(network, path, level, bs) for network, paths in models.items()
+            for path, level in zip(paths, _levels(network, paths)) for bs in settings.bs]
+    tests = pd.DataFrame(rows, columns=["net", "path", "level", "bs"])
+    picked = tests.iloc[np.sort(spread_tests(tests, settings.max_tests))]
+    return "\n".join(_section_text(network, settings, [path], sorted(group["bs"]), name=Path(path).stem)
+                     for (network, path), group in picked.groupby(["net", "path"], sort=False))
 
 
-def _section_text(network: str, settings: ProfileSettings, models: Sequence[str]) -> str:
-    """The network's section: the original's keys, then the recipe keys that are not the
-    default recipe's alone (a section without them runs the default)."""
+def _levels(network: str, paths: Sequence[str]) -> list[float]:
+    """The pruning levels of a network's models `<network>_<level>`, as numbers where they all
+    are, else their places in `paths` over 0-100."""
+    keys = [_level_key(Path(path).stem[len(network) + 1:]) for path in paths]
+    if all(kind == 0 for kind, _, _ in keys):
+        return [number for _, number, _ in keys]
+    return [100.0 * place / max(len(paths) - 1, 1) for place in range(len(paths))]
+
+
+def _section_text(network: str, settings: ProfileSettings, models: Sequence[str], bs: Sequence[int],
+                  name: str | None = None) -> str:
+    """The section (`name`, else the network's) of `models` at batch sizes `bs`: the
+    original's keys, then the recipe keys that are not the default recipe's alone (a section
+    without them runs the default)."""
     head = "model= ["
     model_lines = ",\n".join(
         (head if i == 0 else " " * len(head)) + repr(m) for i, m in enumerate(models)
@@ -159,9 +185,9 @@ def _section_text(network: str, settings: ProfileSettings, models: Sequence[str]
         if values != [getattr(DEFAULT_RECIPE, key)]
     )
     return (
-        f"[{network.upper()}]\n"
+        f"[{(name or network).upper()}]\n"
         f"test_var= {list(settings.profile_variables)!r}\n"
-        f"bs= {list(settings.bs)!r}\n"
+        f"bs= {[int(size) for size in bs]!r}\n"
         f"dataset= {[settings.dataset]!r}\n"
         f"net_name= {[network]!r}\n"
         f"exec_stage= {list(settings.stage)!r}\n"
