@@ -16,7 +16,7 @@ the host hands it its model loader, model check and console.
 """
 
 from pathlib import Path
-from typing import Any, Callable, Dict, List, Optional, Sequence, Set
+from typing import Any, Callable, Dict, List, Optional, Sequence
 
 from . import console as plain_console
 from .backends import BACKENDS, backend_name
@@ -125,7 +125,7 @@ def profile_campaign(
             console.info("{} failed tests (not out of memory) run again; retry_failed off keeps them "
                          "as failed".format(len(recorded) - len(kept)))
         return _run(tests, kept, log_dir, backend, gpu_id, iterations, warmup, till_first_fail, True,
-                    memory_limit_mib, loader, console, rerun=set(recorded) - set(kept))
+                    memory_limit_mib, loader, console)
 
 
 def _todo(tests: Sequence[ProfileTest], recorded: Dict[tuple, LogRow]) -> List[ProfileTest]:
@@ -154,7 +154,7 @@ def _kept(recorded: Dict[tuple, LogRow], retry_failed: bool) -> Dict[tuple, LogR
 
 def _run(tests: Sequence[ProfileTest], recorded: Dict[tuple, LogRow], log_dir: Path, backend: str, gpu_id: int,
          iterations: int, warmup: int, till_first_fail: bool, save: bool, memory_limit_mib: Optional[int],
-         loader: Optional[str], console: Any, rerun: Set[tuple] = frozenset()) -> CampaignSummary:
+         loader: Optional[str], console: Any) -> CampaignSummary:
     summary = CampaignSummary()
     failed_at: Dict[tuple, int] = {}  # test group -> smallest failed batch size
     for row in recorded.values():
@@ -190,10 +190,7 @@ def _run(tests: Sequence[ProfileTest], recorded: Dict[tuple, LogRow], log_dir: P
                 path = journal_path(log_dir, test)
                 row = _row(result)
                 append_row(path, test.test_var, row)
-                if test.key in rerun:
-                    write_gt(path, test.test_var)  # its new row replaces the old one
-                else:
-                    append_gt_row(path, test.test_var, row)
+                append_gt_row(path, test.test_var, row)  # in place of a failure's row run again
             bar.advance(label)
     _report(summary, log_dir if save else None, console)
     return summary

@@ -323,45 +323,40 @@ def write_gt(path: Path, test_var: str) -> Path:
 
 def append_gt_row(path: Path, test_var: str, row: LogRow) -> None:
     """Add the row just journalled at `path` to `<model>-gt.csv` (header first for a new
-    file), in place of a row of the same test already there (a journal deleted or replaced
-    since: the gt never holds a test twice). Not synced: should a crash lose it, the resumed
-    campaign rewrites the file from the journal."""
+    file); a row of the same test already there (a failure run again, a journal deleted
+    since) is replaced in its place, so the gt holds each test once. Not synced: should a
+    crash lose it, the resumed campaign rewrites the file from the journal."""
     target = gt_path(path)
     columns = _header(target)
     if columns is None:
         columns = GT_COLUMNS[test_var]
-        text = SEPARATOR.join(columns) + "\n"
+        text = SEPARATOR.join(columns) + "\n" + _gt_line(row, columns) + "\n"
     else:
-        text = ""
+        line = _gt_line(row, columns)
         lines = _decode(target.read_bytes(), target).splitlines()
-        identity = _gt_identity(_gt_fields(row), columns)
-        kept = [line for line in lines[1:] if _gt_identity(dict(zip(columns, line.split(SEPARATOR))), columns,
-                                                               raw=True) != identity]
-        if len(kept) < len(lines) - 1:
-            write_text(target, "\n".join([lines[0], *kept, _gt_line(row, columns)]) + "\n")
+        test = _gt_test(line, columns)
+        same = [number for number in range(1, len(lines)) if _gt_test(lines[number], columns) == test]
+        if same:
+            lines[same[0]] = line
+            write_text(target, "\n".join(old for number, old in enumerate(lines) if number not in same[1:]) + "\n")
             return
+        text = line + "\n"
     with open(target, "a", encoding="utf-8") as handle:
-        handle.write(text + _gt_line(row, columns) + "\n")
+        handle.write(text)
 
 
-def _gt_fields(row: LogRow) -> Dict[str, Any]:
-    """A journal row with `params` expanded (with the recipe's, the default for a row of the
-    original) and `exec_stage` named `stage`: the gt's columns."""
+def _gt_test(line: str, columns: List[str]) -> Tuple[str, ...]:
+    """What names a gt line's test: its fields in the test's columns (its parameters and
+    recipe) that the file has."""
+    return tuple(text for column, text in zip(columns, line.split(SEPARATOR)) if column in _TEST_COLUMNS)
+
+
+def _gt_line(row: LogRow, columns: List[str]) -> str:
+    """A journal row with `params` expanded into `columns` (with the recipe's, the default
+    for a row of the original) and `exec_stage` named `stage`."""
     params = row["params"]
     expanded = dict(row)
     expanded.update(ProfileTest.from_params(params).recipe.columns())
     expanded.update((k, v) for k, v in params.items() if k != "exec_stage")
     expanded["stage"] = params["exec_stage"]
-    return expanded
-
-
-def _gt_identity(fields: Dict[str, Any], columns: List[str], *, raw: bool = False) -> Tuple[str, ...]:
-    """What names a gt row's test: its fields (as written, `raw`, or to be written) in the
-    test's columns (its parameters and recipe) that the file has."""
-    return tuple(fields.get(c, "") if raw else _field(fields.get(c)) for c in columns if c in _TEST_COLUMNS)
-
-
-def _gt_line(row: LogRow, columns: List[str]) -> str:
-    """A journal row as a gt line of `columns` (`_gt_fields`)."""
-    fields = _gt_fields(row)
-    return SEPARATOR.join(_field(fields.get(c)) for c in columns)
+    return SEPARATOR.join(_field(expanded.get(c)) for c in columns)

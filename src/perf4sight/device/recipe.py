@@ -153,7 +153,7 @@ def precision_problem(precision: str, device_type: str) -> Optional[str]:
 
 
 def trainable_problems(trainable: str, module_names: Sequence[str], n_blocks: int = 0,
-                      segments: int = 0, network: str = "the network") -> List[str]:
+                       segments: int = 0, network: str = "the network") -> List[str]:
     """Why a recipe cannot train a network whose modules are `module_names` (qualified,
     in registration order) and which has `n_blocks` top-level blocks: a layer name that is
     not one of its modules, or more checkpoint segments than blocks. Empty when it can."""
