@@ -25,11 +25,8 @@ from perf4sight.device.definitions import LATENCY, MEMORY, QUANTITIES
 from perf4sight.device.logs import architecture_name
 from perf4sight.fit import DEFAULT_METHOD, ArchitectureCatalog, mape_pct, read_logs
 from perf4sight.profile.selection import spread_tests
-from tx2_accuracy import PROTOCOL_TRAIN_LEVELS, TX2_DIR, TX2_NETS, as_profiled, find_data, fit_chosen, method_datasets
-
-
-def _levels(models: pd.Series) -> pd.Series:
-    return models.str.rsplit("_", n=1).str[1].astype(int)
+from tx2_accuracy import (PROTOCOL_TRAIN_LEVELS, TX2_DIR, TX2_NETS, as_profiled, find_data, fit_chosen,
+                          method_datasets, model_levels)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -55,7 +52,7 @@ def main(argv: list[str] | None = None) -> int:
         for net in data.nets:
             held = (rows["net"] == net).to_numpy()
             others = tests[tests["net"] != net].reset_index(drop=True)
-            candidates = others.assign(level=_levels(others["model"]))
+            candidates = others.assign(level=model_levels(others["model"]))
             for budget in [None, *budgets]:
                 if budget is None:
                     train, label = ~held, "all"

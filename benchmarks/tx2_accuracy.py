@@ -148,8 +148,13 @@ def as_profiled(models: Path, folder: Path) -> Path:
     return folder
 
 
+def model_levels(models: pd.Series) -> pd.Series:
+    """The pruning level of each architecture name `<net>_<level>`."""
+    return models.str.rsplit("_", n=1).str[1].astype(int)
+
+
 def _mask(rows: pd.DataFrame, selection: dict[str, tuple[int, ...]]) -> np.ndarray:
-    levels = rows["model"].str.rsplit("_", n=1).str[1].astype(int)
+    levels = model_levels(rows["model"])
     return np.logical_or.reduce([(rows["net"] == net) & levels.isin(lv) for net, lv in selection.items()])
 
 
