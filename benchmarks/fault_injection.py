@@ -11,11 +11,13 @@ or through a link, levels without a log, an evaluation on the training runs, a c
 a value), tampered stored models, impossible architecture specs and specs that disagree with
 their logs, outputs that would replace an input of the run, `prune` run again into a folder
 with other settings, network names that are paths, temporary files left by a killed writer,
-and `prune` killed part-way (then run again). Stored models, specs and logs start from the
+`prune` killed part-way (then run again), bundles broken, moved or sent to another bundle's
+logs on the device (their runner run as there, without perf4sight), and model folders written
+by two fingerprints at once or by one killed part-way (then `predict` on them). Stored models, specs and logs start from the
 H200 measurements in the repository (squeezenet at levels 0, 60 and 90) or, for the cases of
 logs, specs and outputs against each other, from the CPU zoo's (`benchmarks/data/cpu_zoo`).
-Each case runs in this process through `perf4sight.cli.main` (kills: in a child process), and
-is counted as
+Each case runs in this process through `perf4sight.cli.main` (kills and bundles: in a child
+process), and is counted as
 
 - one line: exit code 2 and one line on stderr (at most 4096 characters), as asked;
 - right: a case with a right answer (a config with a byte order mark is read, a repeated
@@ -73,6 +75,8 @@ class Fixtures:
     root: Path
     data: Path = DATA
     _models: Path | None = None
+    _other_models: Path | None = None
+    _bundle: Path | None = None
 
     @property
     def marker(self) -> Path:
@@ -81,14 +85,47 @@ class Fixtures:
     def models(self) -> Path:
         """A folder of fitted memory and latency models ('physical', squeezenet at LEVELS)."""
         if self._models is None:
-            folder = self.root / "_fitted"
-            config = self.root / "_fit.ini"
-            config.write_text(_section("fingerprint", _fingerprint_base(self, folder)))
-            code, _, err, exc = invoke(["fingerprint", "--config", str(config)])
-            if code != 0:
-                raise RuntimeError(f"fitting the shared models failed: {err or exc}")
-            self._models = folder
+            self._models = self._fit("_fitted")
         return self._models
+
+    def other_models(self) -> Path:
+        """Models fitted like `models` on two levels only (0 and 90): another set."""
+        if self._other_models is None:
+            self._other_models = self._fit("_fitted_other", train_logs="[0, 90]")
+        return self._other_models
+
+    def _fit(self, name: str, **changes: str) -> Path:
+        folder = self.root / name
+        config = self.root / f"{name}.ini"
+        config.write_text(_section("fingerprint", {**_fingerprint_base(self, folder), **changes}))
+        code, _, err, exc = invoke(["fingerprint", "--config", str(config)])
+        if code != 0:
+            raise RuntimeError(f"fitting the models of {name} failed: {err or exc}")
+        return folder
+
+    def bundle(self) -> Path:
+        """A bundle of squeezenet1_1 at 3x32x32 (batch sizes 2 and 4, training, both variables),
+        and its logs after one run (`<bundle>/logs`)."""
+        if self._bundle is None:
+            from perf4sight.networks import spec_from_module, write_spec
+            import torchvision
+
+            specs = self.root / "_bundle_specs"
+            write_spec(spec_from_module(torchvision.models.squeezenet1_1(num_classes=10), name="squeezenet_0",
+                                        net="squeezenet", prune_level=0, input_size=(3, 32, 32), num_classes=10,
+                                        torchvision_name="squeezenet1_1"), specs / "squeezenet_0.json")
+            config = self.root / "_bundle.ini"
+            config.write_text(_section("profile", {
+                "network": "['squeezenet']", "bs": "[2, 4]", "stage": "['training']", "local_model_loc": str(specs),
+                "test_config": str(self.root / "_unused.ini"), "log_dir": str(self.root / "_unused"),
+                "device": "cpu", "iterations": "1", "warmup": "0"}))
+            bundle = self.root / "_bundle"
+            code, _, err, exc = invoke(["profile", "bundle", "--config", str(config), "--out", str(bundle)])
+            ran = _run_bundle([str(bundle)])
+            if code != 0 or ran[0] != 0:
+                raise RuntimeError(f"making or running the bundle failed: {err or exc or ran[2]}")
+            self._bundle = bundle
+        return self._bundle
 
 
 @dataclass(frozen=True)
@@ -101,6 +138,9 @@ class Case:
     setup: Callable[[Path, Fixtures], list[str]]
     check: Callable[[Path, str, str], bool] | None = None  # None: an error is expected
     slow: bool = False
+    # how the arguments run: None, the CLI in this process (`invoke`); else another command's
+    # (exit code, stdout, stderr, traceback)
+    run: Callable[[list[str]], tuple[int | None, str, str, str]] | None = None
 
     @property
     def id(self) -> str:
@@ -140,7 +180,7 @@ def classify(case: Case, scratch: Path, fixtures: Fixtures) -> Result:
     if case.category == "kill":
         outcome, detail = _kill_outcome(argv)
         return Result(case, "executed" if fixtures.marker.exists() else outcome, detail, time.perf_counter() - start)
-    code, out, err, exc = invoke(argv)
+    code, out, err, exc = (case.run or invoke)(argv)
     seconds = time.perf_counter() - start
     lines = [line for line in err.splitlines() if line.strip()]
     if fixtures.marker.exists():
@@ -1014,6 +1054,227 @@ CODE_CASES = [
 ]
 
 
+# ---------------------------------------------------------------- bundles on the device
+
+def _run_bundle(argv: list[str]) -> tuple[int | None, str, str, str]:
+    """A bundle's runner (`argv[0]` the bundle, the rest its options), as on a device: a
+    Python of its own, perf4sight not importable."""
+    bundle, *options = argv
+    without = ("import runpy, sys; sys.modules['perf4sight'] = None; sys.argv = sys.argv[1:]; "
+               "runpy.run_path(sys.argv[0], run_name='__main__')")
+    done = subprocess.run([sys.executable, "-c", without, str(Path(bundle) / "run_profile.py"), "--quiet", *options],
+                          capture_output=True, text=True, cwd=bundle)
+    return done.returncode, done.stdout, done.stderr, ""
+
+
+def _bundle_case(name: str, change: Callable[[Path, Path], list[str]],
+                 check: Callable[[Path, str, str], bool] | None = None) -> Case:
+    """The shared bundle copied (its logs too) to `scratch/bundle`, changed by
+    `change(bundle, scratch)`, which returns the runner's options; the runner run."""
+    def setup(scratch: Path, fixtures: Fixtures) -> list[str]:
+        bundle = Path(shutil.copytree(fixtures.bundle(), scratch / "bundle"))
+        return [str(bundle), *change(bundle, scratch)]
+
+    return Case("bundle", name, setup, check, slow=True, run=_run_bundle)
+
+
+def _bundle_record(key: str, value: Any) -> Callable[[Path, Path], list[str]]:
+    def change(bundle: Path, scratch: Path) -> list[str]:
+        record = json.loads((bundle / "bundle.json").read_text())
+        record["defaults"][key] = value
+        (bundle / "bundle.json").write_text(json.dumps(record))
+        return []
+
+    return change
+
+
+def _bundle_without(name: str) -> Callable[[Path, Path], list[str]]:
+    """The bundle copied to a device without one of its files, run there for the first time."""
+    def change(bundle: Path, scratch: Path) -> list[str]:
+        (bundle / name).unlink()
+        shutil.rmtree(bundle / "logs")
+        return []
+
+    return change
+
+
+def _options(*options: str) -> Callable[[Path, Path], list[str]]:
+    return lambda bundle, scratch: list(options)
+
+
+def _another_network_file(bundle: Path, scratch: Path) -> list[str]:
+    """On a device for the first time, the bundle's model file replaced by another network's."""
+    shutil.rmtree(bundle / "logs")
+    (bundle / "models" / "squeezenet_0.py").write_text(
+        "import torchvision\n\n\ndef squeezenet(num_classes=10):\n"
+        "    return torchvision.models.squeezenet1_0(num_classes=num_classes)\n")
+    return []
+
+
+def _another_network_named_alike(bundle: Path, scratch: Path) -> list[str]:
+    """A second bundle whose squeezenet_0 is squeezenet1_0 (file and spec agree), its logs
+    sent to the first bundle's folder."""
+    import torchvision
+
+    from perf4sight.networks import spec_from_module, write_model_file, write_spec
+
+    module = torchvision.models.squeezenet1_0(num_classes=10)
+    write_spec(spec_from_module(module, name="squeezenet_0", net="squeezenet", prune_level=0, input_size=(3, 32, 32),
+                                num_classes=10, torchvision_name="squeezenet1_0"), bundle / "models" / "squeezenet_0.json")
+    write_model_file(module, bundle / "models" / "squeezenet_0.py", net="squeezenet", name="squeezenet_0",
+                     num_classes=10, input_size=(3, 32, 32))
+    first = shutil.copytree(bundle / "logs", scratch / "first_logs")
+    shutil.rmtree(bundle / "logs")
+    return ["--log-dir", str(first)]
+
+
+def _moved(bundle: Path, scratch: Path) -> list[str]:
+    """The bundle moved (another path, its test config's models the same files), run again."""
+    moved = shutil.move(str(bundle), str(scratch / "elsewhere"))
+    os.symlink(moved, bundle)  # the runner is started where the case expects the bundle
+    return []
+
+
+def _journal_rows(scratch: Path) -> int:
+    return sum(len((scratch / "elsewhere" / "logs" / kind / "squeezenet_0.csv").read_text().splitlines()) - 1
+               for kind in ("memory", "latency"))
+
+
+BUNDLE_CASES = [
+    _bundle_case("its model file replaced by another network's", _another_network_file),
+    _bundle_case("a second bundle (another network under the same name) into the first's log folder",
+                 _another_network_named_alike),
+    _bundle_case("the bundle moved elsewhere resumes its logs, nothing run twice", _moved,
+                 lambda scratch, out, err: _journal_rows(scratch) == 4),
+    _bundle_case("copied without its model file", _bundle_without("models/squeezenet_0.py")),
+    _bundle_case("copied without its spec (dataset spec)", _bundle_without("models/squeezenet_0.json")),
+    _bundle_case("copied without its test config", lambda bundle, scratch: _bundle_without(
+        json.loads((bundle / "bundle.json").read_text())["defaults"]["test_config"])(bundle, scratch)),
+    _bundle_case("bundle.json iterations = 2.5", _bundle_record("iterations", 2.5)),
+    _bundle_case("bundle.json iterations = true", _bundle_record("iterations", True)),
+    _bundle_case("bundle.json warmup = null", _bundle_record("warmup", None)),
+    _bundle_case("bundle.json device = 5", _bundle_record("device", 5)),
+    _bundle_case("--iterations given twice", _options("--iterations", "2", "--iterations=3")),
+    _bundle_case("--retry-failed and --no-retry-failed", _options("--retry-failed", "--no-retry-failed")),
+]
+
+
+# ---------------------------------------------------------------- stored models written by two or killed
+
+def _predict_at(models: Path) -> list[str]:
+    return ["predict", "--models", str(models), "--net", "squeezenet1_0", "--bs", "8"]
+
+
+def _same_answer_as(which: str) -> Callable[[Path, str, str], bool]:
+    """Whether `predict` answered as it does on the set `scratch/<which>` alone."""
+    def check(scratch: Path, out: str, err: str) -> bool:
+        code, expected, _, _ = invoke(_predict_at(scratch / which))
+        return code == 0 and out == expected
+
+    return check
+
+
+def _half_replaced(listed: bool) -> Callable[[Path, Fixtures], list[str]]:
+    """The old models with the other set staged beside them, as a fingerprint killed after
+    (`listed`) or before it listed its new set leaves the folder; one file already renamed
+    when listed."""
+    def setup(scratch: Path, fixtures: Fixtures) -> list[str]:
+        old, new = shutil.copytree(fixtures.models(), scratch / "old"), shutil.copytree(fixtures.other_models(),
+                                                                                        scratch / "new")
+        models = shutil.copytree(old, scratch / "models")
+        names = sorted(p.name for p in Path(new).glob("training_*"))
+        for name in names:
+            shutil.copy(Path(new) / name, models / f".{name}.staged")
+        if listed:
+            (models / ".replacing.json").write_text(json.dumps(names))
+            os.replace(models / f".{names[0]}.staged", models / names[0])
+        return _predict_at(models)
+
+    return setup
+
+
+def _busy_folder(scratch: Path, fixtures: Fixtures) -> list[str]:
+    """Another fingerprint holding the folder (a process of its own, for 60 s at most)."""
+    models = shutil.copytree(fixtures.models(), scratch / "models")
+    holder = _child_python(f"import time; from perf4sight.fit.store import model_folder_lock\n"
+                           f"with model_folder_lock({str(models)!r}):\n    print('held', flush=True); time.sleep(60)")
+    holder.stdout.readline()
+    config = scratch / "fit.ini"
+    config.write_text(_section("fingerprint", {**_fingerprint_base(fixtures, models), "overwrite": "True"}))
+    return ["fingerprint", "--config", str(config)]
+
+
+def _child_python(code: str) -> subprocess.Popen:
+    env = {**os.environ, "PYTHONPATH": str(ROOT / "src")}
+    return subprocess.Popen([sys.executable, "-c", code], env=env, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
+                            text=True)
+
+
+def _killed_fingerprint(moment: str) -> Callable[[Path, Fixtures], list[str]]:
+    """A fingerprint refitting a folder's models (overwrite) killed at `moment`: 'staged' as
+    soon as a new file is staged, 'listed' as soon as the new set is listed, or after that many
+    seconds; then `predict` on the folder."""
+    def setup(scratch: Path, fixtures: Fixtures) -> list[str]:
+        models = shutil.copytree(fixtures.models(), scratch / "models")
+        config = scratch / "fit.ini"
+        config.write_text(_section("fingerprint", {**_fingerprint_base(fixtures, models), "overwrite": "True",
+                                                   "train_logs": "[0, 90]"}))
+        child = _child(["fingerprint", "--config", str(config)])
+        deadline = time.monotonic() + (120 if moment in ("staged", "listed") else float(moment))
+        while child.poll() is None and time.monotonic() < deadline:
+            if moment == "staged" and any(models.glob(".*.staged")) or moment == "listed" and (
+                    models / ".replacing.json").exists():
+                break
+        child.send_signal(signal.SIGKILL)
+        child.wait()
+        return _predict_at(models)
+
+    return setup
+
+
+def _one_set(scratch: Path, out: str, err: str) -> bool:
+    """Whether the folder's models, as a reader finds them, are of one fitting run."""
+    from perf4sight.files import current_file
+
+    fitted = {json.loads(current_file(path).read_text())["fingerprint"]["fitted_at"]
+              for path in (scratch / "models").glob("training_*.json")}
+    return len(fitted) == 1
+
+
+def _two_at_once(scratch: Path, fixtures: Fixtures) -> list[str]:
+    """Two fingerprints started together into one folder: each ends with its models stored or
+    the one line that another is fitting there; the folder holds one run's set."""
+    models = scratch / "models"
+    config = scratch / "fit.ini"
+    config.write_text(_section("fingerprint", {**_fingerprint_base(fixtures, models), "overwrite": "True"}))
+    children = [_child(["fingerprint", "--config", str(config)]) for _ in range(2)]
+    answers = [(child.wait(), child.stderr.read().decode()) for child in children]
+    (scratch / "answers.json").write_text(json.dumps(answers))
+    return _predict_at(models)
+
+
+def _each_stored_or_refused(scratch: Path, out: str, err: str) -> bool:
+    answers = json.loads((scratch / "answers.json").read_text())
+    return _one_set(scratch, out, err) and all(
+        code == 0 or (code == 2 and "another fingerprint" in text and len(text.strip().splitlines()) == 1)
+        for code, text in answers)
+
+
+STORE_CASES = [
+    Case("store", "a fingerprint into a folder another is fitting into", _busy_folder),
+    Case("store", "a set staged but not listed (killed before): the old set answers", _half_replaced(False),
+         _same_answer_as("old")),
+    Case("store", "a set listed, one file renamed (killed between): the new set answers", _half_replaced(True),
+         _same_answer_as("new")),
+    Case("store", "a fingerprint killed as soon as it staged a file", _killed_fingerprint("staged"), _one_set,
+         slow=True),
+    Case("store", "a fingerprint killed as soon as it listed its set", _killed_fingerprint("listed"), _one_set,
+         slow=True),
+    Case("store", "a fingerprint killed after 4 s", _killed_fingerprint("4"), _one_set, slow=True),
+    Case("store", "two fingerprints into one folder at once", _two_at_once, _each_stored_or_refused, slow=True),
+]
+
+
 # ---------------------------------------------------------------- kills during prune
 
 _PRUNE_ARGS = ["prune", "--net", "squeezenet1_1", "--levels", "0:90:10", "--input-size", "3,32,32",
@@ -1128,14 +1389,15 @@ def catalogue() -> list[Case]:
     configs = [_config_case(section, key, value) for section, key, value in BAD_VALUES]
     files = [*FILE_CASES, Case("config", "the config file is missing", _missing_config)]
     return [*configs, *files, *CLI_CASES, *LOG_CASES, *ROW_CASES, *SET_CASES, *STORED_CASES, *SPEC_CASES,
-            *CODE_CASES, *SPEC_LOG_CASES, *OUTPUT_CASES, *PRUNE_AGAIN_CASES, *NAME_CASES, *LEFTOVER_CASES, *KILL_CASES]
+            *CODE_CASES, *SPEC_LOG_CASES, *OUTPUT_CASES, *PRUNE_AGAIN_CASES, *NAME_CASES, *LEFTOVER_CASES, *KILL_CASES,
+            *BUNDLE_CASES, *STORE_CASES]
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--only", default="",
                         help="comma-separated categories: config, cli, log, log set, stored model, spec, code from data, output, "
-                             "prune again, name as path, leftover, kill")
+                             "prune again, name as path, leftover, kill, bundle, store")
     parser.add_argument("--list", action="store_true", help="print every case's outcome")
     parser.add_argument("--keep", type=Path, default=None, help="scratch folder to keep (default: a temporary one)")
     args = parser.parse_args()

@@ -1,8 +1,10 @@
 """Fault injection: every case of `benchmarks/fault_injection.py` (hostile configs, bad
 command-line values, broken log rows and rows not of their file, log sets read twice or
 incomplete, tampered stored models, impossible specs and specs not of their logs, outputs
-over inputs, `prune` run again with other settings or killed part-way, names that are paths) is answered with one line and exit code 2, or with the right result;
-never a traceback, a silent wrong answer, a lost or duplicated row, or executed code."""
+over inputs, `prune` run again with other settings or killed part-way, names that are paths,
+bundles broken or moved on the device, model folders written by two fingerprints or by one
+killed part-way) is answered with one line and exit code 2, or with the right result; never a
+traceback, a silent wrong answer, a lost or duplicated row, or executed code."""
 
 from __future__ import annotations
 
@@ -41,6 +43,6 @@ def test_a_fault_is_one_line_or_the_right_result(case, fixtures, tmp_path):
 def test_the_catalogue_covers_every_category_and_the_issue_count():
     categories = {case.category for case in CASES}
     assert categories == {"config", "cli", "log", "log set", "stored model", "spec", "code from data", "output",
-                          "prune again", "name as path", "leftover", "kill"}
+                          "prune again", "name as path", "leftover", "kill", "bundle", "store"}
     assert len(CASES) >= 175
     assert len({case.id for case in CASES}) == len(CASES)  # each case named once

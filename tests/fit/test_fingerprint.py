@@ -4,6 +4,7 @@ whose PyTorch saved less), and its handling of missing pieces."""
 from __future__ import annotations
 
 import json
+import os
 import re
 import shutil
 from dataclasses import replace
@@ -26,6 +27,7 @@ from perf4sight.fit import (
     read_logs,
 )
 from perf4sight.fit.methods import CANDIDATE_METHODS, METHODS, candidate_methods
+from perf4sight.fit.store import model_folder_lock
 
 
 def _settings(h200_dir: Path, tmp_path: Path, **changes) -> FingerprintSettings:
@@ -87,7 +89,7 @@ def test_report_files_beside_the_json(trained):
     assert report["mem_used_mib"]["bound_under_pct"] <= report["mem_used_mib"]["under_pct"]
     assert settings.report.with_suffix(".png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     models = sorted(p.name for p in settings.model_storedir.iterdir())
-    assert models == ["training_latency_ms.json", "training_latency_ms.skops",
+    assert models == ["fingerprint.lock", "training_latency_ms.json", "training_latency_ms.skops",
                       "training_mem_used_mib.json", "training_mem_used_mib.skops"]
 
 
@@ -177,6 +179,25 @@ def test_cli_fingerprint_command(h200_dir, tmp_path, capsys):
     assert main(["fingerprint", "--config", str(config)]) == 2
     error = capsys.readouterr().err
     assert "no profiling logs found" in error and str(h200_dir / "latency" / "squeezenet_7-gt.csv") in error
+
+
+def test_a_second_fingerprint_into_a_folder_in_use_is_one_line_and_changes_nothing(h200_dir, tmp_path, capsys):
+    config = tmp_path / "fp.ini"
+    config.write_text(
+        "[fingerprint]\n"
+        "train_nets = ['squeezenet']\ntrain_logs = [0, 90]\neval_logs = []\n"
+        f"latency_logs = ['{h200_dir / 'latency'}']\nmemory_model = False\nmethod = physical\n"
+        f"pruned_models_storedir = {h200_dir / 'models'}\nmodel_storedir = {tmp_path / 'models'}\n"
+    )
+    with model_folder_lock(tmp_path / "models"):  # as another fingerprint's, fitting now
+        capsys.readouterr()
+        assert main(["fingerprint", "--config", str(config)]) == 2
+        error = capsys.readouterr().err.splitlines()
+        assert error == [f"error: {tmp_path / 'models'}: another fingerprint (pid {os.getpid()}) is fitting models "
+                         "into this folder; wait for it to end or give another model_storedir"]
+        assert sorted(p.name for p in (tmp_path / "models").iterdir()) == ["fingerprint.lock"]
+    assert main(["fingerprint", "--config", str(config)]) == 0  # the folder free again
+    assert load_model(tmp_path / "models", stage="training", target="latency_ms").method == "physical"
 
 
 def test_a_run_measured_at_zero_is_named_not_fitted(h200_dir, tmp_path):

@@ -31,7 +31,7 @@ from perf4sight.fit import (
     mape_pct,
     network_weights,
     read_logs,
-    save_model,
+    save_models,
 )
 from perf4sight.features.network import PARAMETER_STREAM_FACTOR
 from perf4sight.fit.physical import LatencySolver, MemorySolver, TermDesign, physical_steps
@@ -170,7 +170,7 @@ def test_latency_rises_with_batch_size(datasets, h200_dir):
 def test_stored_with_skops_and_reloaded(datasets, tmp_path):
     data = datasets["mem_used_mib"]
     model = CalibratedModel("physical", "mem_used_mib").fit(data.rows, data.target)
-    save_model(model, storedir=tmp_path, fingerprint=Fingerprint("Jetson TX2", "tx2", "2026-12-03T12:00:00+00:00"))
+    save_models([model], storedir=tmp_path, fingerprint=Fingerprint("Jetson TX2", "tx2", "2026-12-03T12:00:00+00:00"))
     loaded = load_model(tmp_path, stage="training", target="mem_used_mib")
     assert loaded.regressor_["terms"].get_params() == {"term_set": "network", "target": "mem_used_mib"}
     np.testing.assert_allclose(loaded.predict(data.rows), model.predict(data.rows))

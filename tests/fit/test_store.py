@@ -29,7 +29,7 @@ from perf4sight.fit import (
     load_model,
     stored_model_path,
     read_logs,
-    save_model,
+    save_models,
 )
 from perf4sight.fit.methods import trusted_types
 from perf4sight.fit.store import library_versions, model_hash
@@ -58,7 +58,7 @@ def fitted(dataset):
 
 @pytest.fixture()
 def stored(dataset, fitted, tmp_path):
-    path = save_model(fitted, storedir=tmp_path, fingerprint=H200_RUN)
+    [path] = save_models([fitted], storedir=tmp_path, fingerprint=H200_RUN)
     return fitted, path
 
 
@@ -101,7 +101,7 @@ def test_a_memory_model_keeps_its_bound_and_its_predictions(tmp_path):
     console.set_quiet(True)
     memory = _dataset(MEMORY)
     fitted = CalibratedModel("physical", "mem_used_mib", bound_quantile=BOUND_QUANTILE).fit(memory.rows, memory.target)
-    save_model(fitted, storedir=tmp_path, fingerprint=H200_RUN)
+    save_models([fitted], storedir=tmp_path, fingerprint=H200_RUN)
     # one object: its regressor, its corrections and its bound, only types a method declares
     untrusted = skops.io.get_untrusted_types(file=stored_model_path(tmp_path, "training", "mem_used_mib"))
     assert set(untrusted) == {"perf4sight.fit.calibration.CalibratedModel",
@@ -145,7 +145,7 @@ def test_an_older_storage_format_is_refused(stored, tmp_path, edit_header):
 
 
 def test_a_model_of_format_14_is_refused_in_one_line(dataset, fitted, tmp_path):
-    """Format 14 kept what a prediction reads in the metadata beside the model, as `save_model`
+    """Format 14 kept what a prediction reads in the metadata beside the model, as `save_models`
     wrote it then: refused by its format before anything else is read."""
     path = stored_model_path(tmp_path, "training", "latency_ms")
     skops.io.dump(fitted, path)
@@ -201,13 +201,13 @@ def test_a_folder_s_models_of_two_fingerprints_are_not_combined(dataset, fitted,
     from perf4sight.predict import Predictor
 
     memory = CalibratedModel("physical", "mem_used_mib").fit(dataset.rows, dataset.target)
-    save_model(fitted, storedir=tmp_path, fingerprint=H200_RUN)
+    save_models([fitted], storedir=tmp_path, fingerprint=H200_RUN)
     later = Fingerprint(H200_RUN.device, H200_RUN.campaign, fitted_at="2026-12-04T08:00:00+00:00")
-    save_model(memory, storedir=tmp_path, fingerprint=later)
+    save_models([memory], storedir=tmp_path, fingerprint=later)
     # the same device and campaign, fitted at two times (one kept with overwrite = False): one fingerprint
     assert Predictor.load(tmp_path).models.keys() == {"mem_used_mib", "latency_ms"}
     tx2 = Fingerprint("Jetson TX2", "/data/tx2", fitted_at="2026-12-01T09:00:00+00:00")
-    save_model(memory, storedir=tmp_path, fingerprint=tx2)
+    save_models([memory], storedir=tmp_path, fingerprint=tx2)
     with pytest.raises(FittedModelError) as error:
         Predictor.load(tmp_path)
     assert str(error.value) == (
@@ -235,7 +235,7 @@ def _fix_hash(path):
 def test_a_model_copied_over_another_target_is_refused_by_its_own_identity(dataset, stored, tmp_path):
     _, latency = stored
     as_memory = CalibratedModel("physical", "mem_used_mib").fit(dataset.rows, dataset.target)
-    memory = save_model(as_memory, storedir=tmp_path, fingerprint=H200_RUN)
+    [memory] = save_models([as_memory], storedir=tmp_path, fingerprint=H200_RUN)
     assert load_model(tmp_path, stage="training", target="mem_used_mib").target == "mem_used_mib"
     memory.write_bytes(latency.read_bytes())  # the latency model under the memory model's name
     _fix_hash(memory)
@@ -375,12 +375,12 @@ def test_a_fallback_is_stored_where_the_method_has_one_and_nowhere_else(dataset,
     `replay` stored without its `physical` one (a prediction under autocast would fail)."""
     with_fallback = CalibratedModel("physical", "latency_ms", fallback="streams").fit(dataset.rows, dataset.target)
     assert with_fallback.fallback_.method == "streams"
-    save_model(with_fallback, storedir=tmp_path, fingerprint=H200_RUN)
+    save_models([with_fallback], storedir=tmp_path, fingerprint=H200_RUN)
     with pytest.raises(FittedModelError, match="holds a fallback model; method 'physical' has none"):
         load_model(tmp_path, stage="training", target="latency_ms")
     rows = dataset.rows.assign(architecture=[load_architecture(H200 / "models" / f"{model}.json", needs=Detail.LIFETIMES)
                                              for model in dataset.rows["model"]])
     replay = CalibratedModel("replay", "latency_ms").fit(rows, dataset.target)
-    save_model(replay, storedir=tmp_path, fingerprint=H200_RUN)
+    save_models([replay], storedir=tmp_path, fingerprint=H200_RUN)
     with pytest.raises(FittedModelError, match="its fallback is not a 'physical' model of the same PyTorch; fingerprint"):
         load_model(tmp_path, stage="training", target="latency_ms")

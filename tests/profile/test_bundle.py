@@ -87,6 +87,22 @@ def test_the_runners_switches_turn_the_recorded_defaults_off(bundle: Path) -> No
     assert (args.till_first_fail, args.memory_limit_mib, args.retry_failed) == (True, 900, True)
 
 
+def test_a_bundle_whose_model_file_is_another_networks_is_one_line_before_any_test(
+        bundle: Path, tmp_path: Path) -> None:
+    """Its runs would be logged under the spec's name: refused, naming the file and a layer."""
+    bundle = Path(shutil.copytree(bundle, tmp_path / "bundle"))
+    model = bundle / "models" / "squeezenet_0.py"
+    model.write_text("import torchvision\n\n\ndef squeezenet(num_classes=10):\n"
+                     "    return torchvision.models.squeezenet1_0(num_classes=num_classes)\n")
+    done = subprocess.run(_runner(bundle), capture_output=True, text=True)
+    assert done.returncode == 2
+    assert done.stderr.splitlines() == [
+        "error: models/squeezenet_0.py: not the network its spec squeezenet_0.json describes (features.0 is "
+        "(3, 96, 1, (7, 7)), the spec says (3, 64, 1, (3, 3))): another network's file? Write the model file "
+        "and its spec again together"]
+    assert not (bundle / "logs").exists()
+
+
 def test_a_bundle_record_without_a_default_is_one_line(bundle: Path, tmp_path: Path) -> None:
     bundle = Path(shutil.copytree(bundle, tmp_path / "bundle"))
     record = json.loads((bundle / "bundle.json").read_text())

@@ -497,3 +497,48 @@ def test_a_campaign_whose_journal_was_deleted_adds_no_test_twice_to_the_gt(
     assert sorted(after["bs"]) == [2, 4] and list(after.columns) == list(before.columns)
     journal = read_journal(log_dir / "latency" / "tinynet_0.csv")
     assert sorted(after["latency"]) == sorted(row["latency"] for row in journal)  # the new readings
+
+
+def test_a_campaign_resumes_its_models_wherever_their_files_lie_and_refuses_another_file_of_their_name(
+        tmp_path: Path, model_dir: Path, write_test_config) -> None:
+    log_dir = tmp_path / "logs"
+    first = read_test_config(write_test_config(tmp_path / "t.ini", [model_dir / "tinynet_0.py"], [2, 4],
+                                               test_var=("latency",)))
+    assert profile_campaign(first, log_dir=log_dir, iterations=1).passed == 2
+    journal = read_journal(log_dir / "latency" / "tinynet_0.csv")
+    digest = {row["params"]["model_sha256"] for row in journal}
+    assert len(digest) == 1 and len(digest.pop()) == 64
+
+    moved = tmp_path / "bundle" / "models"
+    moved.mkdir(parents=True)
+    (moved / "tinynet_0.py").write_bytes((model_dir / "tinynet_0.py").read_bytes())
+    again = read_test_config(write_test_config(tmp_path / "moved.ini", [moved / "tinynet_0.py"], [2, 4, 8],
+                                               test_var=("latency",)))
+    resumed = profile_campaign(again, log_dir=log_dir, iterations=1)
+    assert (resumed.already_recorded, resumed.passed) == (2, 1)  # the same file at another path
+    assert sorted(_gt(log_dir, "latency", "tinynet_0")["bs"]) == [2, 4, 8]
+
+    (moved / "tinynet_0.py").write_text((model_dir / "fragile_0.py").read_text().replace("fragile", "tinynet"))
+    with pytest.raises(ConfigError, match=r"tinynet_0.csv: holds tests of another tinynet_0 than .*bundle"):
+        profile_campaign(again, log_dir=log_dir, iterations=1)
+    assert len(read_journal(log_dir / "latency" / "tinynet_0.csv")) == 3  # nothing measured or written
+
+    twice = read_test_config(write_test_config(tmp_path / "twice.ini", [model_dir / "tinynet_0.py",
+                                                                        moved / "tinynet_0.py"], [2]))
+    with pytest.raises(ConfigError, match="have one name, tinynet_0, and would share its logs"):
+        profile_campaign(twice, log_dir=tmp_path / "other", iterations=1)
+    assert not (tmp_path / "other").exists()
+
+
+def test_a_model_file_of_another_network_than_its_spec_stops_the_campaign_before_any_test(
+        tmp_path: Path, model_dir: Path, write_test_config) -> None:
+    wider = torch.nn.Sequential(torch.nn.Conv2d(3, 24, 3, padding=1), torch.nn.BatchNorm2d(24), torch.nn.ReLU(),
+                                torch.nn.Conv2d(24, 32, 3, padding=1), torch.nn.ReLU(),
+                                torch.nn.AdaptiveAvgPool2d(1), torch.nn.Flatten(), torch.nn.Linear(32, 10))
+    write_spec(spec_from_module(wider, name="tinynet_0", net="tinynet", prune_level=0, input_size=(3, 32, 32),
+                                num_classes=10), model_dir / "tinynet_0.json")
+    config = read_test_config(write_test_config(tmp_path / "t.ini", [model_dir / "tinynet_0.py"], [2]))
+    with pytest.raises(ConfigError, match=r"tinynet_0.py: not the network its spec tinynet_0.json describes "
+                                          r"\(0 is \(3, 16, 1, \(3, 3\)\), the spec says \(3, 24, 1, \(3, 3\)\)\)"):
+        profile_campaign(config, log_dir=tmp_path / "logs")
+    assert not (tmp_path / "logs").exists()

@@ -19,7 +19,7 @@ from perf4sight.device.definitions import MEMORY
 from perf4sight.device.logs import GT_COLUMNS, read_gt
 from perf4sight.device.recipe import DEFAULT_RECIPE, RECIPE_COLUMNS, Recipe
 from perf4sight.errors import ArgumentError, ConfigError, LogFormatError
-from perf4sight.fit import ArchitectureCatalog, CalibratedModel, Fingerprint, build_dataset, load_model, save_model
+from perf4sight.fit import ArchitectureCatalog, CalibratedModel, Fingerprint, build_dataset, load_model, save_models
 from perf4sight.fit.logs import read_logs
 from perf4sight.profile import profile_campaign, read_test_config
 from perf4sight.profile.campaign import check_settings
@@ -154,7 +154,7 @@ def test_one_log_folder_holds_several_recipes_and_resumes_each(tmp_path: Path, m
     np.testing.assert_array_equal(state, np.where(data.rows["optimizer"] == "adam", 2.0, 1.0))
     assert data.rows["family"].nunique() == 4  # corrections measured under one recipe correct no other
     model = CalibratedModel("physical", MEMORY.name).fit(data.rows, data.target)
-    save_model(model, storedir=tmp_path / "fitted", fingerprint=Fingerprint("cpu", "recipes", "2026-12-03T12:00:00+00:00"))
+    save_models([model], storedir=tmp_path / "fitted", fingerprint=Fingerprint("cpu", "recipes", "2026-12-03T12:00:00+00:00"))
     assert set(load_model(tmp_path / "fitted", stage="training", target=MEMORY.name).recipes_) == set(recipes)
 
 

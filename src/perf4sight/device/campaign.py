@@ -4,7 +4,10 @@ Latency tests share a worker process; each memory test runs in a worker that has
 no test before it, as a user's training script is a process of its own.
 
 Tests already in the logs are skipped, so a campaign killed at any point (SIGKILL
-included) picks up where it stopped when started again; a test that failed for another
+included) picks up where it stopped when started again. A test is known in the logs by its
+model's name, whatever path the file had, and each row records the digest of the file it
+measured (`model_sha256` in `params`): logs of another file under the same name (another
+bundle's networks, a model written again) are refused, never taken as this one's; a test that failed for another
 reason than running out of memory (an error in a model's code, a worker killed by hand)
 is run again, unless `retry_failed` is off, and its new row is its result. With `till_first_fail`, a
 failed batch size ends its model's run for that stage and variable: the larger batch
@@ -23,15 +26,18 @@ from .backends import BACKENDS, backend_name
 from .definitions import is_int_at_least, is_positive_int
 from .contention import BUSY_ELSEWHERE_WARNING
 from .environment import environment_record, write_environment
-from .errors import ArgumentError
+from .errors import ArgumentError, ConfigError
 from .lock import LogFolderLock
 from .logs import LogRow, append_gt_row, append_row, journal_path, latest_rows, ran_out_of_memory, read_journal, write_gt
-from .models import check_model_files, import_loader
+from .models import check_model_files, import_loader, model_digest
 from .test_config import ProfileTest
 from .worker import WorkerCrashed, WorkerProcess
 from .workload import TestOutcome, check_recipes
 
 __all__ = ["TestResult", "CampaignSummary", "check_run", "profile_campaign"]
+
+# The `params` key of the digest of the file a row measured (`models.model_digest`).
+_DIGEST = "model_sha256"
 
 
 class TestResult:
@@ -111,21 +117,33 @@ def profile_campaign(
     check_run(iterations, warmup, memory_limit_mib)
     backend = backend_name(device)
     log_dir = Path(log_dir)
+    _check_log_names(tests)
+    digests = {model: model_digest(model) for model in dict.fromkeys(test.model for test in tests)}
     # checked before the log folder is made or locked: a bad model is one line, nothing written
-    todo = _todo(tests, _kept(_recorded(tests, log_dir, repair=False), retry_failed) if save else {})
+    todo = _todo(tests, _kept(_recorded(tests, log_dir, digests, repair=False), retry_failed) if save else {})
     check_models(todo)
     check_recipes(todo, import_loader(loader), BACKENDS[backend].device_type)
     if not save:
         return _run(tests, {}, log_dir, backend, gpu_id, iterations, warmup, till_first_fail, False,
-                    memory_limit_mib, loader, console)
+                    memory_limit_mib, loader, digests, console)
     with LogFolderLock(log_dir):
-        recorded = _recorded(tests, log_dir, repair=True)
+        recorded = _recorded(tests, log_dir, digests, repair=True)
         kept = _kept(recorded, retry_failed)
         if len(kept) < len(recorded):
             console.info("{} failed tests (not out of memory) run again; retry_failed off keeps them "
                          "as failed".format(len(recorded) - len(kept)))
         return _run(tests, kept, log_dir, backend, gpu_id, iterations, warmup, till_first_fail, True,
-                    memory_limit_mib, loader, console)
+                    memory_limit_mib, loader, digests, console)
+
+
+def _check_log_names(tests: Sequence[ProfileTest]) -> None:
+    """Refuse two model files of one name: their tests would share one log."""
+    named: Dict[str, str] = {}
+    for test in tests:
+        first = named.setdefault(test.log_name, test.model)
+        if first != test.model:
+            raise ConfigError("test config: models {} and {} have one name, {}, and would share its logs; "
+                              "rename one".format(first, test.model, test.log_name))
 
 
 def _todo(tests: Sequence[ProfileTest], recorded: Dict[tuple, LogRow]) -> List[ProfileTest]:
@@ -154,7 +172,7 @@ def _kept(recorded: Dict[tuple, LogRow], retry_failed: bool) -> Dict[tuple, LogR
 
 def _run(tests: Sequence[ProfileTest], recorded: Dict[tuple, LogRow], log_dir: Path, backend: str, gpu_id: int,
          iterations: int, warmup: int, till_first_fail: bool, save: bool, memory_limit_mib: Optional[int],
-         loader: Optional[str], console: Any) -> CampaignSummary:
+         loader: Optional[str], digests: Dict[str, Optional[str]], console: Any) -> CampaignSummary:
     summary = CampaignSummary()
     failed_at: Dict[tuple, int] = {}  # test group -> smallest failed batch size
     for row in recorded.values():
@@ -188,7 +206,7 @@ def _run(tests: Sequence[ProfileTest], recorded: Dict[tuple, LogRow], log_dir: P
             summary.results.append(result)
             if save:
                 path = journal_path(log_dir, test)
-                row = _row(result)
+                row = _row(result, digests[test.model])
                 append_row(path, test.test_var, row)
                 append_gt_row(path, test.test_var, row)  # in place of a failure's row run again
             bar.advance(label)
@@ -239,26 +257,38 @@ def _run_one(worker: WorkerProcess, test: ProfileTest, *, iterations: int, warmu
     return TestResult(test, "ok" if outcome.passed else "error", outcome)
 
 
-def _recorded(tests: Sequence[ProfileTest], log_dir: Path, *, repair: bool) -> Dict[tuple, LogRow]:
+def _recorded(tests: Sequence[ProfileTest], log_dir: Path, digests: Dict[str, Optional[str]], *,
+              repair: bool) -> Dict[tuple, LogRow]:
     """Rows already in the logs of these tests' models, by test key; with `repair`, torn
-    lines are cut off and the `-gt.csv` files rewritten from their journals."""
+    lines are cut off and the `-gt.csv` files rewritten from their journals. ConfigError
+    when a row measured another file than the test's model (`digests`, by model entry)."""
     recorded: Dict[tuple, LogRow] = {}
     for path in dict.fromkeys(journal_path(log_dir, t) for t in tests):
         rows = read_journal(path, repair=repair)
         recorded.update(latest_rows(rows))
         if rows and repair:
             write_gt(path, path.parent.name)
+    for test in tests:
+        measured = recorded.get(test.key, {}).get("params", {}).get(_DIGEST)
+        if None not in (measured, digests[test.model]) and measured != digests[test.model]:  # no file: checked later
+            raise ConfigError(
+                "{}: holds tests of another {} than {} (measured from a file of other contents: another "
+                "network of that name?); give another log_dir, or move those logs away to measure it".format(
+                    journal_path(log_dir, test), test.log_name, test.model))
     return recorded
 
 
-def _row(result: TestResult) -> LogRow:
+def _row(result: TestResult, digest: Optional[str]) -> LogRow:
     outcome = result.outcome
     memory = outcome.memory if outcome is not None else None
+    params = result.test.params()
+    if digest is not None:
+        params[_DIGEST] = digest
     row: LogRow = {
         "passed": result.passed,
         "status": result.status,
         "error": outcome.error if outcome is not None else None,
-        "params": result.test.params(),
+        "params": params,
         "latency": result.latency_ms,
         "latency_iters_ms": outcome.latency_iters_ms if outcome is not None and outcome.latency_iters_ms else None,
     }

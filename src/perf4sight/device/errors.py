@@ -23,7 +23,7 @@ __all__ = [
     "DataNotFoundError",
     "FittedModelError",
     "UsageError",
-    "LogFolderBusyError",
+    "FolderBusyError",
     "clip",
     "in_settings",
 ]
@@ -88,5 +88,6 @@ class UsageError(Perf4sightError, ValueError):
     """An argument is out of range: a batch size of 0, a budget that nothing fits, a bad unit."""
 
 
-class LogFolderBusyError(Perf4sightError, RuntimeError):
-    """Another campaign is profiling into the same log folder."""
+class FolderBusyError(Perf4sightError, RuntimeError):
+    """Another process writes into the same folder: a campaign into a log folder, a
+    fingerprint into a model folder (`lock.py`)."""

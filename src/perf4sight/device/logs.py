@@ -347,8 +347,9 @@ def append_gt_row(path: Path, test_var: str, row: LogRow) -> None:
 
 def _gt_test(line: str, columns: List[str]) -> Tuple[str, ...]:
     """What names a gt line's test: its fields in the test's columns (its parameters and
-    recipe) that the file has."""
-    return tuple(text for column, text in zip(columns, line.split(SEPARATOR)) if column in _TEST_COLUMNS)
+    recipe) that the file has, its model by name (as `ProfileTest.key`)."""
+    return tuple(architecture_name(text) if column == "model" else text
+                 for column, text in zip(columns, line.split(SEPARATOR)) if column in _TEST_COLUMNS)
 
 
 def _gt_line(row: LogRow, columns: List[str]) -> str:

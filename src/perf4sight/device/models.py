@@ -6,6 +6,7 @@ torchvision names), by name, so that nothing here imports the host. A loader is 
 function `test -> LoadedModel` named as `module:function`.
 """
 
+import hashlib
 import importlib
 import importlib.util
 import inspect
@@ -23,8 +24,8 @@ from .definitions import DATASETS, is_positive_int
 from .test_config import ProfileTest
 
 __all__ = [
-    "LoadedModel", "call_factory", "check_model_files", "exec_model_file", "import_loader", "load_model_file",
-    "spec_shape", "split_model_source", "takes_num_classes", "test_shape",
+    "LoadedModel", "call_factory", "check_against_spec", "check_model_files", "exec_model_file", "import_loader", "load_model_file",
+    "model_digest", "spec_shape", "split_model_source", "takes_num_classes", "test_shape",
 ]
 
 
@@ -43,6 +44,14 @@ def split_model_source(source: Union[str, Path]) -> Tuple[Path, Optional[str]]:
     if match:
         return Path(match.group(1)), match.group(2)
     return Path(text), None
+
+
+def model_digest(model: str) -> Optional[str]:
+    """The SHA-256 of the file a test's `model` entry names (a model file or a spec; None for
+    a name that is no file, a torchvision builder's): what a log row was measured from,
+    wherever the file lay."""
+    path = split_model_source(model)[0]
+    return hashlib.sha256(path.read_bytes()).hexdigest() if path.is_file() else None
 
 
 def test_shape(test: ProfileTest) -> Optional[Tuple[Tuple[int, int, int], int]]:
@@ -145,8 +154,10 @@ def call_factory(path: Path, function: Callable[..., Any], num_classes: Optional
 
 
 def check_model_files(tests: Sequence[ProfileTest]) -> None:
-    """Refuse, before any test, models this loader cannot build: a test that would fail
-    without measuring anything, journalled, would never be retried once the file is fixed."""
+    """Refuse, before any test, models this loader cannot build, or that are not the network
+    of the spec beside them: a test that would fail without measuring anything, journalled,
+    would never be retried once the file is fixed, and one of another network would be
+    logged under the spec's name."""
     for test in {(t.model, t.dataset): t for t in tests}.values():
         path = split_model_source(test.model)[0]
         if path.suffix != ".py":
@@ -156,6 +167,43 @@ def check_model_files(tests: Sequence[ProfileTest]) -> None:
             raise ConfigError("test config: model file not found: {}".format(path))
         if test_shape(test) is None:
             raise ConfigError(_no_shape(test))
+        check_against_spec(path, load_model_file(test).module)
+
+
+def check_against_spec(path: Path, module: nn.Module) -> None:
+    """ConfigError when the model file `path` built `module`, a network other than the
+    spec beside it (`<stem>.json`, if any) describes."""
+    spec_path = path.with_suffix(".json")
+    problem = _spec_problem(module, spec_path) if spec_path.is_file() else None
+    if problem is not None:
+        raise ConfigError("{}: not the network its spec {} describes ({}): another network's file? "
+                          "Write the model file and its spec again together".format(path, spec_path.name, problem))
+
+
+def _spec_problem(module: nn.Module, spec_path: Path) -> Optional[str]:
+    """How `module` differs from the spec at `spec_path` in a convolution's channels, groups
+    or kernel, or a linear layer's inputs (what pruning changes; a classifier's outputs
+    follow the classes a test runs at), layer by layer name; None when it does not."""
+    try:
+        layers = json.loads(spec_path.read_text(encoding="utf-8"))["layers"]
+        named = dict(module.named_modules())
+        for layer in layers:
+            name, kind = layer["name"], layer["type"]
+            if kind not in ("Conv2d", "Linear"):
+                continue
+            found = named.get(name)
+            if found is None:
+                return "it has no layer {}".format(name)
+            if kind == "Conv2d":
+                want = (layer["in"][0], layer["out"][0], layer["groups"], tuple(layer["kernel"]))
+                got = tuple(getattr(found, a, None) for a in ("in_channels", "out_channels", "groups", "kernel_size"))
+            else:
+                want, got = (layer["in"][-1],), (getattr(found, "in_features", None),)
+            if got != want:
+                return "{} is {}, the spec says {}".format(name, got, want)
+    except (OSError, ValueError, KeyError, TypeError, IndexError) as exc:
+        return "its layers cannot be read: {}: {}".format(type(exc).__name__, exc)
+    return None
 
 
 def import_loader(name: Optional[str]) -> Callable[[ProfileTest], Any]:

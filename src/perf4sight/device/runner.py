@@ -58,6 +58,25 @@ def _parser(defaults: Dict[str, Any]) -> argparse.ArgumentParser:
     return parser
 
 
+def _repeated_option(parser: argparse.ArgumentParser, argv: List[str]) -> Optional[str]:
+    """What names an option given more than once in `argv` (or with its opposite,
+    `--retry-failed` and `--no-retry-failed`), where argparse would keep the last; None."""
+    dests = {flag: action.dest for action in parser._actions for flag in action.option_strings}
+    given: Dict[str, List[str]] = {}
+    for word in argv:
+        flag = word.split("=", 1)[0]
+        if flag in dests:
+            given.setdefault(dests[flag], []).append(flag)
+    for flags in given.values():
+        distinct = list(dict.fromkeys(flags))
+        if len(distinct) > 1:
+            return "{} are given together; give one".format(" and ".join(distinct))
+        if len(flags) > 1:
+            return "{} is given {}; give it once".format(
+                flags[0], "twice" if len(flags) == 2 else "{} times".format(len(flags)))
+    return None
+
+
 def _limit(text: str) -> Optional[int]:
     """A --memory-limit-mib value: an integer, or 'none' for no limit."""
     return None if text.strip().lower() == "none" else int(text)
@@ -122,7 +141,13 @@ def main(bundle_dir: str, argv: Optional[List[str]] = None) -> int:
         print("error: PyTorch cannot be imported by {} ({}); install the PyTorch of this device's "
               "JetPack or platform".format(sys.executable, exc), file=sys.stderr)
         return 2
-    args = _parser(defaults).parse_args(argv)
+    parser = _parser(defaults)
+    argv = sys.argv[1:] if argv is None else argv
+    repeated = _repeated_option(parser, argv)
+    if repeated:
+        print("error: {}".format(repeated), file=sys.stderr)
+        return 2
+    args = parser.parse_args(argv)
     console.set_quiet(args.quiet)
     log_dir = Path(args.log_dir).resolve() if args.log_dir is not None else bundle / defaults["log_dir"]
     signal.signal(signal.SIGTERM, interrupt)

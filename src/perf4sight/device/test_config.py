@@ -44,13 +44,15 @@ class ProfileTest(NamedTuple):
 
     @property
     def key(self) -> Tuple[str, int, str, str, str, str, Recipe]:
-        """What identifies the test in a log, for resuming."""
-        return (self.test_var, self.bs, self.dataset, self.net_name, self.stage, self.model, self.recipe)
+        """What identifies the test in a log, for resuming: its model by name, not by the
+        path it had (a bundle moved, a config written with other relative paths); that a
+        recorded row measured the same model file is checked by its digest (`campaign`)."""
+        return (self.test_var, self.bs, self.dataset, self.net_name, self.stage, self.log_name, self.recipe)
 
     @property
     def group(self) -> Tuple[str, str, str, str, str, Recipe]:
         """Tests that differ only in batch size (the unit of `till_first_fail`)."""
-        return (self.model, self.net_name, self.dataset, self.stage, self.test_var, self.recipe)
+        return (self.log_name, self.net_name, self.dataset, self.stage, self.test_var, self.recipe)
 
     def params(self) -> Dict[str, Any]:
         """The original's `params` dict, keys in its order, then, for a recipe other than

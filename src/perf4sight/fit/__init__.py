@@ -20,7 +20,7 @@ from perf4sight.fit.methods import (
 )
 from perf4sight.fit.physical import LatencySolver, MemorySolver, TermDesign
 from perf4sight.fit.report import mape_pct, summarise
-from perf4sight.fit.store import Fingerprint, load_model, load_models, save_model, stored_model_path
+from perf4sight.fit.store import Fingerprint, load_model, load_models, save_models, stored_model_path
 
 __all__ = [
     "Answer",
@@ -58,6 +58,6 @@ __all__ = [
     "read_gt_log",
     "read_logs",
     "resolve_method",
-    "save_model",
+    "save_models",
     "summarise",
 ]

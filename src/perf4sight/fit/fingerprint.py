@@ -39,7 +39,7 @@ from perf4sight.fit.dataset import ArchitectureCatalog, Dataset, build_dataset, 
 from perf4sight.fit.logs import find_logs, read_logs, recorded_environments, recorded_torch_versions
 from perf4sight.fit.methods import DEFAULT_METHOD, METHODS, candidate_methods, method_problem, resolve_method
 from perf4sight.fit.report import print_report, summarise, write_report
-from perf4sight.fit.store import Fingerprint, load_model, save_model, stored_model_path
+from perf4sight.fit.store import Fingerprint, load_model, model_folder_lock, save_models, stored_model_path
 
 __all__ = ["check_settings", "fingerprint_device"]
 
@@ -53,7 +53,10 @@ def _log_dirs(settings: FingerprintSettings, kind: str, *, evaluation: bool) -> 
     return dirs
 
 
-def _train(settings: FingerprintSettings, target: Quantity, method: str, catalog: ArchitectureCatalog) -> None:
+def _train(settings: FingerprintSettings, target: Quantity, method: str,
+           catalog: ArchitectureCatalog) -> tuple[CalibratedModel, list[Path]] | None:
+    """The model of `target` fitted on its logs, and the log folders it read; None when the
+    stored one is kept."""
     path = stored_model_path(settings.model_storedir, settings.stage, target.name)
     if path.is_file() and not settings.overwrite:
         try:
@@ -62,7 +65,7 @@ def _train(settings: FingerprintSettings, target: Quantity, method: str, catalog
             console.info(f"the stored {target.kind} model cannot be used ({exc}); refitting it")
         else:
             console.info(f"{target.kind} model already stored at {path}; kept (overwrite = False)")
-            return
+            return None
     candidates = candidate_methods(target.name) if method == DEFAULT_METHOD else (method,)
     dirs = _log_dirs(settings, target.kind, evaluation=False)
     logs = read_logs(settings.train_nets, settings.train_logs, dirs, [target])
@@ -102,8 +105,16 @@ def _train(settings: FingerprintSettings, target: Quantity, method: str, catalog
         console.info(f"{bound['quantile']:.0%} of runs measured at most {bound['ratio']:.3f}x their prediction "
                      f"with their {bound['left_out']} left out of the fit: the memory bound"
                      + (f" ({in_family:.3f}x for another level of a profiled network)" if in_family else ""))
-    save_model(model, storedir=settings.model_storedir, fingerprint=_fingerprint(dirs))
-    console.info(f"stored the {target.kind} model at {path}")
+    return model, dirs
+
+
+def _store(settings: FingerprintSettings, fitted: list[tuple[CalibratedModel, list[Path]]]) -> None:
+    """Store the models fitted in one run as one set, of one fingerprint (the log folders of all)."""
+    if not fitted:
+        return
+    dirs = list(dict.fromkeys(d for _, model_dirs in fitted for d in model_dirs))
+    paths = save_models([model for model, _ in fitted], storedir=settings.model_storedir, fingerprint=_fingerprint(dirs))
+    console.info("stored " + ", ".join(f"the {model.target} model at {path}" for (model, _), path in zip(fitted, paths)))
 
 
 def _fingerprint(log_dirs: list[Path]) -> Fingerprint:
@@ -240,8 +251,10 @@ def fingerprint_device(settings: FingerprintSettings) -> dict[str, Any]:
     for target in QUANTITIES:
         if target not in enabled:
             console.info(f"not creating the {target.kind} model ({target.kind}_model = False)")
-        elif not settings.evaluate:
-            _train(settings, target, method, catalog)
+    if not settings.evaluate:
+        with model_folder_lock(settings.model_storedir):
+            _store(settings, [model for target in enabled
+                              if (model := _train(settings, target, method, catalog)) is not None])
     if not settings.eval_logs:
         console.info("no eval_logs given: nothing to evaluate")
         return {}

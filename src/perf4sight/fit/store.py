@@ -16,7 +16,9 @@ makes (a wrong type, a NaN), or when this run computes other features for the re
 network than the fit did: features defined differently would be fed to coefficients fitted
 on the old ones, silently. One half of a pair without the other (or a folder in its place)
 is an error naming it, never a model skipped; a folder's models of different fingerprints
-are never combined (`load_models`).
+are never combined (`load_models`). A fingerprint's models are stored as one set
+(`save_models`): killed at any moment, the folder holds its old models or all the new ones;
+and one fingerprint at a time writes into a folder (`model_folder_lock`).
 """
 
 from __future__ import annotations
@@ -25,7 +27,7 @@ import hashlib
 import io
 import json
 import zipfile
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass
 from functools import cache
 from importlib.metadata import version
@@ -46,10 +48,11 @@ from perf4sight.errors import DataNotFoundError, FittedModelError, clip
 from perf4sight.features import FEATURE_SETS
 from perf4sight.fit.calibration import CalibratedModel, FamilyCalibration
 from perf4sight.fit.methods import METHODS, make_regressor, trusted_types
-from perf4sight.files import read_json, replaced, write_text
+from perf4sight.device.lock import FolderLock
+from perf4sight.files import current_file, read_json, write_together
 from perf4sight.networks import load_architecture
 
-__all__ = ["Fingerprint", "library_versions", "load_model", "load_models", "model_hash", "save_model",
+__all__ = ["Fingerprint", "library_versions", "load_model", "load_models", "model_folder_lock", "model_hash", "save_models",
            "stored_model_path"]
 
 # 5: the reference network's features are stored (`feature_probe`); 6: the estimator's identity;
@@ -65,6 +68,8 @@ _FORMAT = 15
 # Versions that must match for a stored model to be used: the estimator's internals
 # (scikit-learn) and the feature definitions (perf4sight).
 _PINNED = ("scikit-learn", "perf4sight")
+# Held by a fingerprint in its model folder (`model_folder_lock`).
+_LOCK_FILE = "fingerprint.lock"
 # The types a stored model holds besides its regressor's (`trusted_types`).
 _MODEL_TYPES = tuple(f"{cls.__module__}.{cls.__qualname__}" for cls in (CalibratedModel, FamilyCalibration, Recipe))
 
@@ -262,25 +267,35 @@ def _what(model: Any) -> dict[str, Any]:
     return {name: getattr(model, name, None) for name in ("stage", "target", "method", "feature_set")}
 
 
-def save_model(model: CalibratedModel, *, storedir: str | Path, fingerprint: Fingerprint) -> Path:
-    """Store a fitted model and its header (the model's identity and `fingerprint`'s);
-    returns the .skops path."""
-    path = stored_model_path(storedir, model.stage, model.target)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    data = skops.io.dumps(model)
-    header = {
-        "format": _FORMAT,
-        **_what(model),
-        "estimator": _describe(model.regressor_),
-        "fingerprint": asdict(fingerprint),
-        "versions": library_versions(),
-        "feature_probe": _feature_probe(model.feature_set, model.stage),
-    }
-    header["sha256"] = model_hash(data, header)
-    with replaced(path) as temporary:
-        temporary.write_bytes(data)
-    write_text(path.with_suffix(".json"), json.dumps(header, indent=2) + "\n")
-    return path
+def save_models(models: Sequence[CalibratedModel], *, storedir: str | Path, fingerprint: Fingerprint) -> list[Path]:
+    """Store fitted models, each with its header (the model's identity and `fingerprint`'s),
+    as one set: a reader of the folder sees its old models or all of these, whatever is
+    killed when (`files.write_together`); the caller holds the folder's lock
+    (`model_folder_lock`). Returns the .skops paths."""
+    files: dict[Path, bytes] = {}
+    for model in models:
+        path = stored_model_path(storedir, model.stage, model.target)
+        data = skops.io.dumps(model)
+        header = {
+            "format": _FORMAT,
+            **_what(model),
+            "estimator": _describe(model.regressor_),
+            "fingerprint": asdict(fingerprint),
+            "versions": library_versions(),
+            "feature_probe": _feature_probe(model.feature_set, model.stage),
+        }
+        header["sha256"] = model_hash(data, header)
+        files[path] = data
+        files[path.with_suffix(".json")] = (json.dumps(header, indent=2) + "\n").encode("utf-8")
+    write_together(files)
+    return [path for path in files if path.suffix == ".skops"]
+
+
+def model_folder_lock(storedir: str | Path) -> FolderLock:
+    """The lock a fingerprint holds on its model folder while it fits and stores: a second
+    one is refused (FolderBusyError), rather than each replacing the other's models."""
+    return FolderLock(Path(storedir), _LOCK_FILE, "{folder}: another fingerprint (pid {pid}) is fitting models into "
+                                                  "this folder; wait for it to end or give another model_storedir")
 
 
 def load_models(storedir: str | Path, *, stage: str) -> dict[str, CalibratedModel]:
@@ -312,8 +327,8 @@ def load_model(storedir: str | Path, *, stage: str, target: str) -> CalibratedMo
 
 def _load(storedir: str | Path, *, stage: str, target: str) -> tuple[CalibratedModel, Fingerprint]:
     """`load_model`'s model and the fingerprint its header names."""
-    path = stored_model_path(storedir, stage, target)
-    meta_path = path.with_suffix(".json")
+    named = stored_model_path(storedir, stage, target)
+    path, meta_path = current_file(named), current_file(named.with_suffix(".json"))
     present = [p for p in (path, meta_path) if p.exists() or p.is_symlink()]
     if not present:
         raise DataNotFoundError(f"fitted model not found: {path} (fingerprint with evaluate = False first)")
@@ -323,7 +338,7 @@ def _load(storedir: str | Path, *, stage: str, target: str) -> tuple[CalibratedM
                                    f"{meta_path.name}); remove it and fingerprint again")
     if not path.exists():
         raise FittedModelError(f"{meta_path}: its model {path.name} is missing; fingerprint again to refit")
-    if not meta_path.exists():  # a fit stopped between its two files
+    if not meta_path.exists():
         raise FittedModelError(f"{path}: its header {meta_path.name} is missing; fingerprint again to refit")
     header = read_json(meta_path, what="fitted model header", error=FittedModelError)
     _check_header(header, meta_path)

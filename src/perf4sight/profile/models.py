@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from perf4sight.device.errors import ArgumentError, ConfigError
-from perf4sight.device.models import test_shape
+from perf4sight.device.models import check_against_spec, test_shape
 from perf4sight.device.recipe import TRAIN_ALL, TRAIN_CLASSIFIER, Recipe
 from perf4sight.device.test_config import ProfileTest
 from perf4sight.networks import LoadedNetwork, load_network
@@ -56,14 +56,16 @@ def check_models(tests: Sequence[ProfileTest]) -> None:
     from perf4sight.networks.model_file import split_model_source
     from perf4sight.networks.spec import read_spec, spec_architecture
 
-    for source in dict.fromkeys(model_source(test) for test in tests):
-        path = split_model_source(source)[0]
+    for test in {model_source(test): test for test in tests}.values():
+        path = split_model_source(model_source(test))[0]
         if path.suffix not in (".py", ".json"):  # a torchvision name
             continue
         if not path.is_file():
             raise ConfigError(f"test config: model file not found: {path}")
         if path.suffix == ".json":
             spec_architecture(read_spec(path))
+        else:
+            check_against_spec(path, load_test_model(test).module)
 
 
 def check_network_recipes(settings: ProfileSettings) -> None:
