@@ -638,7 +638,35 @@ def _spec_of(name: str, level: int = 90) -> Callable[[Path, dict[str, str]], Non
     return lambda scratch, values: shutil.copy(ZOO / "models" / f"{name}.json", scratch / "specs" / f"alexnet_{level}.json")
 
 
+def _measured_then(level: int, edit: Callable[[Path, dict[str, str]], None]) -> Callable[[Path, dict[str, str]], None]:
+    """The log of alexnet at `level` recording the digest of the spec it was measured as (as
+    the profiler writes it), then the spec changed by `edit`."""
+    def change(scratch: Path, values: dict[str, str]) -> None:
+        from perf4sight.device.files import file_digest
+
+        log = scratch / "memory" / f"alexnet_{level}-gt.csv"
+        digest = file_digest(scratch / "specs" / f"alexnet_{level}.json")
+        header, *rows = log.read_text().splitlines()
+        log.write_text("\n".join([header + "|spec_sha256", *(row + "|" + digest for row in rows)]) + "\n")
+        edit(scratch, values)
+
+    return change
+
+
+def _renamed_spec_of(source: str, level: int) -> Callable[[Path, dict[str, str]], None]:
+    """`source`'s spec written in alexnet's place at `level` under that architecture's name."""
+    def change(scratch: Path, values: dict[str, str]) -> None:
+        spec = json.loads((ZOO / "models" / f"{source}.json").read_text())
+        (scratch / "specs" / f"alexnet_{level}.json").write_text(json.dumps({**spec, "name": f"alexnet_{level}"}))
+
+    return change
+
+
 SPEC_LOG_CASES = [
+    _zoo_case("spec", "written again at another level, same name, after its logs were measured (fingerprint)",
+              _measured_then(90, _renamed_spec_of("alexnet_45", 90))),
+    _zoo_case("spec", "written again (another pruning run) after its logs were measured (fingerprint)",
+              _measured_then(45, _spec_edit(45, level_reached=44.5))),
     _zoo_case("spec", "name of another network than its logs' (fingerprint)", _spec_edit(90, name="resnet18_90")),
     _zoo_case("spec", "name of another level than its logs' (fingerprint)", _spec_edit(90, name="alexnet_45")),
     _zoo_case("spec", "net of another network than its logs' (fingerprint)", _spec_edit(0, net="vgg11")),

@@ -35,6 +35,7 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, NamedTuple
 
+from perf4sight.device.files import file_digest
 from perf4sight.errors import ConfigError, clip
 from perf4sight.files import remove_stale_temporaries, replaced
 
@@ -130,11 +131,6 @@ def _code_digest() -> str:
         digest.update(str(path.relative_to(root)).encode())
         digest.update(path.read_bytes())
     return digest.hexdigest()
-
-
-def file_digest(path: str | Path) -> str:
-    """The SHA-256 of a file's bytes (a model file's, in a key)."""
-    return hashlib.sha256(Path(path).read_bytes()).hexdigest()
 
 
 def cached_architecture(key: Mapping[str, Any], make: Callable[[], Architecture]) -> Architecture:

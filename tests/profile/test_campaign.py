@@ -21,6 +21,7 @@ from perf4sight.cli import main
 from perf4sight.config import NetworkDatasetSettings, ProfileSettings, load_config
 from perf4sight.device.logs import GT_COLUMNS
 from perf4sight.device.backends import make_backend
+from perf4sight.device.files import file_digest
 from perf4sight.errors import ArgumentError, ConfigError, NetworkError
 from perf4sight.networks import create_network_dataset, spec_from_module, write_spec
 from perf4sight.profile import (
@@ -542,3 +543,38 @@ def test_a_model_file_of_another_network_than_its_spec_stops_the_campaign_before
                                           r"\(0 is \(3, 16, 1, \(3, 3\)\), the spec says \(3, 24, 1, \(3, 3\)\)\)"):
         profile_campaign(config, log_dir=tmp_path / "logs")
     assert not (tmp_path / "logs").exists()
+
+
+def test_logs_remember_the_spec_they_were_measured_as_and_the_fit_refuses_another(tmp_path: Path) -> None:
+    from perf4sight.device.definitions import LATENCY
+    from perf4sight.errors import LogFormatError
+    from perf4sight.fit import ArchitectureCatalog, build_dataset, read_logs
+
+    specs = tmp_path / "specs"
+
+    def write(size: int) -> Path:
+        spec = spec_from_module(torchvision.models.squeezenet1_1(num_classes=10), name="squeezenet_0",
+                                net="squeezenet", prune_level=0, input_size=(3, size, size), num_classes=10,
+                                torchvision_name="squeezenet1_1")
+        return write_spec(spec, specs / "squeezenet_0.json")
+
+    measured = write(32).read_bytes()
+    test_config = tmp_path / "t.ini"
+    test_config.write_text("[SQUEEZENET]\ntest_var = ['latency']\nbs = [2]\ndataset = ['spec']\n"
+                           f"net_name = ['squeezenet']\nexec_stage = ['training']\nmodel = ['{specs / 'squeezenet_0.json'}']\n")
+    profile_campaign(read_test_config(test_config), log_dir=tmp_path / "logs", iterations=1, warmup=0)
+    assert _gt(tmp_path / "logs", "latency", "squeezenet_0")["spec_sha256"].tolist() == [
+        file_digest(specs / "squeezenet_0.json")]
+
+    def fit() -> int:
+        logs = read_logs(["squeezenet"], [0], [tmp_path / "logs" / "latency"], [LATENCY])
+        return len(build_dataset(logs, target=LATENCY.name, feature_set="network", stage="training",
+                                 catalog=ArchitectureCatalog(specs)))
+
+    assert fit() == 1
+    write(48)  # the spec written again, for another input size
+    with pytest.raises(LogFormatError, match=r"squeezenet_0-gt.csv: squeezenet_0 was measured as a spec other than "
+                                             rf"{specs / 'squeezenet_0.json'} \(its SHA-256 differs"):
+        fit()
+    (specs / "squeezenet_0.json").write_bytes(measured)
+    assert fit() == 1

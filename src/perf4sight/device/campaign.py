@@ -5,9 +5,10 @@ no test before it, as a user's training script is a process of its own.
 
 Tests already in the logs are skipped, so a campaign killed at any point (SIGKILL
 included) picks up where it stopped when started again. A test is known in the logs by its
-model's name, whatever path the file had, and each row records the digest of the file it
-measured (`model_sha256` in `params`): logs of another file under the same name (another
-bundle's networks, a model written again) are refused, never taken as this one's; a test that failed for another
+model's name, whatever path the file had, and each row records the digests of the file it
+measured and of its spec (`model_sha256` and `spec_sha256` in `params`): logs of another file
+under the same name (another bundle's networks, a model written again) are refused, never
+taken as this one's, and the host's fit refuses a spec other than the one measured; a test that failed for another
 reason than running out of memory (an error in a model's code, a worker killed by hand)
 is run again, unless `retry_failed` is off, and its new row is its result. With `till_first_fail`, a
 failed batch size ends its model's run for that stage and variable: the larger batch
@@ -28,15 +29,15 @@ from .contention import BUSY_ELSEWHERE_WARNING
 from .environment import environment_record, write_environment
 from .errors import ArgumentError, ConfigError
 from .lock import LogFolderLock
-from .logs import LogRow, append_gt_row, append_row, journal_path, latest_rows, ran_out_of_memory, read_journal, write_gt
-from .models import check_model_files, import_loader, model_digest
+from .logs import SPEC_DIGEST, LogRow, append_gt_row, append_row, journal_path, latest_rows, ran_out_of_memory, read_journal, write_gt
+from .models import check_model_files, import_loader, model_digest, spec_digest
 from .test_config import ProfileTest
 from .worker import WorkerCrashed, WorkerProcess
 from .workload import TestOutcome, check_recipes
 
 __all__ = ["TestResult", "CampaignSummary", "check_run", "profile_campaign"]
 
-# The `params` key of the digest of the file a row measured (`models.model_digest`).
+# The `params` keys of the digests of the file a row measured and of its spec (`models`).
 _DIGEST = "model_sha256"
 
 
@@ -118,7 +119,8 @@ def profile_campaign(
     backend = backend_name(device)
     log_dir = Path(log_dir)
     _check_log_names(tests)
-    digests = {model: model_digest(model) for model in dict.fromkeys(test.model for test in tests)}
+    digests = {model: {_DIGEST: model_digest(model), SPEC_DIGEST: spec_digest(model)}
+               for model in dict.fromkeys(test.model for test in tests)}
     # checked before the log folder is made or locked: a bad model is one line, nothing written
     todo = _todo(tests, _kept(_recorded(tests, log_dir, digests, repair=False), retry_failed) if save else {})
     check_models(todo)
@@ -172,7 +174,7 @@ def _kept(recorded: Dict[tuple, LogRow], retry_failed: bool) -> Dict[tuple, LogR
 
 def _run(tests: Sequence[ProfileTest], recorded: Dict[tuple, LogRow], log_dir: Path, backend: str, gpu_id: int,
          iterations: int, warmup: int, till_first_fail: bool, save: bool, memory_limit_mib: Optional[int],
-         loader: Optional[str], digests: Dict[str, Optional[str]], console: Any) -> CampaignSummary:
+         loader: Optional[str], digests: Dict[str, Dict[str, Optional[str]]], console: Any) -> CampaignSummary:
     summary = CampaignSummary()
     failed_at: Dict[tuple, int] = {}  # test group -> smallest failed batch size
     for row in recorded.values():
@@ -257,7 +259,7 @@ def _run_one(worker: WorkerProcess, test: ProfileTest, *, iterations: int, warmu
     return TestResult(test, "ok" if outcome.passed else "error", outcome)
 
 
-def _recorded(tests: Sequence[ProfileTest], log_dir: Path, digests: Dict[str, Optional[str]], *,
+def _recorded(tests: Sequence[ProfileTest], log_dir: Path, digests: Dict[str, Dict[str, Optional[str]]], *,
               repair: bool) -> Dict[tuple, LogRow]:
     """Rows already in the logs of these tests' models, by test key; with `repair`, torn
     lines are cut off and the `-gt.csv` files rewritten from their journals. ConfigError
@@ -269,8 +271,8 @@ def _recorded(tests: Sequence[ProfileTest], log_dir: Path, digests: Dict[str, Op
         if rows and repair:
             write_gt(path, path.parent.name)
     for test in tests:
-        measured = recorded.get(test.key, {}).get("params", {}).get(_DIGEST)
-        if None not in (measured, digests[test.model]) and measured != digests[test.model]:  # no file: checked later
+        measured, now = recorded.get(test.key, {}).get("params", {}).get(_DIGEST), digests[test.model][_DIGEST]
+        if None not in (measured, now) and measured != now:  # no file now: refused as missing later
             raise ConfigError(
                 "{}: holds tests of another {} than {} (measured from a file of other contents: another "
                 "network of that name?); give another log_dir, or move those logs away to measure it".format(
@@ -278,12 +280,11 @@ def _recorded(tests: Sequence[ProfileTest], log_dir: Path, digests: Dict[str, Op
     return recorded
 
 
-def _row(result: TestResult, digest: Optional[str]) -> LogRow:
+def _row(result: TestResult, digests: Dict[str, Optional[str]]) -> LogRow:
     outcome = result.outcome
     memory = outcome.memory if outcome is not None else None
     params = result.test.params()
-    if digest is not None:
-        params[_DIGEST] = digest
+    params.update((key, digest) for key, digest in digests.items() if digest is not None)
     row: LogRow = {
         "passed": result.passed,
         "status": result.status,

@@ -9,12 +9,13 @@ package, so that the device's logs and the host's specs and models are written a
 
 import contextlib
 import glob
+import hashlib
 import os
 import re
 from pathlib import Path
 from typing import Iterator, List, Optional, Union
 
-__all__ = ["remove_stale_temporaries", "replaced", "write_text"]
+__all__ = ["file_digest", "remove_stale_temporaries", "replaced", "write_text"]
 
 _TEMPORARY = re.compile(r"\.(?P<name>.+)\.(?P<pid>[0-9]{1,10})\.tmp")
 
@@ -70,3 +71,9 @@ def write_text(path: Union[str, Path], text: str) -> None:
     """Write `text` (UTF-8) to `path` whole: a reader sees the old file or the new one."""
     with replaced(path) as temporary:
         temporary.write_text(text, encoding="utf-8")
+
+
+def file_digest(path: Union[str, Path]) -> str:
+    """The SHA-256 of a file's bytes: what a model file or spec is, wherever it lies (a cache
+    key on the host, a log row's record of what it measured)."""
+    return hashlib.sha256(Path(path).read_bytes()).hexdigest()

@@ -14,7 +14,9 @@ recipes (a log without them ran the default recipe, and reads as such), `mem_con
 the host's CPU other processes took while a latency test was timed; empty when too short
 to tell, `contention`), `status` (`ok`; `error` for
 an exception such as out of memory; `crashed` when the worker died; `skipped` for a
-batch size not run after a smaller one failed under till_first_fail) and `error`. Rows
+batch size not run after a smaller one failed under till_first_fail), `error` and
+`spec_sha256` (the digest of the spec the model was measured as; in the journal, with the
+model file's `model_sha256`, keys of `params`). Rows
 are appended in the columns of the file's own header, so a journal begun by a version
 with fewer columns stays readable when resumed. A test run again (a resumed campaign
 retries failures other than running out of memory) appends a row of its own: a test's
@@ -44,6 +46,7 @@ __all__ = [
     "GT_SUFFIX",
     "MISSING",
     "REQUIRED_COLUMNS",
+    "SPEC_DIGEST",
     "LogRow",
     "architecture_name",
     "journal_path",
@@ -60,14 +63,18 @@ __all__ = [
 
 _MEMORY_FIGURES = ["mem_alloc", "mem_reserved", "mem_used", "mem_avail", "free", "capacity"]
 _PARAM_COLUMNS = ["test_var", "bs", "dataset", "net_name", "model", "stage"]
+# The SHA-256 of the spec a row's model was measured as (`models.spec_digest`): the host's fit
+# refuses a spec of that name with other contents.
+SPEC_DIGEST = "spec_sha256"
 COLUMNS: Dict[str, List[str]] = {
     "memory": ["passed"] + _MEMORY_FIGURES + ["mem_context", "status", "error", "params"],
     "latency": ["passed", "latency", "latency_iters_ms", "cpu_elsewhere", "status", "error", "params"],
 }
 GT_COLUMNS: Dict[str, List[str]] = {
-    "memory": ["passed"] + _MEMORY_FIGURES + _PARAM_COLUMNS + ["mem_context", "status", "error"] + list(RECIPE_COLUMNS),
+    "memory": ["passed"] + _MEMORY_FIGURES + _PARAM_COLUMNS + ["mem_context", "status", "error"] + list(RECIPE_COLUMNS)
+    + [SPEC_DIGEST],
     "latency": ["passed", "latency"] + _PARAM_COLUMNS + ["latency_iters_ms", "cpu_elsewhere", "status", "error"]
-    + list(RECIPE_COLUMNS),
+    + list(RECIPE_COLUMNS) + [SPEC_DIGEST],
 }
 # The columns that hold a Python literal (a number, a list, the `params` dict); `bs` holds a
 # decimal numeral; every other column holds text as written (names, the outcome, and any

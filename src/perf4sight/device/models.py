@@ -6,7 +6,6 @@ torchvision names), by name, so that nothing here imports the host. A loader is 
 function `test -> LoadedModel` named as `module:function`.
 """
 
-import hashlib
 import importlib
 import importlib.util
 import inspect
@@ -20,12 +19,13 @@ from typing import Any, Callable, NamedTuple, Optional, Sequence, Tuple, Union
 from torch import nn
 
 from .errors import ConfigError, ModelFileError
+from .files import file_digest
 from .definitions import DATASETS, is_positive_int
 from .test_config import ProfileTest
 
 __all__ = [
     "LoadedModel", "call_factory", "check_against_spec", "check_model_files", "exec_model_file", "import_loader", "load_model_file",
-    "model_digest", "spec_shape", "split_model_source", "takes_num_classes", "test_shape",
+    "model_digest", "spec_digest", "spec_shape", "split_model_source", "takes_num_classes", "test_shape",
 ]
 
 
@@ -51,7 +51,14 @@ def model_digest(model: str) -> Optional[str]:
     a name that is no file, a torchvision builder's): what a log row was measured from,
     wherever the file lay."""
     path = split_model_source(model)[0]
-    return hashlib.sha256(path.read_bytes()).hexdigest() if path.is_file() else None
+    return file_digest(path) if path.is_file() else None
+
+
+def spec_digest(model: str) -> Optional[str]:
+    """The SHA-256 of the spec a test's model is: the entry itself, or the `<stem>.json`
+    beside its model file (None where there is none), which the host's fit finds by name."""
+    path = split_model_source(model)[0]
+    return model_digest(str(path.with_suffix(".json")))
 
 
 def test_shape(test: ProfileTest) -> Optional[Tuple[Tuple[int, int, int], int]]:

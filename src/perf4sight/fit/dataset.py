@@ -23,7 +23,8 @@ import pandas as pd
 from perf4sight import console
 from perf4sight.architecture import Architecture, Detail, family_key
 from perf4sight.device.definitions import DATASETS, dataset_load_options
-from perf4sight.device.logs import architecture_name
+from perf4sight.cache import file_digest
+from perf4sight.device.logs import SPEC_DIGEST, architecture_name
 from perf4sight.device.recipe import DEFAULT_RECIPE, RECIPE_COLUMNS, Recipe
 from perf4sight.errors import DataNotFoundError, LogFormatError, clip
 from perf4sight.features import ARCHITECTURE, BATCH_SIZE, FEATURE_SETS, feature_table
@@ -42,6 +43,7 @@ class ArchitectureCatalog:
         self.storedir = Path(storedir)
         self._cache: dict[tuple[str, str, Detail, str, Recipe], Architecture | None] = {}
         self._checked: set[Path] = set()
+        self._digests: dict[Path, str] = {}
 
     def get(self, name: str, dataset: str = "spec", *, needs: Detail = Detail.LAYERS,
             stage: str = "training", recipe: Recipe = DEFAULT_RECIPE) -> Architecture | None:
@@ -51,6 +53,26 @@ class ArchitectureCatalog:
         if key not in self._cache:
             self._cache[key] = self._load(name, dataset, needs, stage, recipe)
         return self._cache[key]
+
+    def check_measured(self, name: str, rows: pd.DataFrame) -> None:
+        """Refuse log `rows` of the architecture `name` that record the digest of the spec they
+        were measured as (`SPEC_DIGEST`) when the folder's `<name>.json` has other contents: a
+        spec written again since (another input size, seed or level) would be fitted against
+        runs of the old one."""
+        if SPEC_DIGEST not in rows.columns:
+            return
+        path = self.storedir / f"{name}.json"
+        measured = rows[rows[SPEC_DIGEST].notna()]
+        if measured.empty or not path.is_file():
+            return
+        if path not in self._digests:
+            self._digests[path] = file_digest(path)
+        other = measured[measured[SPEC_DIGEST] != self._digests[path]]
+        if len(other):
+            raise LogFormatError(
+                f"{other.iloc[0]['log']}: {name} was measured as a spec other than {path} (its SHA-256 differs: "
+                "the spec was written again since?); fit with the specs the logs were measured against, or "
+                "profile it again")
 
     def _load(self, name: str, dataset: str, needs: Detail, stage: str, recipe: Recipe) -> Architecture | None:
         for path in (self.storedir / f"{name}.json", self.storedir / f"{name}.py"):
@@ -165,6 +187,7 @@ def build_dataset(
         for (name, dataset, *values), group in groups:
             recipe = _recipe(values).for_stage(stage)
             arch = catalog.get(name, dataset, needs=needs, stage=stage, recipe=recipe)
+            catalog.check_measured(name, group)
             if arch is None:
                 missing.append((name, len(group)))
             else:
