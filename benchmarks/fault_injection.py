@@ -750,7 +750,31 @@ def _kept(scratch: Path, out: str, err: str) -> bool:
     return (scratch / "models" / "squeezenet1_1_50.json").read_bytes() == (scratch / "first.json").read_bytes()
 
 
+def _two_prunes_at_once(scratch: Path, fixtures: Fixtures) -> list[str]:
+    """Two `prune` runs of other networks started together into one folder; then the
+    manifest is read (by `fingerprint`'s catalogue: `prune` of nothing new lists it)."""
+    out = scratch / "models"
+    common = ["--levels", "0:80:20", "--input-size", "3,32,32", "--num-classes", "10", "--out", str(out)]
+    children = [_child(["prune", "--net", net, *common]) for net in ("squeezenet1_1", "squeezenet1_0")]
+    answers = [(child.wait(), child.stderr.read().decode()) for child in children]
+    from perf4sight.networks import read_spec
+
+    answered = all(code == 0 or (code == 2 and "another prune" in text and len(text.strip().splitlines()) == 1)
+                   for code, text in answers)
+    whole = _manifest_agrees(out, read_spec) and len(list(out.glob("*.json"))) == 5 * sum(c == 0 for c, _ in answers)
+    (scratch / "answers.json").write_text(json.dumps({"answers": answers, "right": answered and whole}))
+    return ["prune", "--net", "squeezenet1_1", "--levels", "0", *common[2:]]
+
+
+def _manifest_of_both_or_one_refused(scratch: Path, out: str, err: str) -> bool:
+    """Each run stored its specs or was refused in one line, and the manifest then listed
+    exactly the specs in the folder (before the third run, which rebuilds it)."""
+    return json.loads((scratch / "answers.json").read_text())["right"]
+
+
 PRUNE_AGAIN_CASES = [
+    Case("prune again", "two prunes into one folder at once", _two_prunes_at_once, _manifest_of_both_or_one_refused,
+         slow=True),
     _prune_again("another input size", {}, {"--input-size": "3,64,64"}),
     _prune_again("another number of classes", {}, {"--num-classes": "100"}),
     _prune_again("another seed", {}, {"--seed": "7"}),

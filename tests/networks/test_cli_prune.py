@@ -64,3 +64,20 @@ def test_a_folder_blocked_by_a_file_is_one_line(tmp_path, capsys):
 def test_a_missing_model_desc_dir_is_refused(tmp_path, capsys):
     assert main(["prune", "--net", "tinynet", "--model-desc-dir", str(tmp_path / "none"), "--out", str(tmp_path)]) == 2
     assert f"model_desc_dir: directory not found: {tmp_path / 'none'}" in capsys.readouterr().err
+
+
+def test_a_second_prune_into_a_folder_in_use_is_one_line_and_writes_nothing(tmp_path, capsys):
+    import os
+
+    from perf4sight.device.lock import FolderLock
+
+    out = tmp_path / "models"
+    argv = ["-q", "prune", "--net", "squeezenet1_1", "--levels", "0", "--input-size", "3,32,32", "--out", str(out)]
+    with FolderLock(out, "prune.lock", "held by {pid}"):  # as another prune's, writing now
+        capsys.readouterr()
+        assert main(argv) == 2
+        assert capsys.readouterr().err.splitlines() == [
+            f"error: {out}: another prune (pid {os.getpid()}) is writing specs into this folder; wait for it to "
+            "end or give another folder"]
+        assert sorted(p.name for p in out.iterdir()) == ["prune.lock"]
+    assert main(argv) == 0 and (out / "squeezenet1_1_0.json").is_file()

@@ -22,6 +22,7 @@ from torch import nn
 
 from perf4sight import console
 from perf4sight.config import NetworkDatasetSettings
+from perf4sight.device.lock import FolderLock
 from perf4sight.errors import ArgumentError, DataNotFoundError, NetworkError, clip
 from perf4sight.files import read_json, remove_stale_temporaries, write_text
 from perf4sight.networks.checks import check_settings_values
@@ -37,6 +38,8 @@ from perf4sight.networks.spec import (architecture_from_spec, read_spec, spec_fr
 __all__ = ["MANIFEST_COLUMNS", "MANIFEST_FILE", "check_settings", "create_network_dataset"]
 
 MANIFEST_FILE = "manifest.csv"
+# Held by a `prune` in its folder: two at once would each rewrite the manifest without the other's specs.
+_LOCK_FILE = "prune.lock"
 MANIFEST_COLUMNS = ("name", "network", "target_level", "level_reached", "params", "macs", "spec_file")
 
 
@@ -163,8 +166,14 @@ def create_network_dataset(settings: NetworkDatasetSettings) -> pd.DataFrame:
     for key, given, kept in (("networks", settings.networks, networks), ("pruning_perc", settings.pruning_perc, levels)):
         if len(kept) < len(given):
             console.info(f"{key}: {len(given) - len(kept)} repeated entries made once")
+    with FolderLock(settings.spec_dir, _LOCK_FILE, "{folder}: another prune (pid {pid}) is writing specs into "
+                                                   "this folder; wait for it to end or give another folder"):
+        return _write_specs(settings, networks, levels)
+
+
+def _write_specs(settings: NetworkDatasetSettings, networks: list[str], levels: list[int]) -> pd.DataFrame:
+    """`create_network_dataset`'s work, in its folder (`spec_dir`) that it holds the lock of."""
     out_dir = settings.spec_dir
-    out_dir.mkdir(parents=True, exist_ok=True)
     remove_stale_temporaries(out_dir)  # of a run killed while writing
     input_size = tuple(settings.input_size)
     rows = _rows_present(out_dir)
