@@ -20,7 +20,7 @@ __all__, __getattr__, __dir__ = lazy_exports(__name__, {
     ".device.recipe": ("Recipe",),
     ".config": ("load_config",),
     ".pipeline": ("run_config",),
-    ".architecture": ("Architecture", "Layer", "Detail", "trace_architecture"),
+    ".architecture": ("Architecture", "Layer", "Detail", "LayerKind", "register_layer_kind", "trace_architecture"),
     ".networks": ("load_network", "load_architecture", "prune_network", "ChannelPruner", "create_network_dataset",
                   "read_spec", "write_spec", "spec_from_module"),
     ".profile": ("create_test_config", "profile_campaign", "profile_from_settings"),

@@ -6,6 +6,7 @@ import hashlib
 from typing import Any
 
 from perf4sight.architecture.derived import derived_values
+from perf4sight.architecture.kinds import CONV2D, LINEAR
 from perf4sight.architecture.ir import Architecture
 
 __all__ = ["family_key"]
@@ -30,7 +31,7 @@ def family_key(arch: Architecture) -> str:
 
 def _key(arch: Architecture) -> str:
     parts: list[Any] = [tuple(arch.input_size), arch.num_classes]
-    for layer in arch.of_kind("conv2d", "linear"):
+    for layer in arch.of_kind(CONV2D, LINEAR):
         grouping = "depthwise" if layer.depthwise else "grouped" if layer.groups > 1 else "dense"
         parts.append((layer.kind, tuple(layer.kernel), tuple(layer.stride), tuple(layer.padding),
                       tuple(layer.dilation), grouping))

@@ -17,9 +17,11 @@ import numpy as np
 
 from perf4sight.device.recipe import DEFAULT_RECIPE, Recipe
 
-__all__ = ["Architecture", "Detail", "Layer", "Scaling", "Timeline"]
+__all__ = ["CONV2D", "LINEAR", "Architecture", "Detail", "Layer", "Scaling", "Timeline"]
 
 Shape = tuple[int, ...]
+# The kinds of the layers a spec's table records (declared with the others in `kinds.py`).
+CONV2D, LINEAR = "conv2d", "linear"
 
 
 @dataclass(frozen=True)
@@ -90,7 +92,7 @@ class Layer:
     @property
     def depthwise(self) -> bool:
         """A convolution with one group per input channel: its groups follow the channels."""
-        return self.kind == "conv2d" and self.groups > 1 and self.groups == self.in_shape[0]
+        return self.kind == CONV2D and self.groups > 1 and self.groups == self.in_shape[0]
 
     def replaced(self, **changes: Any) -> Layer:
         """A copy with `changes` (fields by name), as `dataclasses.replace` but without
@@ -201,4 +203,4 @@ class Architecture:
 
     @property
     def convs(self) -> list[Layer]:
-        return self.of_kind("conv2d")
+        return self.of_kind(CONV2D)

@@ -41,6 +41,7 @@ from torch.utils._python_dispatch import TorchDispatchMode
 
 from perf4sight.architecture.autograd import COPIED_INPUT_OPS
 from perf4sight.architecture.ir import Architecture, Scaling, Timeline
+from perf4sight.architecture.kinds import layer_kind
 from perf4sight.architecture.trace import LayerWatch
 from perf4sight.device.recipe import DEFAULT_RECIPE, PRECISIONS, Recipe
 from perf4sight.device.workload import tensors_in
@@ -82,12 +83,9 @@ def _quantities(arch: Architecture) -> np.ndarray:
         table[row, _OUT] = math.prod(out)
         table[row, _OUT_CHANNELS] = out[0] if out else 1
         table[row, _IN_CHANNELS] = first[0] if first else 1
-        if layer.kind == "conv2d":
-            table[row, _WEIGHT] = out[0] * (first[0] // layer.groups) * math.prod(layer.kernel)
-        elif layer.kind == "linear":
-            table[row, _WEIGHT] = out[-1] * first[-1]
-        else:
-            table[row, _WEIGHT] = layer.params
+        kind = layer_kind(layer.kind)
+        own = kind is not None and kind.weights is not None
+        table[row, _WEIGHT] = kind.weights(first, out, layer.groups, layer.kernel) if own else layer.params
         for k, shape in enumerate(layer.inputs[:_MAX_INPUTS]):
             table[row, _IN + k] = math.prod(shape)
     return table

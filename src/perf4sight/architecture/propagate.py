@@ -15,6 +15,7 @@ import math
 from collections.abc import Mapping
 
 from perf4sight.architecture.ir import Architecture, Layer, Shape
+from perf4sight.architecture.kinds import BATCH_NORM, CONCAT, OWN, layer_kind
 from perf4sight.architecture.lifetimes import resized
 from perf4sight.errors import NetworkError
 
@@ -45,8 +46,11 @@ def _rescaled(value: int, new_numel: int, old_numel: int) -> int:
 
 
 def _output_for(layer: Layer, inputs: list[Shape]) -> Shape:
+    """The output of a layer whose channels follow its inputs' (its kind's channel rule; a
+    kind no declaration holds, by its shapes)."""
     old_out, old_ins = layer.output, layer.inputs
-    if layer.kind == "cat" and old_out and old_out[0] == sum(s[0] for s in old_ins if s):
+    kind = layer_kind(layer.kind)
+    if kind is not None and kind.channels == CONCAT and old_out and old_out[0] == sum(s[0] for s in old_ins if s):
         return (sum(s[0] for s in inputs), *old_out[1:])
     if old_out and old_ins and old_ins[0] and old_out[0] == old_ins[0][0]:
         return (inputs[0][0], *old_out[1:])
@@ -82,7 +86,7 @@ def with_layer_shapes(
                 for k, src in enumerate(layer.sources)
             ] or list(layer.inputs)
             given = shapes.get(layer.name)
-            if layer.kind in ("conv2d", "linear") and given is not None:
+            if _own_channels(layer) and given is not None:
                 if tuple(given.inputs) != tuple(inputs[0]):
                     raise ValueError(
                         f"its input would be {tuple(inputs[0])}, the spec records {tuple(given.inputs)}"
@@ -99,8 +103,8 @@ def with_layer_shapes(
         unchanged = inputs_tuple == layer.inputs and output == layer.output and groups == layer.groups
         layers.append(layer if unchanged else _resized(layer, inputs_tuple, output, groups))
     params = sum(layer.params for layer in layers)
-    bn_old = sum(l.output[0] for l in template.layers if l.kind == "batch_norm")
-    bn_new = sum(l.output[0] for l in layers if l.kind == "batch_norm")
+    bn_old = sum(l.output[0] for l in template.of_kind(BATCH_NORM))
+    bn_new = sum(l.output[0] for l in layers if l.kind == BATCH_NORM)
     # BatchNorm's running mean and variance are the buffers that follow the channels.
     stats_bytes = 2 * template.dtype_bytes
     buffers = template.buffer_bytes + stats_bytes * (bn_new - bn_old)
@@ -132,14 +136,15 @@ def _resized(layer: Layer, inputs: tuple[Shape, ...], output: Shape, groups: int
     old_in = layer.in_shape
     new_in = inputs[0] if inputs else ()
     old_channels, new_channels = math.prod(layer.output[:1]), math.prod(output[:1])
-    if layer.kind in ("conv2d", "linear"):
-        params = _weights(layer.kind, new_in, output, groups, layer.kernel) + (output[0] if layer.bias else 0)
+    own = _own_channels(layer)
+    if own:
+        params = _weights(layer, new_in, output, groups) + (output[0] if layer.bias else 0)
     else:
         params = _per_channel(layer.params, new_channels, old_channels, old_channels)
     # autocast's copies of a GEMM layer's weights (its bias is not saved)
-    saved_params = (_rescaled(layer.saved_param_bytes, _weights(layer.kind, new_in, output, groups, layer.kernel),
-                              _weights(layer.kind, old_in, layer.output, layer.groups, layer.kernel))
-                    if layer.kind in ("conv2d", "linear") else _rescaled(layer.saved_param_bytes, params, layer.params))
+    saved_params = (_rescaled(layer.saved_param_bytes, _weights(layer, new_in, output, groups),
+                              _weights(layer, old_in, layer.output, layer.groups))
+                    if own else _rescaled(layer.saved_param_bytes, params, layer.params))
     in_new, in_old = math.prod(new_in), math.prod(old_in)
     out_new, out_old = math.prod(output), math.prod(layer.output)
     other = layer.saved_bytes - layer.saved_input_bytes - layer.saved_output_bytes
@@ -161,8 +166,12 @@ def _resized(layer: Layer, inputs: tuple[Shape, ...], output: Shape, groups: int
     )
 
 
-def _weights(kind: str, inputs: Shape, output: Shape, groups: int, kernel: tuple[int, ...]) -> int:
-    """The weight elements of a Conv2d (channels first) or Linear layer of these shapes."""
-    if kind == "conv2d":
-        return output[0] * (inputs[0] // groups) * math.prod(kernel)
-    return output[-1] * inputs[-1]
+def _own_channels(layer: Layer) -> bool:
+    """Whether the layer's output channels are its own (a spec gives them: Conv2d, Linear)."""
+    kind = layer_kind(layer.kind)
+    return kind is not None and kind.channels == OWN
+
+
+def _weights(layer: Layer, inputs: Shape, output: Shape, groups: int) -> int:
+    """The weight elements of `layer` (of a kind with channels of its own) at these shapes."""
+    return layer_kind(layer.kind).weights(inputs, output, groups, layer.kernel)

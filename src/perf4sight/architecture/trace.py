@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import contextlib
 import math
-import re
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -25,6 +24,7 @@ from torch.utils._python_dispatch import TorchDispatchMode
 
 from perf4sight.architecture.autograd import COPIED_INPUT_OPS
 from perf4sight.architecture.ir import Architecture, Layer
+from perf4sight.architecture.kinds import CONV2D, IDENTITY, LINEAR, does_work, module_kind_name, op_kind_name
 from perf4sight.console import warn
 from perf4sight.device.recipe import DEFAULT_RECIPE, PRECISIONS, Recipe, precision_problem
 from perf4sight.device.workload import autocast, prepare_model, tensors_in
@@ -37,58 +37,17 @@ __all__ = ["LayerWatch", "check_classes", "module_kind", "output_shape", "trace_
 _EMPTY_BATCH = 0
 _META_BATCH = 2
 
-# Module classes whose normalised kind is not their snake_case class name.
-_MODULE_KINDS = {
-    "ReLU": "relu",
-    "PReLU": "prelu",
-    "GELU": "gelu",
-    "ELU": "elu",
-    "BatchNorm1d": "batch_norm",
-    "BatchNorm2d": "batch_norm",
-    "BatchNorm3d": "batch_norm",
-    "ReLU6": "relu6",
-    "Hardtanh": "relu6",
-    "SiLU": "silu",
-    "Conv2d": "conv2d",
-    "Conv1d": "conv1d",
-    "ConvTranspose2d": "conv_transpose2d",
-    "MaxPool2d": "max_pool2d",
-    "AvgPool2d": "avg_pool2d",
-    "AdaptiveAvgPool2d": "adaptive_avg_pool2d",
-    "AdaptiveMaxPool2d": "adaptive_max_pool2d",
-    "LocalResponseNorm": "local_response_norm",
-}
-# aten op names (overload packet, trailing underscore dropped) -> kind, for functional ops.
-_ATEN_KINDS = {
-    "hardtanh": "relu6",
-    "max_pool2d_with_indices": "max_pool2d",
-    "_adaptive_avg_pool2d": "adaptive_avg_pool2d",
-    "native_dropout": "dropout",
-    "bernoulli": "dropout",  # the mask of a dropout called as a function, as the CPU and meta devices make it
-    "addmm": "linear",
-    "convolution": "conv2d",
-    "native_batch_norm": "batch_norm",
-    "native_layer_norm": "layer_norm",
-    "native_group_norm": "group_norm",
-    "_native_batch_norm_legit": "batch_norm",
-    "_native_batch_norm_legit_functional": "batch_norm",
-}
 # Ops that neither compute nor allocate anything worth a layer.
 _SKIP_OPS = {"detach", "empty", "zeros", "ones", "empty_like", "zeros_like", "ones_like",
              "copy", "clone", "_to_copy", "lift_fresh", "new_empty", "new_zeros", "fill"}
 
 
-def _snake(name: str) -> str:
-    return re.sub(r"(?<=[a-z0-9])(?=[A-Z])", "_", name).lower()
-
-
 def module_kind(module: nn.Module) -> str:
-    """The normalised kind of a leaf module; an empty `nn.Sequential` (a shortcut that
-    passes its input on) is an identity, as `nn.Identity` is."""
+    """The kind of a leaf module (`kinds.module_kind_name`); an empty `nn.Sequential` (a
+    shortcut that passes its input on) is an identity, as `nn.Identity` is."""
     if isinstance(module, nn.Sequential) and not len(module):
-        return "identity"
-    cls = type(module).__name__
-    return _MODULE_KINDS.get(cls, _snake(cls))
+        return IDENTITY
+    return module_kind_name(type(module).__name__)
 
 
 def _is_view(func: Any) -> bool:
@@ -121,6 +80,7 @@ class _Pending:
     backward: bool = False
     element_bytes: int = 0
     first_op: int = 0  # the number of the first op it ran (`_Recorder.ops`)
+    op: str | None = None  # a functional call's aten op
 
 
 class _Recorder(TorchDispatchMode):
@@ -293,13 +253,13 @@ class _Recorder(TorchDispatchMode):
             return out
         inplace = op.endswith("_")
         base = op.rstrip("_")
-        kind = _ATEN_KINDS.get(base, base.lstrip("_"))
+        kind = op_kind_name(base)
         parent = self.names.get(id(self.stack[-1]), "") if self.stack else ""
         count = self.functional_counts.get(parent + kind, 0)
         self.functional_counts[parent + kind] = count + 1
         name = f"{parent}.{kind}{count}" if parent else f"{kind}{count}"
         ins = tuple(_per_sample(t.shape, self.batch) for t in tensors)
-        pending = _Pending(name, kind, None, ins, inplace=inplace, first_op=self.ops)
+        pending = _Pending(name, kind, None, ins, inplace=inplace, first_op=self.ops, op=base)
         self.ops += 1
         pending.sources = self._sources(tensors)
         pending.output = _per_sample(outs[0].shape, self.batch) if outs else ()
@@ -470,7 +430,7 @@ def trace_architecture(
     renumber = _layer_numbers(recorder.layers)
     default_bytes = torch.get_default_dtype().itemsize
     for index, p in enumerate(recorder.layers):
-        if p.kind == "identity":
+        if p.kind == IDENTITY:
             continue
         module = p.module
         # A saved tensor the size of an input (or of the output) scales with it when the
@@ -482,6 +442,12 @@ def trace_architecture(
             if math.prod(shape) not in in_sizes and math.prod(shape) == math.prod(p.output)
         )
         owned = sum(t.numel() for t in module._parameters.values() if t is not None) if module is not None else 0
+        work = does_work(p.kind, owned, p.op)
+        if work is not None:
+            raise NetworkError(
+                f"network '{name or type(model).__name__.lower()}': layer '{p.name}' is of kind '{p.kind}', which no "
+                f"declaration holds, and {work}: its cost would be missed; declare the kind with "
+                "perf4sight.register_layer_kind (docs/architecture.md, 'Layer kinds')")
         layers.append(
             Layer(
                 name=p.name,
@@ -506,7 +472,7 @@ def trace_architecture(
                 **(_conv_fields(module) if module is not None else {}),
             )
         )
-    functional = [layer.name for layer in layers if layer.kind in ("conv2d", "linear")
+    functional = [layer.name for layer in layers if layer.kind in (CONV2D, LINEAR)
                   and not layer.params and not layer.kernel]
     if functional:
         warn(f"network '{name or type(model).__name__.lower()}': {len(functional)} convolution or linear layer(s) "
@@ -653,9 +619,9 @@ class LayerWatch:
             return -1
         layers = self.recorder.layers
         for p in layers[self._counted:]:
-            self._described += p.kind != "identity"
+            self._described += p.kind != IDENTITY
         self._counted = len(layers)
-        return self._described - 1 if layers and layers[-1].kind != "identity" else -1
+        return self._described - 1 if layers and layers[-1].kind != IDENTITY else -1
 
     def _begin(self, module: nn.Module, args: Any) -> None:
         self.recorder.reset()
@@ -696,7 +662,7 @@ def _layer_numbers(pending: list[_Pending]) -> dict[int, int]:
     numbers: dict[int, int] = {-1: -1}
     described = 0
     for index, p in enumerate(pending):
-        if p.kind == "identity":
+        if p.kind == IDENTITY:
             numbers[index] = numbers.get(p.sources[0], -1) if p.sources else -1
         else:
             numbers[index] = described

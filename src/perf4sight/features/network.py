@@ -16,7 +16,6 @@ operations or counts, so a model can weigh it with a physical meaning.
 
 from __future__ import annotations
 
-import functools
 import math
 from collections.abc import Sequence
 
@@ -24,6 +23,8 @@ import numpy as np
 import pandas as pd
 
 from perf4sight.architecture import Architecture, Detail, Layer
+from perf4sight.architecture.kinds import (CONV2D, CONV_DEPTHWISE, CONV_GROUPED, GEMM_GROUPS, LINEAR_GROUP,
+                                           MEMORY_BOUND_GROUPS, OTHER, gemm_flops, layer_group)
 from perf4sight.console import warn
 from perf4sight.device.recipe import DEFAULT_RECIPE, OPTIMIZERS, PRECISIONS, Precision
 from perf4sight.errors import NetworkError
@@ -31,40 +32,16 @@ from perf4sight.features.inputs import checked_batch_sizes, needs
 from perf4sight.features.terms import Role, Term, TermSet
 
 __all__ = [
-    "AUTOCAST_TERMS", "EXACT_COLUMNS", "KIND_GROUPS", "LAYER_GROUPS", "MEMORY_PARTS", "NETWORK_TERMS", "STREAM_TERMS", "PARAMETER_STREAM_FACTOR", "gemm_flops", "network_features", "layer_group",
+    "AUTOCAST_TERMS", "EXACT_COLUMNS", "LAYER_GROUPS", "MEMORY_PARTS", "NETWORK_TERMS", "STREAM_TERMS", "PARAMETER_STREAM_FACTOR", "gemm_flops", "network_features", "layer_group",
     "networks_per_group", "group_column",
 ]
 
-# Non-GEMM layers grouped by the kind of memory-bound kernel they run.
-KIND_GROUPS: dict[str, str] = {
-    **dict.fromkeys(
-        ("batch_norm", "layer_norm", "layer_norm2d", "group_norm", "instance_norm", "local_response_norm"), "norm"
-    ),
-    **dict.fromkeys(
-        ("relu", "relu6", "silu", "gelu", "elu", "prelu", "leaky_relu", "sigmoid", "tanh",
-         "hardswish", "hardsigmoid", "mish", "softplus", "clamp"),
-        "act",
-    ),
-    **dict.fromkeys(
-        ("max_pool2d", "avg_pool2d", "adaptive_avg_pool2d", "adaptive_max_pool2d"), "pool"
-    ),
-    **dict.fromkeys(
-        ("add", "mul", "sub", "div", "cat", "stack", "dropout", "mean", "sum", "flatten",
-         "softmax", "log_softmax", "pad", "constant_pad_nd", "channel_shuffle", "permute", "stochastic_depth",
-         "upsample_nearest2d", "upsample_bilinear2d"),
-        "elementwise",
-    ),
-}
-_GROUPS = tuple(dict.fromkeys(KIND_GROUPS.values()))  # norm, act, pool, elementwise
-# A layer of a kind no group names; counted as memory-bound, like the groups above.
-_OTHER = "other"
-_MEMORY_BOUND_GROUPS = (*_GROUPS, _OTHER)
-# GEMM groups: depthwise and grouped convolutions run kernels whose costs differ most between
-# devices (their latency terms, below); a network with Linear layers loads cuBLAS.
-_DEPTHWISE, _GROUPED, _LINEAR = "conv_depthwise", "conv_grouped", "linear"
-_GEMM_GROUPS = ("conv_kxk", "conv_1x1", _DEPTHWISE, _GROUPED, _LINEAR)
+# The layer kinds' cost groups (`perf4sight.architecture.kinds`): depthwise and grouped
+# convolutions run kernels whose costs differ most between devices (their latency terms,
+# below); a network with Linear layers loads cuBLAS.
+_DEPTHWISE, _GROUPED, _LINEAR = CONV_DEPTHWISE, CONV_GROUPED, LINEAR_GROUP
 # Every group a layer falls in (`layer_group`), each with a `<group>_count` column.
-LAYER_GROUPS = (*_GEMM_GROUPS, *_MEMORY_BOUND_GROUPS)
+LAYER_GROUPS = (*GEMM_GROUPS, *MEMORY_BOUND_GROUPS)
 
 # The CUDA caching allocator serves tensors over 1 MiB from segments rounded to 2 MiB.
 _LARGE_ALLOC_BYTES = 1 << 20
@@ -110,57 +87,13 @@ def group_column(group: str, amount: str) -> str:
     return f"{group}_{amount}"
 
 
-def layer_group(layer: Layer) -> str:
-    """The cost group of a layer: a GEMM kind, a `KIND_GROUPS` group or `other`."""
-    if layer.kind == "conv2d":
-        if layer.groups > 1:
-            return _DEPTHWISE if layer.depthwise else _GROUPED
-        return "conv_1x1" if tuple(layer.kernel) == (1, 1) else "conv_kxk"
-    if layer.kind == "linear":
-        return _LINEAR
-    return KIND_GROUPS.get(layer.kind, _OTHER)
-
-
 def _round_up(value: np.ndarray, step: float) -> np.ndarray:
     return np.ceil(value / step) * step
 
 
-def gemm_flops(layer: Layer, tile: int = 1) -> int:
-    """Forward multiply-adds x 2 of a conv or linear layer, output channels padded to `tile`.
-
-    A linear layer works on the last dimension, a convolution on the first (channels).
-    """
-    linear = layer.kind == "linear"
-    c_in = layer.in_shape[-1] if linear else layer.in_shape[0] // layer.groups
-    c_out = layer.output[-1] if linear else layer.output[0]
-    c_out = -(-c_out // tile) * tile
-    if linear:
-        return 2 * c_out * c_in * math.prod(layer.output[:-1])
-    if layer.depthwise:
-        return 2 * c_out * c_in * _valid_taps(layer)
-    return 2 * c_out * c_in * math.prod(layer.kernel) * math.prod(layer.output[1:])
-
-
-def _valid_taps(layer: Layer) -> int:
-    """Kernel taps over the output that fall inside the input, not on its zero padding: a
-    depthwise kernel computes those only (a 7x7 one on a 4x4 map, 37 % of its k*k*outputs)."""
-    taps = 1
-    for axis, (size, kernel, stride) in enumerate(zip(layer.in_shape[1:], layer.kernel, layer.stride)):
-        taps *= _axis_taps(size, layer.output[1 + axis], kernel, stride, layer.padding[axis] if layer.padding else 0,
-                           layer.dilation[axis] if layer.dilation else 1)
-    return taps
-
-
-@functools.lru_cache(maxsize=4096)
-def _axis_taps(size: int, out: int, kernel: int, stride: int, pad: int, dilation: int) -> int:
-    """`_valid_taps` along one axis; counted once per shape, since every feature table of every
-    network (and pruned variant) asks again."""
-    return sum(sum(1 for k in range(kernel) if 0 <= o * stride - pad + k * dilation < size) for o in range(out))
-
-
 def _im2col_bytes(layer: Layer, dtype_bytes: int) -> int:
     """Per-sample bytes of the unfolded input an im2col GEMM needs (none for a plain 1x1)."""
-    if layer.kind != "conv2d" or (tuple(layer.kernel) == (1, 1) and set(layer.stride) <= {1}):
+    if layer.kind != CONV2D or (tuple(layer.kernel) == (1, 1) and set(layer.stride) <= {1}):
         return 0
     return (layer.in_shape[0] // layer.groups) * math.prod(layer.kernel) * math.prod(layer.output[1:]) * dtype_bytes
 
@@ -183,7 +116,7 @@ def network_features(arch: Architecture, batch_sizes: Sequence[int], stage: str 
     precision = PRECISIONS[arch.recipe.precision]
     layers = arch.layers
     groups = [layer_group(layer) for layer in layers]
-    unknown = sorted({layer.kind for layer, group in zip(layers, groups) if group == _OTHER})
+    unknown = sorted({layer.kind for layer, group in zip(layers, groups) if group == OTHER})
     if unknown:
         warn(f"network '{arch.name}': {len(unknown)} layer kind(s) without a cost group, counted as "
              f"memory-bound: {', '.join(unknown)}")
@@ -263,7 +196,7 @@ def network_features(arch: Architecture, batch_sizes: Sequence[int], stage: str 
         "param_layers": float(param_layers),
     }
     group_of = np.array(groups)
-    for group in _GEMM_GROUPS:
+    for group in GEMM_GROUPS:
         mask = group_of == group
         columns[group_column(group, "flops")] = bs * flops[mask].sum()
         columns[group_column(group, "padded_flops")] = bs * padded[mask].sum()
@@ -274,7 +207,7 @@ def network_features(arch: Architecture, batch_sizes: Sequence[int], stage: str 
     # a memory-bound layer reads and writes in its forward pass (again where recomputed)
     # and in its backward pass, where that runs
     bound_passes = 1.0 + recomputed + backward
-    for group in _MEMORY_BOUND_GROUPS:
+    for group in MEMORY_BOUND_GROUPS:
         mask = group_of == group
         columns[group_column(group, "bytes")] = bs * ((in_bytes[mask] + out_bytes[mask]) * bound_passes[mask]).sum()
         columns[group_column(group, "count")] = float(mask.sum())
@@ -300,9 +233,9 @@ def _layer_row(layer: Layer, group: str, training: bool, dtype: int, precision: 
         passes,
         layer.params * _weight_bytes(layer, group, dtype, precision),
         layer.params * dtype,
-        *(_gemm_amounts(layer, training, passes) if group in _GEMM_GROUPS else (0, 0, 0)),
+        *(_gemm_amounts(layer, training, passes) if group in GEMM_GROUPS else (0, 0, 0)),
         layer.segment if training else 0,
-        layer.kind == "conv2d",
+        layer.kind == CONV2D,
         not layer.inplace,
         training and layer.backward,
     )
@@ -320,7 +253,7 @@ def _layer_passes(layer: Layer, training: bool) -> float:
 
 def _weight_bytes(layer: Layer, group: str, dtype: int, precision: Precision) -> int:
     """Bytes per parameter the layer's kernels read: autocast's copy for a GEMM layer."""
-    if precision.autocast_dtype is not None and group in _GEMM_GROUPS:
+    if precision.autocast_dtype is not None and group in GEMM_GROUPS:
         return precision.bytes_per_cast_value
     return dtype
 
@@ -334,7 +267,7 @@ def _cast_traffic(layers: Sequence[Layer], groups: Sequence[str], dtype: int, pr
         return 0.0
     per_copy = dtype + precision.bytes_per_cast_value
     copies = sum(layer.params * ((1 + (layer.recomputed if training else 0)) + (training and layer.trained))
-                 for layer, group in zip(layers, groups) if group in _GEMM_GROUPS)
+                 for layer, group in zip(layers, groups) if group in GEMM_GROUPS)
     return float(copies * per_copy)
 
 
@@ -439,7 +372,7 @@ MEMORY_PARTS = {
 # Under autocast that work runs in a 16-bit dtype, at a rate of its own (a GPU's tensor cores,
 # a CPU's bf16 instructions or their emulation): the GEMM term counts what runs in fp32 and
 # `autocast_gemm` the rest, at the GEMM rate until a profiled recipe with autocast shows its own.
-_GEMM_WORK_COLUMNS = tuple(group_column(group, "padded_flops") for group in _GEMM_GROUPS
+_GEMM_WORK_COLUMNS = tuple(group_column(group, "padded_flops") for group in GEMM_GROUPS
                            if group not in (_DEPTHWISE, _GROUPED))
 _GEMM_WORK = Term("gemm", {**dict.fromkeys(_GEMM_WORK_COLUMNS, 1.0), _AUTOCAST_GEMM: -1.0}, "flops")
 _AUTOCAST_GEMM_WORK = Term("autocast_gemm", {_AUTOCAST_GEMM: 1.0}, "flops", tie="gemm")
@@ -472,10 +405,10 @@ NETWORK_TERMS = TermSet("network", memory=_MEMORY_TERMS, latency=_LATENCY_TERMS)
 _STREAM_LATENCY_TERMS = (
     _GEMM_WORK,
     Term("gemm_traffic", {
-        **{group_column(group, "bytes"): 1.0 for group in _GEMM_GROUPS if group != _DEPTHWISE},
+        **{group_column(group, "bytes"): 1.0 for group in GEMM_GROUPS if group != _DEPTHWISE},
         **_PARAMETER_PASSES,
     }, "bytes"),
-    Term("memory_bound_traffic", {group_column(group, "bytes"): 1.0 for group in _MEMORY_BOUND_GROUPS}, "bytes"),
+    Term("memory_bound_traffic", {group_column(group, "bytes"): 1.0 for group in MEMORY_BOUND_GROUPS}, "bytes"),
     _LAUNCHES,
     _DEPTHWISE_WORK,
     _GROUPED_WORK,

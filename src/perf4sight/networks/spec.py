@@ -35,6 +35,7 @@ from perf4sight.architecture import (
     with_layer_shapes,
     with_lifetimes,
 )
+from perf4sight.architecture.kinds import CONV2D, LINEAR, layer_kind, module_kind_name
 from perf4sight.cache import cached_architecture, file_digest
 from perf4sight.device.definitions import input_size_problem, is_positive_int, num_classes_problem
 from perf4sight.device.recipe import DEFAULT_RECIPE, Recipe
@@ -226,13 +227,12 @@ def architecture_from_spec(spec: dict[str, Any]) -> Architecture:
     """The spec's Conv2d and Linear layers as an (incomplete) Architecture, no module built."""
     layers = []
     for entry in spec["layers"]:
-        kind = {"Conv2d": "conv2d", "Linear": "linear"}.get(entry["type"], entry["type"].lower())
-        conv = kind == "conv2d"
-        c_in = entry["in"][0]
+        kind = module_kind_name(entry["type"])
+        conv = kind == CONV2D
         c_out = entry["out"][0]
         groups = entry.get("groups", 1)
         kernel = tuple(entry.get("kernel", ()))
-        weights = c_out * (c_in // groups) * (kernel[0] * kernel[1] if conv else 1)
+        weights = layer_kind(kind).weights(tuple(entry["in"]), tuple(entry["out"]), groups, kernel)
         layers.append(
             Layer(
                 name=entry["name"],
@@ -479,9 +479,9 @@ def spec_architecture(spec: dict[str, Any], *, lifetimes: tuple[str, ...] = (),
                                   recipe=recipe)
     rebuilt: dict[str, tuple[tuple[int, ...], tuple[int, ...]]] = {}
     for layer in arch.layers:
-        if layer.kind == "conv2d":
+        if layer.kind == CONV2D:
             rebuilt.setdefault(layer.name, (layer.in_shape, layer.output))
-        elif layer.kind == "linear":  # the table records a Linear's features only
+        elif layer.kind == LINEAR:  # the table records a Linear's features only
             rebuilt.setdefault(layer.name, ((layer.in_shape[-1],), (layer.output[-1],)))
     for entry in spec["layers"]:
         built = rebuilt.get(entry["name"])
@@ -498,22 +498,21 @@ def _check_against_base(spec: dict[str, Any], template: Architecture) -> None:
     """Refuse a spec layer that its base network cannot become by pruning channels: one the
     base lacks, one wider than in the base (pruning only removes channels), or one with
     another kernel, stride, padding, dilation or grouping."""
-    base = {layer.name: layer for layer in template.layers if layer.kind in ("conv2d", "linear")}
+    base = {layer.name: layer for layer in template.of_kind(CONV2D, LINEAR)}
     for entry in spec["layers"]:
         layer = base.get(entry["name"])
         where = f"spec {spec['name']}: layer '{clip(entry['name'])}'"
         if layer is None:
             raise NetworkError(f"{where} is not a Conv2d or Linear of {_base_name(spec)}")
-        if (layer.kind == "conv2d") != (entry["type"] == "Conv2d"):
+        if layer.kind != module_kind_name(entry["type"]):
             raise NetworkError(f"{where} is a {entry['type']}, in {_base_name(spec)} a {layer.kind}")
-        for side, recorded, widest in (("input", entry["in"][0], layer.in_shape[0] if layer.kind == "conv2d"
-                                        else layer.in_shape[-1]),
-                                       ("output", entry["out"][0], layer.output[0] if layer.kind == "conv2d"
-                                        else layer.output[-1])):
+        conv = layer.kind == CONV2D
+        for side, recorded, widest in (("input", entry["in"][0], layer.in_shape[0] if conv else layer.in_shape[-1]),
+                                       ("output", entry["out"][0], layer.output[0] if conv else layer.output[-1])):
             if recorded > widest:
                 raise NetworkError(f"{where} has {recorded} {side} channels, its base {_base_name(spec)} "
                                    f"{widest}: pruning cannot add channels")
-        if layer.kind != "conv2d":
+        if not conv:
             continue
         recorded = {"kernel": entry["kernel"], "stride": entry["stride"], "padding": entry["padding"],
                     "dilation": entry.get("dilation", _CONV_DEFAULTS["dilation"])}

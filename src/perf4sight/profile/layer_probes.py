@@ -26,6 +26,7 @@ import pandas as pd
 from torch import nn
 
 from perf4sight.architecture import Architecture, Layer
+from perf4sight.architecture.kinds import CONV2D, LINEAR
 from perf4sight.config import ProfileSettings
 from perf4sight.device.definitions import DATASETS, LATENCY, MAX_INPUT_EXTENT
 from perf4sight.device.logs import GT_SUFFIX, read_gt
@@ -65,7 +66,7 @@ class LayerShape:
         dims = "x".join(map(str, self.in_shape))
         if self.kind == "base":
             return f"base-{dims}"
-        prefix = "conv" if self.kind == "conv2d" else "linear"
+        prefix = "conv" if self.kind == CONV2D else "linear"
         return (f"{prefix}-{dims}-o{'x'.join(map(str, self.out_shape))}-k{self.kernel[0]}x{self.kernel[1]}"
                 f"-s{self.stride[0]}x{self.stride[1]}-p{self.padding[0]}x{self.padding[1]}"
                 f"-g{self.groups}-b{int(self.bias)}")
@@ -85,23 +86,23 @@ class LayerShape:
         if kind is None:
             return cls("base", (int(c), int(h), int(w)))
         c, h, w, oc, oh, ow, kh, kw, sh, sw, ph, pw, groups, bias = (int(v) for v in rest)
-        return cls("conv2d" if kind == "conv" else "linear", (c, h, w), (oc, oh, ow), (kh, kw), (sh, sw), (ph, pw),
+        return cls(CONV2D if kind == "conv" else LINEAR, (c, h, w), (oc, oh, ow), (kh, kw), (sh, sw), (ph, pw),
                    groups, bool(bias))
 
     def layer(self) -> Layer:
         """The layer as the architecture describes it (a linear layer on one axis)."""
-        if self.kind == "linear":
-            return Layer(self.name, "linear", ((math.prod(self.in_shape),),), (self.out_shape[0],), bias=self.bias)
+        if self.kind == LINEAR:
+            return Layer(self.name, LINEAR, ((math.prod(self.in_shape),),), (self.out_shape[0],), bias=self.bias)
         return Layer(self.name, self.kind, (self.in_shape,), self.out_shape, kernel=self.kernel, stride=self.stride,
                      padding=self.padding, dilation=(1, 1), groups=self.groups, bias=self.bias)
 
 
 def layer_shape(layer: Layer) -> LayerShape | None:
     """The probed shape of a convolution (not dilated) or a linear layer on one axis; None for any other."""
-    if layer.kind == "linear" and len(layer.in_shape) == 1 and len(layer.output) == 1:
-        return LayerShape("linear", _features_as_input(layer.in_shape[0]), (layer.output[0], 1, 1), bias=layer.bias)
-    if layer.kind == "conv2d" and len(layer.in_shape) == 3 and layer.dilation in ((), (1, 1)):
-        return LayerShape("conv2d", tuple(layer.in_shape), tuple(layer.output),  # type: ignore[arg-type]
+    if layer.kind == LINEAR and len(layer.in_shape) == 1 and len(layer.output) == 1:
+        return LayerShape(LINEAR, _features_as_input(layer.in_shape[0]), (layer.output[0], 1, 1), bias=layer.bias)
+    if layer.kind == CONV2D and len(layer.in_shape) == 3 and layer.dilation in ((), (1, 1)):
+        return LayerShape(CONV2D, tuple(layer.in_shape), tuple(layer.output),  # type: ignore[arg-type]
                           tuple(layer.kernel), tuple(layer.stride), tuple(layer.padding),  # type: ignore[arg-type]
                           layer.groups, layer.bias)
     return None
@@ -126,7 +127,7 @@ def probe_module(shape: LayerShape) -> nn.Module:
     front = nn.Conv2d(channels, channels, 1, groups=channels, bias=False)
     if shape.kind == "base":
         return nn.Sequential(front, nn.AdaptiveAvgPool2d(1), nn.Flatten())
-    if shape.kind == "linear":
+    if shape.kind == LINEAR:
         return nn.Sequential(front, nn.Flatten(), nn.Linear(math.prod(shape.in_shape), shape.out_shape[0],
                                                             bias=shape.bias))
     conv = nn.Conv2d(channels, shape.out_shape[0], shape.kernel, shape.stride, shape.padding,
