@@ -8,7 +8,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test test-fast install clean
+.PHONY: demo test test-fast test-tx2 install clean
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -22,11 +22,15 @@ demo: $(STAMP)
 	$(BIN)/perf4sight run --config examples/cpu_demo.ini
 
 test: $(STAMP)
-	$(BIN)/python -m pytest -q -n auto -m "not serial"
-	$(BIN)/python -m pytest -q -p no:xdist -m serial
+	$(BIN)/python -m pytest -q -n auto -m "not serial and not tx2"
+	$(BIN)/python -m pytest -q -p no:xdist -m "serial and not tx2"
 
 test-fast: $(STAMP)
-	$(BIN)/python -m pytest -q -m "not slow" -n auto
+	$(BIN)/python -m pytest -q -m "not slow and not tx2" -n auto
+
+# The optional checks on the TX2 dataset (../shared/datasets/tx2 or $PERF4SIGHT_TX2).
+test-tx2: $(STAMP)
+	$(BIN)/python -m pytest -q -n auto -m tx2
 
 clean:
 	rm -rf $(VENV) out .stacks

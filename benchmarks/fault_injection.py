@@ -1313,7 +1313,7 @@ def _each_stored_or_refused(scratch: Path, out: str, err: str) -> bool:
 
 
 STORE_CASES = [
-    Case("store", "a fingerprint into a folder another is fitting into", _busy_folder),
+    Case("store", "a fingerprint into a folder another is fitting into", _busy_folder, slow=True),
     Case("store", "a set staged but not listed (killed before): the old set answers", _half_replaced(False),
          _same_answer_as("old")),
     Case("store", "a set listed, one file renamed (killed between): the new set answers", _half_replaced(True),

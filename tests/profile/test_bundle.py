@@ -87,6 +87,7 @@ def test_the_runners_switches_turn_the_recorded_defaults_off(bundle: Path) -> No
     assert (args.till_first_fail, args.memory_limit_mib, args.retry_failed) == (True, 900, True)
 
 
+@pytest.mark.slow
 def test_a_bundle_whose_model_file_is_another_networks_is_one_line_before_any_test(
         bundle: Path, tmp_path: Path) -> None:
     """Its runs would be logged under the spec's name: refused, naming the file and a layer."""

@@ -500,6 +500,7 @@ def test_a_campaign_whose_journal_was_deleted_adds_no_test_twice_to_the_gt(
     assert sorted(after["latency"]) == sorted(row["latency"] for row in journal)  # the new readings
 
 
+@pytest.mark.slow
 def test_a_campaign_resumes_its_models_wherever_their_files_lie_and_refuses_another_file_of_their_name(
         tmp_path: Path, model_dir: Path, write_test_config) -> None:
     log_dir = tmp_path / "logs"
@@ -545,6 +546,7 @@ def test_a_model_file_of_another_network_than_its_spec_stops_the_campaign_before
     assert not (tmp_path / "logs").exists()
 
 
+@pytest.mark.slow
 def test_logs_remember_the_spec_they_were_measured_as_and_the_fit_refuses_another(tmp_path: Path) -> None:
     from perf4sight.device.definitions import LATENCY
     from perf4sight.errors import LogFormatError
