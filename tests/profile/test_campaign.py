@@ -318,7 +318,7 @@ def test_memory_limit_not_a_positive_integer_is_a_config_error(
     config = _run_config(tmp_path, test_config, log_dir, f"memory_limit_mib = {limit}\n")
     assert main(["--quiet", "profile", "run", "--config", str(config)]) == 2
     err = _one_error_line(capsys)
-    assert "error: [profile] memory_limit_mib: expected a positive integer (MiB)" in err
+    assert f"error: {config}: [profile] memory_limit_mib: expected a positive integer (MiB)" in err
     assert not log_dir.exists()
 
 
@@ -337,7 +337,8 @@ def test_worker_over_the_memory_limit_while_starting_stops_the_campaign(
     config = _run_config(tmp_path, test_config, log_dir, f"save = {save}\nmemory_limit_mib = 50\n")
     assert main(["--quiet", "profile", "run", "--config", str(config)]) == 2
     err = _one_error_line(capsys)
-    assert "error: [profile] memory_limit_mib = 50: the worker went over it while starting, before any test" in err
+    assert (f"error: {config}: [profile] memory_limit_mib = 50: the worker went over it while starting, "
+            "before any test") in err
     if save:
         assert [r["status"] for r in read_journal(journal)] == ["ok"]  # kept, and no crashed row for bs 4
         resumed = profile_campaign(read_test_config(test_config), log_dir=log_dir, iterations=1)

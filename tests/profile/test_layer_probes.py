@@ -130,4 +130,4 @@ def test_profile_probes_writes_the_probes_of_the_networks_models(tmp_path: Path,
     config.write_text(f"[profile]\nnetwork = ['missing']\nlocal_model_loc = {models}\n")
     assert main(["profile", "probes", "--config", str(config)]) == 2
     (line,) = capsys.readouterr().err.splitlines()
-    assert line == f"error: [profile] network: no models of missing in {models}"
+    assert line == f"error: {config}: [profile] network: no models of missing in {models}"

@@ -43,3 +43,16 @@ def test_a_budget_beyond_the_candidates_takes_them_all_and_none_takes_none(tests
     assert len(spread_tests(tests, 0)) == 0
     with pytest.raises(ValueError, match="budget -1"):
         spread_tests(tests, -1)
+
+
+def test_a_time_budget_keeps_the_picks_within_it_passing_over_what_no_longer_fits(tests: pd.DataFrame) -> None:
+    timed = tests.assign(seconds=tests["bs"] * (1 + tests["level"] / 100))  # a test's time grows with its batch
+    picked = timed.iloc[spread_tests(timed, seconds=600.0)]
+    assert picked["seconds"].sum() <= 600.0 and len(picked) > 20
+    for net in ("resnet18", "squeezenet"):  # each network spread over its levels and batch sizes
+        mine = picked[picked["net"] == net]
+        assert {0, 90} <= set(mine["level"]) and mine["bs"].nunique() >= 4
+    everything = timed.iloc[spread_tests(timed, seconds=float(timed["seconds"].sum()))]
+    assert len(everything) == len(timed)  # a budget for all of them runs all of them
+    assert len(spread_tests(timed, 5, seconds=1e9)) == 5  # the count still bounds
+    assert len(spread_tests(timed, seconds=1.0)) == 0  # no test is that short

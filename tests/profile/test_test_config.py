@@ -151,7 +151,7 @@ def test_create_config_rejects_an_empty_list(
                       f"test_config = {tmp_path / 'tc.ini'}\n")
     assert main(["--quiet", "profile", "create-config", "--config", str(config)]) == 2
     err = capsys.readouterr().err
-    assert f"error: {message}" in err and "Traceback" not in err
+    assert f"error: {config}: {message}" in err and "Traceback" not in err
     assert not (tmp_path / "tc.ini").exists()
 
 
@@ -192,3 +192,36 @@ def test_max_tests_spreads_the_pairs_over_levels_and_batch_sizes(tmp_path: Path,
     settings = ProfileSettings(**{**vars(settings), "max_tests": 0})
     with pytest.raises(ArgumentError, match="max_tests: 0; expected a positive number of tests"):
         create_test_config(settings)
+
+
+def test_a_plan_times_the_networks_here_and_keeps_to_its_budget(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    specs = tmp_path / "specs"
+    assert main(["-q", "prune", "--net", "squeezenet1_1", "--levels", "0,50", "--input-size", "3,32,32",
+                 "--num-classes", "10", "--out", str(specs)]) == 0
+    config = tmp_path / "c.ini"
+    config.write_text(f"[profile]\nnetwork = ['squeezenet1_1']\nbs = [2, 4, 8]\nlocal_model_loc = {specs}\n"
+                      f"test_config = {tmp_path / 'tc.ini'}\niterations = 1\nwarmup = 0\n")
+
+    def planned(minutes: str) -> tuple[int, float]:
+        capsys.readouterr()
+        assert main(["profile", "plan", "--config", str(config), "--minutes", minutes]) == 0
+        line = next(line for line in capsys.readouterr().out.splitlines() if "planned" in line)
+        found = re.search(r"planned (\d+) of 6 tests \(model, batch size\), about ([0-9.]+) of", line)
+        assert found, line
+        tests = read_test_config(tmp_path / "tc.ini")
+        assert len({(t.model, t.bs) for t in tests}) == int(found.group(1))
+        assert {t.test_var for t in tests} == {"memory", "latency"}
+        return int(found.group(1)), float(found.group(2))
+
+    count, estimated = planned("600")
+    assert count == 6 and 0 < estimated < 600  # everything fits; its estimate says how long
+    fewer, short = planned(f"{estimated / 2:.3f}")
+    assert 1 <= fewer < 6 and short <= estimated / 2 + 0.05
+    capsys.readouterr()
+    assert main(["profile", "plan", "--config", str(config), "--minutes", "0"]) == 2
+    assert capsys.readouterr().err.splitlines() == ["error: --minutes: 0.0; expected minutes above 0 and up to 10080"]
+    config.write_text(config.read_text() + "budget_minutes = -1\n")
+    assert main(["profile", "create-config", "--config", str(config)]) == 2
+    assert capsys.readouterr().err.splitlines() == [
+        f"error: {config}: [profile] budget_minutes: -1.0; expected minutes above 0 and up to 10080, or none for no "
+        "time budget"]

@@ -23,5 +23,5 @@ def register(app: typer.Typer) -> None:
         settings = load_section(config, "fingerprint")  # read and checked before scikit-learn and torch load
         from perf4sight.fit import fingerprint_device
 
-        with in_settings("[fingerprint]"):
+        with in_settings(f"{config}: [fingerprint]"):
             fingerprint_device(settings)

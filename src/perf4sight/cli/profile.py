@@ -1,9 +1,10 @@
-"""CLI for the profile stage: `perf4sight profile create-config`, `probes`, `run` and `bundle`.
+"""CLI for the profile stage: `perf4sight profile create-config`, `plan`, `probes`, `run` and `bundle`.
 
 The config is read and checked before the stage's modules (torch) are imported."""
 
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
 
 import typer
@@ -11,7 +12,7 @@ from rich.markup import escape
 
 from perf4sight import console
 from perf4sight.config import ProfileSettings, config_section, load_config, load_section
-from perf4sight.errors import in_settings
+from perf4sight.errors import UsageError, in_settings
 
 __all__ = ["register"]
 
@@ -35,9 +36,28 @@ def register(app: typer.Typer) -> None:
         settings = _settings(config)
         from perf4sight.profile import create_test_config
 
-        with in_settings("[profile]"):
+        with in_settings(f"{config}: [profile]"):
             path = create_test_config(settings)
         console.info(f"test config written to {path}; copy it to the device with the models")
+
+    @profile_app.command("plan")
+    def plan(
+        config: Path = _CONFIG,
+        minutes: float = typer.Option(..., "--minutes", "-m", help="The campaign's time budget on this machine."),
+    ) -> None:
+        """On the machine that profiles: write a test config of [profile]'s tests that fits
+        MINUTES here (each network timed first; [profile] budget_minutes in a config)."""
+        from perf4sight.profile.test_config import budget_problem
+
+        problem = budget_problem(minutes)
+        if problem is not None:
+            raise UsageError(f"--minutes: {problem}")
+        settings = dataclasses.replace(_settings(config), budget_minutes=minutes)
+        from perf4sight.profile import create_test_config
+
+        with in_settings(f"{config}: [profile]"):
+            path = create_test_config(settings)
+        console.info(f"test config written to {path}; run it with `perf4sight profile run --config {config}`")
 
     @profile_app.command("probes")
     def probes(config: Path = _CONFIG) -> None:
@@ -47,7 +67,7 @@ def register(app: typer.Typer) -> None:
         settings = _settings(config)
         from perf4sight.profile.layer_probes import PROBE_NET, network_probes
 
-        with in_settings("[profile]"):
+        with in_settings(f"{config}: [profile]"):
             paths = network_probes(settings)
         console.info(escape(f"{len(paths)} probes in {settings.local_model_loc}; add '{PROBE_NET}' to [profile] "
                             "network to profile them"))
@@ -58,7 +78,7 @@ def register(app: typer.Typer) -> None:
         settings = _settings(config)
         from perf4sight.profile import run_test_config
 
-        with in_settings("[profile]"):
+        with in_settings(f"{config}: [profile]"):
             run_test_config(settings)
 
     @profile_app.command("bundle")

@@ -174,7 +174,8 @@ def check_model_files(tests: Sequence[ProfileTest]) -> None:
             raise ConfigError("test config: model file not found: {}".format(path))
         if test_shape(test) is None:
             raise ConfigError(_no_shape(test))
-        check_against_spec(path, load_model_file(test).module)
+        if path.with_suffix(".json").is_file():
+            check_against_spec(path, load_model_file(test).module)
 
 
 def check_against_spec(path: Path, module: nn.Module) -> None:

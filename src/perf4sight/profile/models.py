@@ -64,7 +64,7 @@ def check_models(tests: Sequence[ProfileTest]) -> None:
             raise ConfigError(f"test config: model file not found: {path}")
         if path.suffix == ".json":
             spec_architecture(read_spec(path))
-        else:
+        elif path.with_suffix(".json").is_file():
             check_against_spec(path, load_test_model(test).module)
 
 

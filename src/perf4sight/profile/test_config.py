@@ -16,6 +16,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from perf4sight import console
 from perf4sight.config import ProfileSettings
 from perf4sight.device.backends import BACKENDS, backend_name
 from perf4sight.device.definitions import DATASETS, STAGES, TEST_VARIABLES, check_batch_sizes, check_choices
@@ -25,11 +26,13 @@ from perf4sight.files import write_text
 from perf4sight.profile.selection import spread_tests
 
 __all__ = [
-    "check_test_config_keys", "create_test_config", "find_model_files", "network_models", "network_recipe_lists",
+    "budget_problem", "check_test_config_keys", "create_test_config", "find_model_files", "network_models", "network_recipe_lists",
     "network_recipes", "test_config_text",
 ]
 
 _MODEL_SUFFIXES = (".py", ".json")
+# A week: beyond it a budget plans nothing a full campaign would not.
+_MAX_BUDGET_MINUTES = 7 * 24 * 60
 
 
 def find_model_files(directory: Path, network: str) -> list[Path]:
@@ -64,9 +67,20 @@ def check_test_config_keys(settings: ProfileSettings) -> None:
     check_batch_sizes(settings.bs, "bs")
     if settings.max_tests is not None and settings.max_tests < 1:
         raise ArgumentError(f"max_tests: {settings.max_tests}; expected a positive number of tests, or none for all")
+    problem = budget_problem(settings.budget_minutes)
+    if problem is not None:
+        raise ArgumentError(f"budget_minutes: {problem}, or none for no time budget")
     if settings.local_model_loc is None:
         raise ArgumentError("local_model_loc: needed to find the models of the test config")
     check_recipe_keys(settings)
+
+
+def budget_problem(minutes: float | None) -> str | None:
+    """Why `minutes` is no campaign's time budget (above 0, at most a week); None when it is one
+    (or none is given)."""
+    if minutes is None or 0 < minutes <= _MAX_BUDGET_MINUTES:
+        return None
+    return f"{minutes}; expected minutes above 0 and up to {_MAX_BUDGET_MINUTES}"
 
 
 def check_recipe_keys(settings: ProfileSettings) -> None:
@@ -138,28 +152,54 @@ def create_test_config(settings: ProfileSettings) -> Path:
     check_test_config_keys(settings)
     assert settings.local_model_loc is not None  # check_test_config_keys refuses a missing one
     device_dir = settings.device_model_loc
-    models = {
-        network: [str(device_dir / f.name) if device_dir is not None else str(f) for f in files]
-        for network, files in network_models(settings, settings.local_model_loc).items()
-    }
+    local = network_models(settings, settings.local_model_loc)
+    models = {network: [str(device_dir / f.name) if device_dir is not None else str(f) for f in files]
+              for network, files in local.items()}
     path = settings.test_config
     path.parent.mkdir(parents=True, exist_ok=True)
-    write_text(path, test_config_text(settings, models))
+    write_text(path, test_config_text(settings, models, local))
     return path
 
 
-def test_config_text(settings: ProfileSettings, models: dict[str, Sequence[str]]) -> str:
+def test_config_text(settings: ProfileSettings, models: dict[str, Sequence[str]],
+                     local: dict[str, Sequence[Path]] | None = None) -> str:
     """The test config of the [profile] settings for `models` (network -> model paths): a
-    section per network, every model at every batch size; with `max_tests`, a section per
-    model that `spread_tests` picks, at the batch sizes picked for it."""
-    if settings.max_tests is None:
+    section per network, every model at every batch size; with `max_tests` or
+    `budget_minutes`, a section per model that `spread_tests` picks, at the batch sizes picked
+    for it, the budget's tests timed on this machine from the models here (`local`, network ->
+    files, in `models`' order; `models` themselves where not given)."""
+    if settings.max_tests is None and settings.budget_minutes is None:
         return "\n".join(_section_text(network, settings, paths, settings.bs) for network, paths in models.items())
-    rows = [(network, path, level, bs) for network, paths in models.items()
-            for path, level in zip(paths, _levels(network, paths)) for bs in settings.bs]
-    tests = pd.DataFrame(rows, columns=["net", "path", "level", "bs"])
-    picked = tests.iloc[np.sort(spread_tests(tests, settings.max_tests))]
+    local = local or {network: [Path(p) for p in paths] for network, paths in models.items()}
+    rows = [(network, path, str(here), level, bs) for network, paths in models.items()
+            for path, here, level in zip(paths, local[network], _levels(network, paths)) for bs in settings.bs]
+    tests = pd.DataFrame(rows, columns=["net", "path", "local", "level", "bs"])
+    seconds = None
+    if settings.budget_minutes is not None:
+        tests["seconds"], start = _timed(settings, tests, local)
+        seconds = 60.0 * settings.budget_minutes - start
+    picked = tests.iloc[np.sort(spread_tests(tests, settings.max_tests, seconds=seconds))]
+    if seconds is not None:
+        console.info(f"planned {len(picked)} of {len(tests)} tests (model, batch size), about "
+                     f"{(picked['seconds'].sum() + start) / 60:.1f} of {settings.budget_minutes:g} minutes on this "
+                     "machine")
     return "\n".join(_section_text(network, settings, [path], sorted(group["bs"]), name=Path(path).stem)
                      for (network, path), group in picked.groupby(["net", "path"], sort=False))
+
+
+def _timed(settings: ProfileSettings, tests: pd.DataFrame, local: dict[str, Sequence[Path]]) -> tuple[np.ndarray, float]:
+    """Each test's seconds on this machine, from a probe of each network's least pruned model,
+    and what starting the campaign costs (its first worker's start)."""
+    from perf4sight.profile.plan import estimate_seconds, probe_network, worker_start_seconds
+
+    with console.progress("timing the networks", len(local)) as bar:
+        probes = {}
+        for network, files in local.items():
+            bar.label(network)
+            probes[network] = probe_network(settings, Path(files[0]), settings.bs)
+            bar.advance(network)
+    worker_s = worker_start_seconds()
+    return estimate_seconds(settings, tests, probes, worker_s), worker_s
 
 
 def _levels(network: str, paths: Sequence[str]) -> list[float]:

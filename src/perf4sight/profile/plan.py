@@ -1,0 +1,116 @@
+"""A campaign that fits a time budget: each candidate test's time estimated from a short probe
+of this machine, then a spread of tests (`selection.spread_tests`) until the budget is spent.
+
+The probe builds each network's least pruned model and times one training iteration of it at
+the smallest and at the largest batch size (after one warm-up), as the profiler's worker runs
+it. A model's iteration at batch size b is then `a + s * b`: its network's fixed cost per
+iteration `a` (its layers' launches, the optimizer's step) and its cost per sample `s`, scaled
+by the model's operations per sample against the probed model's (the `network` features' GEMM
+work). A test adds what starting it costs: a memory test runs in a worker of its own (a Python
+with torch and the model loader imported, timed once) that builds its model twice
+(`device.workload.run_test`); a latency test builds it once, in the worker the latency tests
+share. The plan is timed on the machine that runs it: on the host, for
+`device = cpu` or a local GPU; a bundle's device is not there to be probed.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from perf4sight.config import ProfileSettings
+from perf4sight.device.definitions import MEMORY
+
+__all__ = ["NetworkProbe", "estimate_seconds", "probe_network", "worker_start_seconds"]
+
+
+@dataclass(frozen=True)
+class NetworkProbe:
+    """A network's timings on this machine: building its probed model, an iteration's fixed
+    cost and cost per sample (seconds), and the probed model's GEMM operations per sample."""
+
+    build_s: float
+    fixed_s: float
+    per_sample_s: float
+    flops_per_sample: float
+
+    def iteration_s(self, flops_per_sample: float, bs: int) -> float:
+        """An iteration of a model of `flops_per_sample` operations per sample at batch size `bs`."""
+        scale = flops_per_sample / self.flops_per_sample if self.flops_per_sample else 1.0
+        return self.fixed_s + self.per_sample_s * scale * bs
+
+
+def worker_start_seconds() -> float:
+    """What starting a test's worker costs here: a Python that imports torch and the host's
+    model loader (`models.LOADER`), as the worker does before its first test."""
+    from perf4sight.profile.models import LOADER
+
+    start = time.perf_counter()
+    subprocess.run([sys.executable, "-c", f"import {LOADER.partition(':')[0]}"], check=True, capture_output=True)
+    return time.perf_counter() - start
+
+
+def probe_network(settings: ProfileSettings, model: Path, batch_sizes: Sequence[int]) -> NetworkProbe:
+    """Time `model` (a network's least pruned model file or spec) at the smallest and largest
+    of `batch_sizes`, one warm-up and one timed iteration each, on [profile]'s device."""
+    import torch
+
+    from perf4sight.device.backends import make_backend
+    from perf4sight.device.definitions import dataset_load_options
+    from perf4sight.device.recipe import DEFAULT_RECIPE
+    from perf4sight.device.workload import iteration
+    from perf4sight.networks import load_network
+
+    backend = make_backend(settings.device, gpu_id=settings.gpu_id)
+    backend.setup()
+    start = time.perf_counter()
+    network = load_network(str(model), **dataset_load_options(settings.dataset))
+    build_s = time.perf_counter() - start
+    module = network.module.to(backend.device)
+    sizes = sorted({min(batch_sizes), max(batch_sizes)})
+    seconds = []
+    for bs in sizes:
+        inputs = torch.randn(bs, *network.input_size, device=backend.device)
+        step = iteration(module, settings.stage[0], inputs, network.num_classes, DEFAULT_RECIPE)
+        step()
+        backend.synchronize()
+        seconds.append(backend.time_ms(step) / 1e3)
+    per_sample = (seconds[-1] - seconds[0]) / (sizes[-1] - sizes[0]) if len(sizes) > 1 else seconds[0] / sizes[0]
+    per_sample = max(per_sample, 0.0)
+    fixed = max(seconds[0] - per_sample * sizes[0], 0.0)
+    return NetworkProbe(build_s, fixed, per_sample, _flops_per_sample(model, settings))
+
+
+def estimate_seconds(settings: ProfileSettings, tests: pd.DataFrame, probes: dict[str, NetworkProbe],
+                     worker_s: float) -> np.ndarray:
+    """Seconds each candidate of `tests` (columns `net`, `local` (its model here), `bs`: a model
+    at a batch size, run for each [profile] stage and variable) takes on this machine."""
+    runs = settings.warmup + settings.iterations
+    flops = {path: _flops_per_sample(Path(path), settings) for path in dict.fromkeys(tests["local"])}
+    seconds = []
+    for net, path, bs in zip(tests["net"], tests["local"], tests["bs"]):
+        probe = probes[net]
+        loop = runs * probe.iteration_s(flops[path], int(bs))
+        per_variable = [worker_s + 2 * probe.build_s + loop if variable == MEMORY.kind else probe.build_s + loop
+                        for variable in settings.profile_variables]
+        seconds.append(len(settings.stage) * sum(per_variable))
+    return np.asarray(seconds)
+
+
+def _flops_per_sample(model: Path, settings: ProfileSettings) -> float:
+    """A model's GEMM operations per sample in training (the `network` features' flops)."""
+    from perf4sight.device.definitions import dataset_load_options
+    from perf4sight.features import network_features
+    from perf4sight.features.network import GEMM_GROUPS, group_column
+    from perf4sight.networks import load_architecture
+
+    arch = load_architecture(model, **dataset_load_options(settings.dataset))
+    table = network_features(arch, [1], settings.stage[0])
+    return float(sum(table[group_column(group, "flops")].iloc[0] for group in GEMM_GROUPS))
