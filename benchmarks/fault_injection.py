@@ -264,6 +264,7 @@ BAD_VALUES: list[tuple[str, str, str]] = [
     *(("profile", "device", v) for v in ("bogus",)),
     *(("profile", "till_first_fail", v) for v in ("maybe",)),
     *(("profile", "dataset", v) for v in ("bogus",)),
+    *(("profile", "budget_minutes", v) for v in ("0", "-1", "abc", "1e9", "nan")),
     *(("profile", "network", v) for v in ("['bogus_net']", "['../../etc/passwd']")),
     *(("fingerprint", "train_nets", v) for v in ("[]", "['bogus']", "[1]")),
     *(("fingerprint", "train_logs", v) for v in ("['x']", "[]")),

@@ -28,7 +28,7 @@ from perf4sight.config import load_section
 from perf4sight.device.definitions import LATENCY, MEMORY, QUANTITIES
 from perf4sight.device.logs import architecture_name
 from perf4sight.fit import DEFAULT_METHOD, ArchitectureCatalog, mape_pct, read_logs
-from perf4sight.profile.plan import estimate_seconds, probe_network, worker_start_seconds
+from perf4sight.profile.plan import estimate_seconds, probe_network, test_start_seconds
 from perf4sight.profile.selection import spread_tests
 from perf4sight.profile.test_config import network_models
 from tx2_accuracy import fit_chosen, method_datasets, model_levels, profiled
@@ -48,7 +48,8 @@ def planned_tests(minutes: float) -> tuple[pd.DataFrame, np.ndarray, float, floa
             for path in paths for bs in settings.bs]
     tests = pd.DataFrame(rows, columns=["net", "model", "local", "bs"])
     tests["level"] = model_levels(tests["model"])
-    worker_s = worker_start_seconds()
+    network, paths = next(iter(files.items()))
+    worker_s = test_start_seconds(settings, network, paths[-1])
     tests["seconds"] = estimate_seconds(settings, tests, probes, worker_s)
     timing_s = time.perf_counter() - start
     return tests, spread_tests(tests, seconds=60.0 * minutes - worker_s), worker_s, timing_s

@@ -194,6 +194,7 @@ def test_max_tests_spreads_the_pairs_over_levels_and_batch_sizes(tmp_path: Path,
         create_test_config(settings)
 
 
+@pytest.mark.slow
 def test_a_plan_times_the_networks_here_and_keeps_to_its_budget(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     specs = tmp_path / "specs"
     assert main(["-q", "prune", "--net", "squeezenet1_1", "--levels", "0,50", "--input-size", "3,32,32",

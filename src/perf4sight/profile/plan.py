@@ -7,16 +7,14 @@ it. A model's iteration at batch size b is then `a + s * b`: its network's fixed
 iteration `a` (its layers' launches, the optimizer's step) and its cost per sample `s`, scaled
 by the model's operations per sample against the probed model's (the `network` features' GEMM
 work). A test adds what starting it costs: a memory test runs in a worker of its own (a Python
-with torch and the model loader imported, timed once) that builds its model twice
-(`device.workload.run_test`); a latency test builds it once, in the worker the latency tests
-share. The plan is timed on the machine that runs it: on the host, for
+with torch and the model loader imported) that builds its model twice, cold
+(`device.workload.run_test`), which one real memory test measures; a latency test builds it
+once, in the worker the latency tests share. The plan is timed on the machine that runs it: on the host, for
 `device = cpu` or a local GPU; a bundle's device is not there to be probed.
 """
 
 from __future__ import annotations
 
-import subprocess
-import sys
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -28,7 +26,7 @@ import pandas as pd
 from perf4sight.config import ProfileSettings
 from perf4sight.device.definitions import MEMORY
 
-__all__ = ["NetworkProbe", "estimate_seconds", "probe_network", "worker_start_seconds"]
+__all__ = ["NetworkProbe", "estimate_seconds", "probe_network", "test_start_seconds"]
 
 
 @dataclass(frozen=True)
@@ -47,14 +45,23 @@ class NetworkProbe:
         return self.fixed_s + self.per_sample_s * scale * bs
 
 
-def worker_start_seconds() -> float:
-    """What starting a test's worker costs here: a Python that imports torch and the host's
-    model loader (`models.LOADER`), as the worker does before its first test."""
+def test_start_seconds(settings: ProfileSettings, network: str, model: Path) -> float:
+    """What a test costs here beyond its iterations: one memory test of `model` (a `network`
+    model) at the smallest batch size, run in a worker of its own as a campaign runs it
+    (the worker's Python, torch and the model loader imported, the model built twice, cold),
+    less its iterations."""
+    from perf4sight.device.backends import backend_name
+    from perf4sight.device.test_config import ProfileTest
+    from perf4sight.device.worker import WorkerProcess
     from perf4sight.profile.models import LOADER
 
+    test = ProfileTest(MEMORY.kind, min(settings.bs), settings.dataset, network, settings.stage[0], str(model))
     start = time.perf_counter()
-    subprocess.run([sys.executable, "-c", f"import {LOADER.partition(':')[0]}"], check=True, capture_output=True)
-    return time.perf_counter() - start
+    with WorkerProcess(backend_name(settings.device), gpu_id=settings.gpu_id, loader=LOADER) as worker:
+        outcome = worker.run(test, iterations=settings.iterations, warmup=settings.warmup)
+    elapsed = time.perf_counter() - start
+    iterations_s = sum(outcome.latency_iters_ms) / 1e3 * (settings.warmup + settings.iterations) / settings.iterations
+    return max(elapsed - iterations_s, 0.0)
 
 
 def probe_network(settings: ProfileSettings, model: Path, batch_sizes: Sequence[int]) -> NetworkProbe:
@@ -89,16 +96,18 @@ def probe_network(settings: ProfileSettings, model: Path, batch_sizes: Sequence[
 
 
 def estimate_seconds(settings: ProfileSettings, tests: pd.DataFrame, probes: dict[str, NetworkProbe],
-                     worker_s: float) -> np.ndarray:
+                     start_s: float) -> np.ndarray:
     """Seconds each candidate of `tests` (columns `net`, `local` (its model here), `bs`: a model
-    at a batch size, run for each [profile] stage and variable) takes on this machine."""
+    at a batch size, run for each [profile] stage and variable) takes on this machine; a
+    memory test starts as `test_start_seconds` measured (`start_s`), a latency test builds its
+    model in the worker the latency tests share."""
     runs = settings.warmup + settings.iterations
     flops = {path: _flops_per_sample(Path(path), settings) for path in dict.fromkeys(tests["local"])}
     seconds = []
     for net, path, bs in zip(tests["net"], tests["local"], tests["bs"]):
         probe = probes[net]
         loop = runs * probe.iteration_s(flops[path], int(bs))
-        per_variable = [worker_s + 2 * probe.build_s + loop if variable == MEMORY.kind else probe.build_s + loop
+        per_variable = [start_s + loop if variable == MEMORY.kind else probe.build_s + loop
                         for variable in settings.profile_variables]
         seconds.append(len(settings.stage) * sum(per_variable))
     return np.asarray(seconds)

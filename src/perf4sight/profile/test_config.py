@@ -190,16 +190,19 @@ def test_config_text(settings: ProfileSettings, models: dict[str, Sequence[str]]
 def _timed(settings: ProfileSettings, tests: pd.DataFrame, local: dict[str, Sequence[Path]]) -> tuple[np.ndarray, float]:
     """Each test's seconds on this machine, from a probe of each network's least pruned model,
     and what starting the campaign costs (its first worker's start)."""
-    from perf4sight.profile.plan import estimate_seconds, probe_network, worker_start_seconds
+    from perf4sight.profile.plan import estimate_seconds, probe_network, test_start_seconds
 
-    with console.progress("timing the networks", len(local)) as bar:
+    with console.progress("timing the networks", len(local) + 1) as bar:
         probes = {}
         for network, files in local.items():
             bar.label(network)
             probes[network] = probe_network(settings, Path(files[0]), settings.bs)
             bar.advance(network)
-    worker_s = worker_start_seconds()
-    return estimate_seconds(settings, tests, probes, worker_s), worker_s
+        network, files = next(iter(local.items()))
+        bar.label(f"a memory test of {Path(files[-1]).stem}")
+        start_s = test_start_seconds(settings, network, Path(files[-1]))
+        bar.advance("")
+    return estimate_seconds(settings, tests, probes, start_s), start_s
 
 
 def _levels(network: str, paths: Sequence[str]) -> list[float]:
