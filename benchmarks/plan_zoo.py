@@ -25,10 +25,10 @@ import pandas as pd
 
 from perf4sight import console
 from perf4sight.config import load_section
-from perf4sight.device.definitions import LATENCY, MEMORY, QUANTITIES
+from perf4sight.device.definitions import QUANTITIES
 from perf4sight.device.logs import architecture_name
 from perf4sight.fit import DEFAULT_METHOD, ArchitectureCatalog, mape_pct, read_logs
-from perf4sight.profile.plan import estimate_seconds, probe_network, test_start_seconds
+from perf4sight.profile.plan import time_tests
 from perf4sight.profile.selection import spread_tests
 from perf4sight.profile.test_config import network_models
 from tx2_accuracy import fit_chosen, method_datasets, model_levels, profiled
@@ -43,14 +43,11 @@ def planned_tests(minutes: float) -> tuple[pd.DataFrame, np.ndarray, float, floa
     settings = load_section(CONFIG, "profile")
     start = time.perf_counter()
     files = network_models(settings, settings.local_model_loc)
-    probes = {network: probe_network(settings, paths[0], settings.bs) for network, paths in files.items()}
     rows = [(network, architecture_name(str(path)), str(path), bs) for network, paths in files.items()
             for path in paths for bs in settings.bs]
     tests = pd.DataFrame(rows, columns=["net", "model", "local", "bs"])
     tests["level"] = model_levels(tests["model"])
-    network, paths = next(iter(files.items()))
-    worker_s = test_start_seconds(settings, network, paths[-1])
-    tests["seconds"] = estimate_seconds(settings, tests, probes, worker_s)
+    tests["seconds"], worker_s = time_tests(settings, tests, files)
     timing_s = time.perf_counter() - start
     return tests, spread_tests(tests, seconds=60.0 * minutes - worker_s), worker_s, timing_s
 

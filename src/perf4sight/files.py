@@ -64,7 +64,7 @@ def write_together(files: Mapping[Path, bytes]) -> None:
     for leftover in folder.glob(_STAGED.format("*")):  # staged by a writer killed before its list
         leftover.unlink()
     for path, data in files.items():
-        Path(_staged(Path(path))).write_bytes(data)
+        _staged(Path(path)).write_bytes(data)
     write_text(folder / _REPLACING, json.dumps([Path(path).name for path in files]))
     _finish(folder)
 

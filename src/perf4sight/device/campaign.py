@@ -29,16 +29,13 @@ from .contention import BUSY_ELSEWHERE_WARNING
 from .environment import environment_record, write_environment
 from .errors import ArgumentError, ConfigError
 from .lock import LogFolderLock
-from .logs import SPEC_DIGEST, LogRow, append_gt_row, append_row, journal_path, latest_rows, ran_out_of_memory, read_journal, write_gt
+from .logs import MODEL_DIGEST, SPEC_DIGEST, LogRow, append_gt_row, append_row, journal_path, latest_rows, ran_out_of_memory, read_journal, write_gt
 from .models import check_model_files, import_loader, model_digest, spec_digest
 from .test_config import ProfileTest
 from .worker import WorkerCrashed, WorkerProcess
 from .workload import TestOutcome, check_recipes
 
 __all__ = ["TestResult", "CampaignSummary", "check_run", "profile_campaign"]
-
-# The `params` keys of the digests of the file a row measured and of its spec (`models`).
-_DIGEST = "model_sha256"
 
 
 class TestResult:
@@ -119,7 +116,7 @@ def profile_campaign(
     backend = backend_name(device)
     log_dir = Path(log_dir)
     _check_log_names(tests)
-    digests = {model: {_DIGEST: model_digest(model), SPEC_DIGEST: spec_digest(model)}
+    digests = {model: {MODEL_DIGEST: model_digest(model), SPEC_DIGEST: spec_digest(model)}
                for model in dict.fromkeys(test.model for test in tests)}
     # checked before the log folder is made or locked: a bad model is one line, nothing written
     todo = _todo(tests, _kept(_recorded(tests, log_dir, digests, repair=False), retry_failed) if save else {})
@@ -271,7 +268,8 @@ def _recorded(tests: Sequence[ProfileTest], log_dir: Path, digests: Dict[str, Di
         if rows and repair:
             write_gt(path, path.parent.name)
     for test in tests:
-        measured, now = recorded.get(test.key, {}).get("params", {}).get(_DIGEST), digests[test.model][_DIGEST]
+        measured = recorded.get(test.key, {}).get("params", {}).get(MODEL_DIGEST)
+        now = digests[test.model][MODEL_DIGEST]
         if None not in (measured, now) and measured != now:  # no file now: refused as missing later
             raise ConfigError(
                 "{}: holds tests of another {} than {} (measured from a file of other contents: another "

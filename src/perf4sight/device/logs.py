@@ -45,6 +45,7 @@ __all__ = [
     "GT_COLUMNS",
     "GT_SUFFIX",
     "MISSING",
+    "MODEL_DIGEST",
     "REQUIRED_COLUMNS",
     "SPEC_DIGEST",
     "LogRow",
@@ -63,9 +64,11 @@ __all__ = [
 
 _MEMORY_FIGURES = ["mem_alloc", "mem_reserved", "mem_used", "mem_avail", "free", "capacity"]
 _PARAM_COLUMNS = ["test_var", "bs", "dataset", "net_name", "model", "stage"]
-# The SHA-256 of the spec a row's model was measured as (`models.spec_digest`): the host's fit
-# refuses a spec of that name with other contents.
-SPEC_DIGEST = "spec_sha256"
+# The SHA-256 of the file a row measured (`models.model_digest`; a key of the journal's `params`:
+# a resumed campaign refuses logs of another file of that name) and of the spec its model was
+# measured as (`models.spec_digest`; also a gt column: the host's fit refuses a spec of that name
+# with other contents).
+MODEL_DIGEST, SPEC_DIGEST = "model_sha256", "spec_sha256"
 COLUMNS: Dict[str, List[str]] = {
     "memory": ["passed"] + _MEMORY_FIGURES + ["mem_context", "status", "error", "params"],
     "latency": ["passed", "latency", "latency_iters_ms", "cpu_elsewhere", "status", "error", "params"],

@@ -180,9 +180,9 @@ def check_model_files(tests: Sequence[ProfileTest]) -> None:
 
 def check_against_spec(path: Path, module: nn.Module) -> None:
     """ConfigError when the model file `path` built `module`, a network other than the
-    spec beside it (`<stem>.json`, if any) describes."""
+    spec beside it (`<stem>.json`, there) describes."""
     spec_path = path.with_suffix(".json")
-    problem = _spec_problem(module, spec_path) if spec_path.is_file() else None
+    problem = _spec_problem(module, spec_path)
     if problem is not None:
         raise ConfigError("{}: not the network its spec {} describes ({}): another network's file? "
                           "Write the model file and its spec again together".format(path, spec_path.name, problem))

@@ -56,8 +56,8 @@ def check_models(tests: Sequence[ProfileTest]) -> None:
     from perf4sight.networks.model_file import split_model_source
     from perf4sight.networks.spec import read_spec, spec_architecture
 
-    for test in {model_source(test): test for test in tests}.values():
-        path = split_model_source(model_source(test))[0]
+    for source, test in {model_source(test): test for test in tests}.items():
+        path = split_model_source(source)[0]
         if path.suffix not in (".py", ".json"):  # a torchvision name
             continue
         if not path.is_file():

@@ -23,10 +23,11 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from perf4sight import console
 from perf4sight.config import ProfileSettings
 from perf4sight.device.definitions import MEMORY
 
-__all__ = ["NetworkProbe", "estimate_seconds", "probe_network", "test_start_seconds"]
+__all__ = ["NetworkProbe", "estimate_seconds", "probe_network", "test_start_seconds", "time_tests"]
 
 
 @dataclass(frozen=True)
@@ -43,6 +44,25 @@ class NetworkProbe:
         """An iteration of a model of `flops_per_sample` operations per sample at batch size `bs`."""
         scale = flops_per_sample / self.flops_per_sample if self.flops_per_sample else 1.0
         return self.fixed_s + self.per_sample_s * scale * bs
+
+
+def time_tests(settings: ProfileSettings, tests: pd.DataFrame,
+               local: dict[str, Sequence[Path]]) -> tuple[np.ndarray, float]:
+    """Each candidate of `tests` (`estimate_seconds`) timed on this machine from a probe of each
+    network's least pruned model (`local`: network -> its model files here, least pruned
+    first) and a memory test of the first network's most pruned one; and what starting the
+    campaign costs (its first worker's start)."""
+    with console.progress("timing the networks", len(local) + 1) as bar:
+        probes = {}
+        for network, files in local.items():
+            bar.label(network)
+            probes[network] = probe_network(settings, Path(files[0]), settings.bs)
+            bar.advance(network)
+        network, files = next(iter(local.items()))
+        bar.label(f"a memory test of {Path(files[-1]).stem}")
+        start_s = test_start_seconds(settings, network, Path(files[-1]))
+        bar.advance("")
+    return estimate_seconds(settings, tests, probes, start_s), start_s
 
 
 def test_start_seconds(settings: ProfileSettings, network: str, model: Path) -> float:

@@ -176,7 +176,9 @@ def test_config_text(settings: ProfileSettings, models: dict[str, Sequence[str]]
     tests = pd.DataFrame(rows, columns=["net", "path", "local", "level", "bs"])
     seconds = None
     if settings.budget_minutes is not None:
-        tests["seconds"], start = _timed(settings, tests, local)
+        from perf4sight.profile.plan import time_tests
+
+        tests["seconds"], start = time_tests(settings, tests, local)
         seconds = 60.0 * settings.budget_minutes - start
     picked = tests.iloc[np.sort(spread_tests(tests, settings.max_tests, seconds=seconds))]
     if seconds is not None:
@@ -185,24 +187,6 @@ def test_config_text(settings: ProfileSettings, models: dict[str, Sequence[str]]
                      "machine")
     return "\n".join(_section_text(network, settings, [path], sorted(group["bs"]), name=Path(path).stem)
                      for (network, path), group in picked.groupby(["net", "path"], sort=False))
-
-
-def _timed(settings: ProfileSettings, tests: pd.DataFrame, local: dict[str, Sequence[Path]]) -> tuple[np.ndarray, float]:
-    """Each test's seconds on this machine, from a probe of each network's least pruned model,
-    and what starting the campaign costs (its first worker's start)."""
-    from perf4sight.profile.plan import estimate_seconds, probe_network, test_start_seconds
-
-    with console.progress("timing the networks", len(local) + 1) as bar:
-        probes = {}
-        for network, files in local.items():
-            bar.label(network)
-            probes[network] = probe_network(settings, Path(files[0]), settings.bs)
-            bar.advance(network)
-        network, files = next(iter(local.items()))
-        bar.label(f"a memory test of {Path(files[-1]).stem}")
-        start_s = test_start_seconds(settings, network, Path(files[-1]))
-        bar.advance("")
-    return estimate_seconds(settings, tests, probes, start_s), start_s
 
 
 def _levels(network: str, paths: Sequence[str]) -> list[float]:
