@@ -22,7 +22,7 @@ demo: $(STAMP)
 	$(BIN)/perf4sight run --config examples/cpu_demo.ini
 
 test: $(STAMP)
-	$(BIN)/python -m pytest -q -n auto -m "not serial and not tx2"
+	$(BIN)/python -m pytest -q -n auto --dist loadgroup -m "not serial and not tx2"
 	$(BIN)/python -m pytest -q -p no:xdist -m "serial and not tx2"
 
 test-fast: $(STAMP)

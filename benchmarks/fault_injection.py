@@ -266,6 +266,8 @@ BAD_VALUES: list[tuple[str, str, str]] = [
     *(("profile", "dataset", v) for v in ("bogus",)),
     *(("profile", "budget_minutes", v) for v in ("0", "-1", "abc", "1e9", "nan")),
     *(("profile", "network", v) for v in ("['bogus_net']", "['../../etc/passwd']")),
+    *(("profile", "devices", v) for v in ("[]", "['cpu a']", "['cpu_a:3-1']", "['cpu_a', 'cpu_a:0']", "[1.5]")),
+    *(("profile", "cluster", v) for v in ("' '", "127.0.0.1:1")),
     *(("fingerprint", "train_nets", v) for v in ("[]", "['bogus']", "[1]")),
     *(("fingerprint", "train_logs", v) for v in ("['x']", "[]")),
     *(("fingerprint", "pruned_models_storedir", v) for v in ("{missing}",)),
@@ -279,7 +281,8 @@ BAD_VALUES: list[tuple[str, str, str]] = [
     *(("fingerprint", "evaluate", v) for v in ("maybe",)),
 ]
 # Keys that need another key set for their value to matter.
-_WITH = {("fingerprint", "eval_nets"): {"eval_logs": "[0]"}}
+_WITH = {("fingerprint", "eval_nets"): {"eval_logs": "[0]"}, ("profile", "devices"): {"cluster": "auto"},
+         ("profile", "cluster"): {"devices": "['cpu_a']", "create_config": "false"}}
 
 
 def _placeholders(value: str, scratch: Path, fixtures: Fixtures) -> str:

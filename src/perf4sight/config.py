@@ -113,6 +113,11 @@ class ProfileSettings:
     iterations: int = 3
     warmup: int = 1
     memory_limit_mib: int | None = None
+    # a campaign over a lab's devices on Ray (`perf4sight.profile.lab`): the cluster (auto: the one
+    # this machine belongs to, or the head's address; None: this machine's device alone) and the
+    # Ray resources of its devices, `name` or `name:cores` (cpu_a:0-3)
+    cluster: str | None = None
+    devices: list[str] = field(default_factory=list)
 
 
 # Where a [fingerprint] without model_storedir (the original's shipped config) stores its models.

@@ -73,9 +73,20 @@ def register(app: typer.Typer) -> None:
                             "network to profile them"))
 
     @profile_app.command("run")
-    def run(config: Path = _CONFIG) -> None:
-        """On the device: run the test config named by [profile] test_config."""
+    def run(
+        config: Path = _CONFIG,
+        ray: str = typer.Option(None, "--ray", help="Run on a lab's devices on Ray: auto (the cluster this machine "
+                                                     "belongs to) or the head's address ([profile] cluster); "
+                                                     "[profile] devices names their resources."),
+    ) -> None:
+        """On the device (or a lab's devices): run the test config named by [profile] test_config."""
         settings = _settings(config)
+        if ray is not None:
+            settings = dataclasses.replace(settings, cluster=ray)
+        from perf4sight.profile.lab import check_cluster
+
+        with in_settings(f"{config}: [profile]"):
+            check_cluster(settings.cluster, settings.devices)
         from perf4sight.profile import run_test_config
 
         with in_settings(f"{config}: [profile]"):

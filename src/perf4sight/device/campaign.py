@@ -20,7 +20,7 @@ the host hands it its model loader, model check and console.
 """
 
 from pathlib import Path
-from typing import Any, Callable, Dict, List, Optional, Sequence
+from typing import Any, Callable, Dict, List, NamedTuple, Optional, Sequence
 
 from . import console as plain_console
 from .backends import BACKENDS, backend_name
@@ -29,13 +29,14 @@ from .contention import BUSY_ELSEWHERE_WARNING
 from .environment import environment_record, write_environment
 from .errors import ArgumentError, ConfigError
 from .lock import LogFolderLock
-from .logs import MODEL_DIGEST, SPEC_DIGEST, LogRow, append_gt_row, append_row, journal_path, latest_rows, ran_out_of_memory, read_journal, write_gt
+from .logs import LAB_DEVICE, MODEL_DIGEST, SPEC_DIGEST, LogRow, append_gt_row, append_row, journal_path, latest_rows, ran_out_of_memory, read_journal, write_gt
 from .models import check_model_files, import_loader, model_digest, spec_digest
 from .test_config import ProfileTest
 from .worker import WorkerCrashed, WorkerProcess
 from .workload import TestOutcome, check_recipes
 
-__all__ = ["TestResult", "CampaignSummary", "check_run", "profile_campaign"]
+__all__ = ["TestResult", "CampaignSummary", "CampaignJournal", "LocalDevice", "RunOptions", "check_run",
+           "profile_campaign", "run_on_worker"]
 
 
 class TestResult:
@@ -88,6 +89,117 @@ class CampaignSummary:
         return [r for r in self.results if r.test.test_var == "latency" and _elsewhere(r) >= BUSY_ELSEWHERE_WARNING]
 
 
+class RunOptions(NamedTuple):
+    """How each test of a campaign runs: on which backend, its iterations, the worker's limits."""
+
+    backend: str
+    gpu_id: int
+    iterations: int
+    warmup: int
+    memory_limit_mib: Optional[int]
+    loader: Optional[str]
+    log_path: Optional[Path]  # the worker's output (None: discarded)
+
+    def settings(self, till_first_fail: bool) -> Dict[str, Any]:
+        """What the environment record says the campaign ran with."""
+        return {"device": self.backend, "gpu_id": self.gpu_id, "iterations": self.iterations,
+                "warmup": self.warmup, "till_first_fail": till_first_fail,
+                "memory_limit_mib": self.memory_limit_mib}
+
+    def worker(self) -> WorkerProcess:
+        return WorkerProcess(self.backend, gpu_id=self.gpu_id, memory_limit_mib=self.memory_limit_mib,
+                             log_path=self.log_path, loader=self.loader)
+
+
+class CampaignJournal:
+    """What a campaign keeps of its results, whoever runs the tests: the summary, each row in
+    the logs (when saving), the batch sizes left out under `till_first_fail`, the progress
+    line and the environment records. A runner (`LocalDevice`, or a lab's on the host) asks
+    `skips` before running a test, calls `started` and `record` around it, and `environment`
+    once per device it starts."""
+
+    def __init__(self, recorded: Dict[tuple, LogRow], log_dir: Path, *, save: bool, till_first_fail: bool,
+                 digests: Dict[str, Dict[str, Optional[str]]], bar: Any) -> None:
+        self.summary = CampaignSummary()
+        self.log_dir = log_dir
+        self.save = save
+        self.till_first_fail = till_first_fail
+        self.digests = digests
+        self.bar = bar
+        self._failed_at: Dict[tuple, int] = {}  # test group -> smallest failed batch size
+        for row in recorded.values():
+            if not row["passed"] and row.get("status") != "skipped":
+                _note_failure(self._failed_at, ProfileTest.from_params(row["params"]))
+
+    def skips(self, test: ProfileTest) -> bool:
+        """Whether `test` is left out: a smaller batch size of its group failed, under till_first_fail."""
+        return self.till_first_fail and self._failed_at.get(test.group, test.bs + 1) < test.bs
+
+    def started(self, test: ProfileTest) -> None:
+        self.bar.label(_label(test))
+
+    def record(self, result: TestResult, *, device: Optional[str] = None) -> None:
+        """Keep `result`: in the summary and, when saving, as a row of its model's logs;
+        `device` names the lab's device that ran it (a key of the journal's `params`)."""
+        if not result.passed and result.status != "skipped":
+            _note_failure(self._failed_at, result.test)
+        self.summary.results.append(result)
+        if self.save:
+            path = journal_path(self.log_dir, result.test)
+            row = _row(result, self.digests[result.test.model], device)
+            append_row(path, result.test.test_var, row)
+            append_gt_row(path, result.test.test_var, row)  # in place of a failure's row run again
+        self.bar.advance(_label(result.test))
+
+    def environment(self, record: Dict[str, Any], console: Any, *, device: Optional[str] = None) -> None:
+        """Write a device's environment record beside the logs (when saving); warn when a
+        Jetson's clocks may change under the measurements."""
+        if self.save:
+            self.summary.environment_file = write_environment(self.log_dir, record, device=device)
+        if record.get("clocks_locked") is False:
+            console.warn(
+                "{}the device's clocks are not locked (power mode: {}): latencies may vary with the governor; "
+                "run `sudo jetson_clocks` (and choose the power mode with `sudo nvpmodel -m N`) before "
+                "profiling".format("{}: ".format(device) if device else "", record.get("power_mode") or "unknown")
+            )
+
+
+def run_on_worker(worker: WorkerProcess, test: ProfileTest, *, iterations: int, warmup: int) -> TestResult:
+    """Run `test` on `worker` as every campaign does: a memory test in an interpreter that has
+    run no test (its reading holds nothing an earlier test left), and a fresh interpreter after
+    any failure."""
+    if test.test_var == "memory" and worker.tests_run:
+        worker.stop()
+    try:
+        outcome = worker.run(test, iterations=iterations, warmup=warmup)
+    except WorkerCrashed as exc:
+        result = TestResult(test, "crashed", TestOutcome(False, [], None, str(exc)))
+    else:
+        result = TestResult(test, "ok" if outcome.passed else "error", outcome)
+    if not result.passed:
+        worker.stop()
+    return result
+
+
+class LocalDevice:
+    """The runner of a campaign on this machine's device: one worker, the tests one after
+    another (`profile_campaign`'s default)."""
+
+    def run_tests(self, todo: Sequence[ProfileTest], journal: CampaignJournal, options: RunOptions,
+                  console: Any) -> None:
+        with options.worker() as worker:
+            for test in todo:
+                journal.started(test)
+                if journal.skips(test):
+                    journal.record(TestResult(test, "skipped", None))
+                    continue
+                if journal.save and not worker.alive and journal.summary.environment_file is None:
+                    worker.start()
+                    journal.environment(environment_record(worker.facts, options.settings(journal.till_first_fail)),
+                                        console)
+                journal.record(run_on_worker(worker, test, iterations=options.iterations, warmup=options.warmup))
+
+
 def profile_campaign(
     tests: Sequence[ProfileTest],
     *,
@@ -103,6 +215,7 @@ def profile_campaign(
     loader: Optional[str] = None,
     check_models: Callable[[Sequence[ProfileTest]], None] = check_model_files,
     console: Any = plain_console,
+    runner: Any = None,
 ) -> CampaignSummary:
     """Run `tests` on `device`, appending each result to the logs under `log_dir`.
 
@@ -110,7 +223,9 @@ def profile_campaign(
     (`module:function`; None: standalone model files, `models.load_model_file`);
     `check_models` refuses, before any test, models that loader cannot build, and
     `check_recipes` recipes the device or a test's network cannot run; `console`
-    has `info`, `warn`, `print_table` and `progress` (`console.py`).
+    has `info`, `warn`, `print_table` and `progress` (`console.py`); `runner` runs the
+    tests not yet recorded (`run_tests(todo, journal, options, console)`; None: this
+    machine's device, `LocalDevice`; a lab's devices, `perf4sight.profile.lab` on the host).
     """
     check_run(iterations, warmup, memory_limit_mib)
     backend = backend_name(device)
@@ -122,17 +237,18 @@ def profile_campaign(
     todo = _todo(tests, _kept(_recorded(tests, log_dir, digests, repair=False), retry_failed) if save else {})
     check_models(todo)
     check_recipes(todo, import_loader(loader), BACKENDS[backend].device_type)
+    options = RunOptions(backend, gpu_id, iterations, warmup, memory_limit_mib, loader,
+                         log_dir / "worker.log" if save else None)
+    runner = runner if runner is not None else LocalDevice()
     if not save:
-        return _run(tests, {}, log_dir, backend, gpu_id, iterations, warmup, till_first_fail, False,
-                    memory_limit_mib, loader, digests, console)
+        return _run(tests, {}, log_dir, options, till_first_fail, False, digests, runner, console)
     with LogFolderLock(log_dir):
         recorded = _recorded(tests, log_dir, digests, repair=True)
         kept = _kept(recorded, retry_failed)
         if len(kept) < len(recorded):
             console.info("{} failed tests (not out of memory) run again; retry_failed off keeps them "
                          "as failed".format(len(recorded) - len(kept)))
-        return _run(tests, kept, log_dir, backend, gpu_id, iterations, warmup, till_first_fail, True,
-                    memory_limit_mib, loader, digests, console)
+        return _run(tests, kept, log_dir, options, till_first_fail, True, digests, runner, console)
 
 
 def _check_log_names(tests: Sequence[ProfileTest]) -> None:
@@ -169,62 +285,24 @@ def _kept(recorded: Dict[tuple, LogRow], retry_failed: bool) -> Dict[tuple, LogR
     return kept
 
 
-def _run(tests: Sequence[ProfileTest], recorded: Dict[tuple, LogRow], log_dir: Path, backend: str, gpu_id: int,
-         iterations: int, warmup: int, till_first_fail: bool, save: bool, memory_limit_mib: Optional[int],
-         loader: Optional[str], digests: Dict[str, Dict[str, Optional[str]]], console: Any) -> CampaignSummary:
-    summary = CampaignSummary()
-    failed_at: Dict[tuple, int] = {}  # test group -> smallest failed batch size
-    for row in recorded.values():
-        if not row["passed"] and row.get("status") != "skipped":
-            _note_failure(failed_at, ProfileTest.from_params(row["params"]))
+def _run(tests: Sequence[ProfileTest], recorded: Dict[tuple, LogRow], log_dir: Path, options: RunOptions,
+         till_first_fail: bool, save: bool, digests: Dict[str, Dict[str, Optional[str]]], runner: Any,
+         console: Any) -> CampaignSummary:
     todo = _todo(tests, recorded)
-    summary.already_recorded = len(tests) - len(todo)
-    if summary.already_recorded:
-        console.info("{} of {} tests already in {}; resuming".format(summary.already_recorded, len(tests), log_dir))
-    worker = WorkerProcess(
-        backend, gpu_id=gpu_id, memory_limit_mib=memory_limit_mib,
-        log_path=log_dir / "worker.log" if save else None, loader=loader,
-    )
-    settings = {"device": backend, "gpu_id": gpu_id, "iterations": iterations, "warmup": warmup,
-                "till_first_fail": till_first_fail, "memory_limit_mib": memory_limit_mib}
-    with worker, console.progress("profiling", total=len(todo)) as bar:
-        for test in todo:
-            label = "{} bs={} {} {}".format(test.log_name, test.bs, test.stage, test.test_var)
-            bar.label(label)
-            if till_first_fail and failed_at.get(test.group, test.bs + 1) < test.bs:
-                result = TestResult(test, "skipped", None)
-            else:
-                if test.test_var == "memory" and worker.tests_run:
-                    worker.stop()  # a memory test's reading holds nothing an earlier test left
-                if not worker.alive and save and summary.environment_file is None:
-                    _record_environment(worker, settings, log_dir, summary, console)
-                result = _run_one(worker, test, iterations=iterations, warmup=warmup)
-                if not result.passed:
-                    _note_failure(failed_at, test)
-                    worker.stop()  # a fresh interpreter after any failure
-            summary.results.append(result)
-            if save:
-                path = journal_path(log_dir, test)
-                row = _row(result, digests[test.model])
-                append_row(path, test.test_var, row)
-                append_gt_row(path, test.test_var, row)  # in place of a failure's row run again
-            bar.advance(label)
-    _report(summary, log_dir if save else None, console)
-    return summary
+    already = len(tests) - len(todo)
+    if already:
+        console.info("{} of {} tests already in {}; resuming".format(already, len(tests), log_dir))
+    with console.progress("profiling", total=len(todo)) as bar:
+        journal = CampaignJournal(recorded, log_dir, save=save, till_first_fail=till_first_fail,
+                                  digests=digests, bar=bar)
+        journal.summary.already_recorded = already
+        runner.run_tests(todo, journal, options, console)
+    _report(journal.summary, log_dir if save else None, console)
+    return journal.summary
 
 
-def _record_environment(worker: WorkerProcess, settings: Dict[str, Any], log_dir: Path,
-                        summary: CampaignSummary, console: Any) -> None:
-    """Start the worker and write the environment record; warn when a Jetson's clocks may
-    change under the measurements."""
-    worker.start()
-    summary.environment_file = write_environment(log_dir, environment_record(worker.facts, settings))
-    if worker.facts.get("clocks_locked") is False:
-        console.warn(
-            "the device's clocks are not locked (power mode: {}): latencies may vary with the governor; "
-            "run `sudo jetson_clocks` (and choose the power mode with `sudo nvpmodel -m N`) before "
-            "profiling".format(worker.facts.get("power_mode") or "unknown")
-        )
+def _label(test: ProfileTest) -> str:
+    return "{} bs={} {} {}".format(test.log_name, test.bs, test.stage, test.test_var)
 
 
 def check_run(iterations: int, warmup: int, memory_limit_mib: Optional[int]) -> None:
@@ -246,14 +324,6 @@ def _elsewhere(result: TestResult) -> float:
 
 def _note_failure(failed_at: Dict[tuple, int], test: ProfileTest) -> None:
     failed_at[test.group] = min(failed_at.get(test.group, test.bs), test.bs)
-
-
-def _run_one(worker: WorkerProcess, test: ProfileTest, *, iterations: int, warmup: int) -> TestResult:
-    try:
-        outcome = worker.run(test, iterations=iterations, warmup=warmup)
-    except WorkerCrashed as exc:
-        return TestResult(test, "crashed", TestOutcome(False, [], None, str(exc)))
-    return TestResult(test, "ok" if outcome.passed else "error", outcome)
 
 
 def _recorded(tests: Sequence[ProfileTest], log_dir: Path, digests: Dict[str, Dict[str, Optional[str]]], *,
@@ -278,11 +348,13 @@ def _recorded(tests: Sequence[ProfileTest], log_dir: Path, digests: Dict[str, Di
     return recorded
 
 
-def _row(result: TestResult, digests: Dict[str, Optional[str]]) -> LogRow:
+def _row(result: TestResult, digests: Dict[str, Optional[str]], device: Optional[str]) -> LogRow:
     outcome = result.outcome
     memory = outcome.memory if outcome is not None else None
     params = result.test.params()
     params.update((key, digest) for key, digest in digests.items() if digest is not None)
+    if device is not None:
+        params[LAB_DEVICE] = device
     row: LogRow = {
         "passed": result.passed,
         "status": result.status,

@@ -1,4 +1,4 @@
-"""The environment a campaign ran in, recorded once per campaign beside its logs.
+"""The environment a campaign ran in, recorded once per campaign (per device of a lab) beside its logs.
 
 Figures from two software stacks or power modes are not comparable, so every campaign
 writes what it ran on: library versions, device, driver, power mode, clocks, CPU.
@@ -52,10 +52,11 @@ def _version(module_name: str) -> Optional[str]:
     return getattr(module, "__version__", None)
 
 
-def write_environment(log_dir: Path, record: Dict[str, Any]) -> Path:
-    """Write `environment-<UTC time>.json` in `log_dir`; returns its path."""
+def write_environment(log_dir: Path, record: Dict[str, Any], *, device: Optional[str] = None) -> Path:
+    """Write `environment-<UTC time>.json` in `log_dir` (`environment-<UTC time>-<device>.json`
+    for a lab's device); returns its path."""
     stamp = record["started_utc"].replace(":", "").replace("-", "").replace("+0000", "Z")
     log_dir.mkdir(parents=True, exist_ok=True)
-    path = log_dir / "environment-{}.json".format(stamp)
+    path = log_dir / "environment-{}{}.json".format(stamp, "-" + device if device else "")
     write_text(path, json.dumps(record, indent=2, default=str) + "\n")
     return path

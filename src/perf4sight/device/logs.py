@@ -44,6 +44,7 @@ __all__ = [
     "COLUMNS",
     "GT_COLUMNS",
     "GT_SUFFIX",
+    "LAB_DEVICE",
     "MISSING",
     "MODEL_DIGEST",
     "REQUIRED_COLUMNS",
@@ -69,6 +70,9 @@ _PARAM_COLUMNS = ["test_var", "bs", "dataset", "net_name", "model", "stage"]
 # measured as (`models.spec_digest`; also a gt column: the host's fit refuses a spec of that name
 # with other contents).
 MODEL_DIGEST, SPEC_DIGEST = "model_sha256", "spec_sha256"
+# The lab's device that ran a row (`perf4sight.profile.lab`; a key of the journal's `params`, in a
+# campaign over several devices only).
+LAB_DEVICE = "lab_device"
 COLUMNS: Dict[str, List[str]] = {
     "memory": ["passed"] + _MEMORY_FIGURES + ["mem_context", "status", "error", "params"],
     "latency": ["passed", "latency", "latency_iters_ms", "cpu_elsewhere", "status", "error", "params"],

@@ -3,7 +3,7 @@ installed, the kernel's /proc files otherwise (a Jetson's Python has no psutil).
 
 import os
 from pathlib import Path
-from typing import Dict, Optional, Union
+from typing import Dict, List, Optional, Sequence, Union
 
 try:
     import psutil
@@ -15,6 +15,7 @@ __all__ = [
     "cpu_busy_s",
     "cpu_count",
     "own_cpu_s",
+    "own_cpus",
     "physical_cores",
     "read_meminfo",
     "rss_mib",
@@ -68,19 +69,35 @@ def rss_mib(pid: Optional[int] = None) -> Optional[float]:
     return pages * _PAGE_BYTES / BYTES_PER_MIB
 
 
-def cpu_busy_s() -> Optional[float]:
-    """CPU seconds spent on anything but idling since boot, summed over the CPUs (None
-    where neither psutil nor /proc/stat is there)."""
+def cpu_busy_s(cpus: Optional[Sequence[int]] = None) -> Optional[float]:
+    """CPU seconds spent on anything but idling since boot, summed over `cpus` (logical CPU
+    numbers; all by default), None where neither psutil nor /proc/stat is there."""
     if psutil is not None:
-        times = psutil.cpu_times()
-        return sum(getattr(times, name, 0.0) for name in _BUSY)
+        per_cpu = psutil.cpu_times(percpu=True)
+        chosen = per_cpu if cpus is None else [per_cpu[cpu] for cpu in cpus if cpu < len(per_cpu)]
+        return sum(getattr(times, name, 0.0) for times in chosen for name in _BUSY)
+    wanted = None if cpus is None else {"cpu{}".format(cpu) for cpu in cpus}
+    busy = 0.0
     try:
         with open("/proc/stat") as handle:
-            fields = handle.readline().split()
+            for line in handle:
+                fields = line.split()
+                if not fields or not fields[0].startswith("cpu") or (fields[0] == "cpu") != (wanted is None):
+                    continue
+                if wanted is None or fields[0] in wanted:
+                    ticks = dict(zip(_PROC_STAT_FIELDS, (int(f) for f in fields[1:])))
+                    busy += sum(ticks.get(name, 0) for name in _BUSY) / _TICKS_PER_S
     except OSError:
         return None
-    ticks = dict(zip(_PROC_STAT_FIELDS, (int(f) for f in fields[1:])))
-    return sum(ticks.get(name, 0) for name in _BUSY) / _TICKS_PER_S
+    return busy
+
+
+def own_cpus() -> List[int]:
+    """The logical CPUs this process may run on: its affinity (a lab's CPU device is its share
+    of the cores), all of them where the system does not say."""
+    if hasattr(os, "sched_getaffinity"):
+        return sorted(os.sched_getaffinity(0))
+    return list(range(cpu_count()))
 
 
 def own_cpu_s() -> float:

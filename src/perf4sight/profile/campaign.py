@@ -12,6 +12,7 @@ from perf4sight.device.backends import backend_name
 from perf4sight.device.campaign import CampaignSummary, check_run
 from perf4sight.device.campaign import profile_campaign as device_campaign
 from perf4sight.device.test_config import ProfileTest, read_test_config
+from perf4sight.profile.lab import Lab, check_cluster
 from perf4sight.profile.models import LOADER, check_models, check_network_recipes
 from perf4sight.profile.test_config import check_test_config_keys, create_test_config
 
@@ -35,10 +36,12 @@ def check_settings(settings: ProfileSettings, *, test_config: bool | None = None
         check_network_recipes(settings)
     backend_name(settings.device)
     check_run(settings.iterations, settings.warmup, settings.memory_limit_mib)
+    check_cluster(settings.cluster, settings.devices)
 
 
 def run_test_config(settings: ProfileSettings) -> CampaignSummary:
-    """Run the test config named by `settings.test_config` with the profile run keys."""
+    """Run the test config named by `settings.test_config` with the profile run keys, on this
+    machine's device or, with `cluster`, on a lab's (`lab.py`)."""
     return profile_campaign(
         read_test_config(settings.test_config),
         log_dir=settings.log_dir,
@@ -50,6 +53,7 @@ def run_test_config(settings: ProfileSettings) -> CampaignSummary:
         retry_failed=settings.retry_failed,
         save=settings.save,
         memory_limit_mib=settings.memory_limit_mib,
+        runner=Lab(settings.cluster, settings.devices) if settings.cluster is not None else None,
     )
 
 
