@@ -58,8 +58,11 @@ def test_report_structure_and_accuracy(trained):
         entry = report[target]
         bound = {"bound_under_pct"} if target == "mem_used_mib" else set()  # the memory model stores a bound
         assert set(entry) == {"mape_pct", "n", "under_pct", "per_net", "method", "method_choice", "torch_version",
-                              *bound}
+                              "campaign", *bound}
         assert entry["torch_version"] == "2.11.0+cu130"  # recorded beside the logs
+        # what the training runs cost: 3 levels x 8 batch sizes, all passed; logs older than `test_s`
+        assert entry["campaign"] == {"tests": 24, "out_of_memory": 0, "failed": 0, "skipped": 0,
+                                     "device_minutes": None, "timed": 0}
         # `method = default`: chosen among the candidates by each level of resnet18 left out
         choice = entry["method_choice"]
         assert entry["method"] == choice["chosen"] in CANDIDATE_METHODS and choice["left_out"] == "architecture"
@@ -173,6 +176,9 @@ def test_cli_fingerprint_command(h200_dir, tmp_path, capsys):
     assert main(["fingerprint", "--config", str(config)]) == 0
     report = json.loads((tmp_path / "report.json").read_text())
     assert set(report) == {"latency_ms"} and report["latency_ms"]["per_net"]["squeezenet"]["n"] > 0
+    tests = report["latency_ms"]["campaign"]["tests"]  # the report says what the fit's campaign cost
+    assert tests == 16 and f"latency_ms model: fitted on a campaign of {tests} tests (0 out of memory, " \
+        "0 failed otherwise), device time not logged" in " ".join(capsys.readouterr().out.split())
     config.write_text(config.read_text().replace("train_logs = [0, 90]", "train_logs = [7]")
                       .replace("method = default", "overwrite = True"))
     capsys.readouterr()

@@ -19,10 +19,12 @@ import torchvision
 
 from perf4sight.cli import main
 from perf4sight.config import NetworkDatasetSettings, ProfileSettings, load_config
+from perf4sight.device.definitions import MEMORY
 from perf4sight.device.logs import GT_COLUMNS
 from perf4sight.device.backends import make_backend
 from perf4sight.device.files import file_digest
 from perf4sight.errors import ArgumentError, ConfigError, NetworkError
+from perf4sight.fit.logs import campaign_cost, read_gt_log
 from perf4sight.networks import create_network_dataset, spec_from_module, write_spec
 from perf4sight.profile import (
     profile_campaign,
@@ -119,6 +121,17 @@ def test_failures_are_recorded_and_the_campaign_goes_on(tmp_path: Path, model_di
     assert "memory_limit_mib 1500" in hog.loc[32, "error"]
     assert hog.loc[4, "mem_used"] >= 256  # the 64 MiB per sample it holds
     assert _gt(log_dir, "memory", "tinynet_0")["passed"].all()
+
+    # each test's seconds on the device, and what the campaign cost as the fingerprint reports it
+    seconds = {(r.test.log_name, r.test.bs): r.seconds for r in summary.results}
+    for model in ("fragile_0", "hog_0", "tinynet_0"):
+        gt = _gt(log_dir, "memory", model)
+        for bs, logged in zip(gt["bs"], gt["test_s"]):
+            took = seconds[(model, bs)]
+            assert (math.isnan(logged) and took is None) if status[(model, bs)] == "skipped" else logged == round(took, 2) > 0
+    logs = pd.concat([read_gt_log(path, [MEMORY]) for path in sorted((log_dir / "memory").glob("*-gt.csv"))])
+    assert campaign_cost(logs) == {"tests": 7, "out_of_memory": 2, "failed": 0, "skipped": 2, "timed": 7,
+                                   "device_minutes": pytest.approx(sum(filter(None, seconds.values())) / 60, abs=0.01)}
 
 
 @pytest.mark.slow

@@ -16,6 +16,7 @@ from torch import nn
 
 import perf4sight.device
 from perf4sight.device import workload
+from perf4sight.device.backends import DEVICE_TYPES, CpuBackend, CudaBackend, JetsonBackend
 from perf4sight.device.errors import ArgumentError
 from perf4sight.device.recipe import Recipe
 
@@ -181,11 +182,13 @@ def test_bf16_autocast_needs_a_gpu_with_bfloat16_kernels(monkeypatch: pytest.Mon
                                                          refused: bool) -> None:
     """A TX2 (6.2) or a Turing card (7.5) has no bfloat16 kernels; an Ampere (8.0) or a Hopper (9.0) GPU has."""
     monkeypatch.setattr(torch.cuda, "get_device_capability", lambda device=None: capability)
-    problem = workload.device_precision_problem("amp-bf16", "cuda")
-    assert (problem == "precision amp-bf16 needs a GPU with bfloat16 kernels (compute capability 8.0 or newer), "
-            "not {}.{}".format(*capability)) if refused else problem is None
-    assert workload.device_precision_problem("amp-fp16", "cuda") is None  # every CUDA GPU computes in fp16
-    assert workload.device_precision_problem("amp-bf16", "cpu") is None
+    for cuda in (CudaBackend, JetsonBackend, DEVICE_TYPES["cuda"]):
+        problem = cuda.device_precision_problem("amp-bf16")
+        assert (problem == "precision amp-bf16 needs a GPU with bfloat16 kernels (compute capability 8.0 or newer), "
+                "not {}.{}".format(*capability)) if refused else problem is None
+        assert cuda.device_precision_problem("amp-fp16") is None  # every CUDA GPU computes in fp16
+    assert CpuBackend.device_precision_problem("amp-bf16") is None
+    assert CpuBackend.device_precision_problem("amp-fp16") == "precision amp-fp16 needs a CUDA device, not cpu"
     if refused:
         with pytest.raises(ArgumentError, match="bfloat16 kernels"):
             workload.autocast(Recipe(precision="amp-bf16"), "cuda")

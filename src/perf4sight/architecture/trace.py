@@ -26,7 +26,8 @@ from perf4sight.architecture.autograd import COPIED_INPUT_OPS
 from perf4sight.architecture.ir import Architecture, Layer
 from perf4sight.architecture.kinds import CONV2D, IDENTITY, LINEAR, does_work, module_kind_name, op_kind_name
 from perf4sight.console import warn
-from perf4sight.device.recipe import DEFAULT_RECIPE, PRECISIONS, Recipe, precision_problem
+from perf4sight.device.backends import DEVICE_TYPES
+from perf4sight.device.recipe import DEFAULT_RECIPE, PRECISIONS, Recipe
 from perf4sight.device.workload import autocast, prepare_model, tensors_in
 from perf4sight.device.workload import check_classes as check_model_classes
 from perf4sight.errors import ModelFileError, NetworkError
@@ -528,11 +529,12 @@ def _traced_autocast(recipe: Recipe, device: str) -> contextlib.AbstractContextM
         warn(f"{recipe.precision}: a network that cannot take an empty batch is traced on the meta device, "
              "where autocast does not run; its activations are described in fp32")
         return contextlib.nullcontext()
-    if precision_problem(recipe.precision, device):
+    cpu = DEVICE_TYPES[device]
+    if cpu.precision_problem(recipe.precision):
         width = PRECISIONS[recipe.precision].bytes_per_cast_value
         recipe = recipe._replace(precision=next(
             name for name, precision in PRECISIONS.items() if precision.autocast_dtype is not None
-            and precision.bytes_per_cast_value == width and not precision_problem(name, device)))
+            and precision.bytes_per_cast_value == width and not cpu.precision_problem(name)))
     return autocast(recipe, device)
 
 

@@ -20,6 +20,7 @@ import torch
 from torch import nn
 
 from .errors import ArgumentError
+from .recipe import PRECISIONS
 from .memory import PeakSampler, ResidentPeak, UnifiedMemoryMeter, release_free_memory
 from .system import BYTES_PER_MIB, read_meminfo, system_memory_mib
 
@@ -31,6 +32,7 @@ __all__ = [
     "JetsonBackend",
     "BACKENDS",
     "DEVICE_ALIASES",
+    "DEVICE_TYPES",
     "backend_name",
     "clock_state",
     "make_backend",
@@ -71,10 +73,38 @@ def prime(device: torch.device) -> None:
 
 
 class Backend:
-    """One kind of device; chosen by name from BACKENDS."""
+    """One kind of device; chosen by name from BACKENDS. Its facts are declared here alone:
+    the torch device type, whether it is a GPU, and the precisions it computes in."""
 
     name = ""
-    device_type = "cuda"  # the torch device type its tensors live on (autocast's `device_type`)
+    device_type = ""  # the torch device type its tensors live on (autocast's `device_type`)
+    gpu = False  # a GPU of its own (a lab's device of this kind takes one of Ray's `num_gpus`)
+    grad_scaler = False  # fp16 autocast's gradient scaler (`torch.amp.GradScaler`) runs on it
+    # the compute capability its bfloat16 kernels need (None: no capability to check)
+    bfloat16_capability: Optional[Tuple[int, int]] = None
+
+    @classmethod
+    def precision_problem(cls, precision: str) -> Optional[str]:
+        """Why this kind of device cannot compute in `precision`, known before it runs (fp16
+        autocast needs its gradient scaler); None when it can."""
+        if PRECISIONS[precision].grad_scaler and not cls.grad_scaler:
+            return "precision {} needs a CUDA device, not {}".format(precision, cls.device_type)
+        return None
+
+    @classmethod
+    def device_precision_problem(cls, precision: str) -> Optional[str]:
+        """`precision_problem` on this machine's device: also bf16 autocast on a GPU without
+        bfloat16 kernels (a TX2, a Xavier, a Turing card), where PyTorch would emulate or
+        refuse them."""
+        problem = cls.precision_problem(precision)
+        needs = cls.bfloat16_capability
+        if problem or needs is None or PRECISIONS[precision].autocast_dtype != "bfloat16":
+            return problem
+        has = torch.cuda.get_device_capability()
+        if tuple(has) < needs:
+            return "precision {} needs a GPU with bfloat16 kernels (compute capability {}.{} or newer), not {}.{}".format(
+                precision, needs[0], needs[1], has[0], has[1])
+        return None
 
     def __init__(self, *, gpu_id: int = 0) -> None:
         self.gpu_id = gpu_id
@@ -155,6 +185,11 @@ class CpuBackend(Backend):
 
 class _TorchCudaBackend(Backend):
     """What CUDA GPUs and Jetsons share: CUDA events, torch's allocator peaks, the context."""
+
+    device_type = "cuda"
+    gpu = True
+    grad_scaler = True
+    bfloat16_capability = (8, 0)
 
     def __init__(self, **kwargs: Any) -> None:
         super().__init__(**kwargs)
@@ -339,6 +374,9 @@ class JetsonBackend(_TorchCudaBackend):
 
 
 BACKENDS: Dict[str, Type[Backend]] = {b.name: b for b in (CpuBackend, CudaBackend, JetsonBackend)}
+# The facts of a torch device type (`inputs.device.type`, where no backend is at hand): its
+# backends' (a Jetson's are CUDA's).
+DEVICE_TYPES: Dict[str, Type[Backend]] = {b.device_type: b for b in BACKENDS.values()}
 # the original tool's device names
 DEVICE_ALIASES = {"tx2": "jetson", "2080ti": "cuda", "gpu": "cuda"}
 

@@ -19,6 +19,7 @@ The host's `perf4sight profile run` and a bundle's runner both call `profile_cam
 the host hands it its model loader, model check and console.
 """
 
+import time
 from pathlib import Path
 from typing import Any, Callable, Dict, List, NamedTuple, Optional, Sequence
 
@@ -40,15 +41,18 @@ __all__ = ["TestResult", "CampaignSummary", "CampaignJournal", "LocalDevice", "R
 
 
 class TestResult:
-    """A test of this campaign and what became of it (status: ok, error, crashed, skipped)."""
+    """A test of this campaign and what became of it (status: ok, error, crashed, skipped),
+    and the seconds it held the device (None where it did not run)."""
 
-    def __init__(self, test: ProfileTest, status: str, outcome: Optional[TestOutcome]) -> None:
+    def __init__(self, test: ProfileTest, status: str, outcome: Optional[TestOutcome],
+                 seconds: Optional[float] = None) -> None:
         self.test = test
         self.status = status
         self.outcome = outcome
+        self.seconds = seconds
 
     def __repr__(self) -> str:
-        return "TestResult({!r}, {!r}, {!r})".format(self.test, self.status, self.outcome)
+        return "TestResult({!r}, {!r}, {!r}, {!r})".format(self.test, self.status, self.outcome, self.seconds)
 
     @property
     def passed(self) -> bool:
@@ -168,14 +172,17 @@ def run_on_worker(worker: WorkerProcess, test: ProfileTest, *, iterations: int, 
     """Run `test` on `worker` as every campaign does: a memory test in an interpreter that has
     run no test (its reading holds nothing an earlier test left), and a fresh interpreter after
     any failure."""
+    started = time.monotonic()
     if test.test_var == "memory" and worker.tests_run:
         worker.stop()
     try:
         outcome = worker.run(test, iterations=iterations, warmup=warmup)
     except WorkerCrashed as exc:
-        result = TestResult(test, "crashed", TestOutcome(False, [], None, str(exc)))
+        outcome = TestOutcome(False, [], None, str(exc))
+        status = "crashed"
     else:
-        result = TestResult(test, "ok" if outcome.passed else "error", outcome)
+        status = "ok" if outcome.passed else "error"
+    result = TestResult(test, status, outcome, time.monotonic() - started)
     if not result.passed:
         worker.stop()
     return result
@@ -236,7 +243,7 @@ def profile_campaign(
     # checked before the log folder is made or locked: a bad model is one line, nothing written
     todo = _todo(tests, _kept(_recorded(tests, log_dir, digests, repair=False), retry_failed) if save else {})
     check_models(todo)
-    check_recipes(todo, import_loader(loader), BACKENDS[backend].device_type)
+    check_recipes(todo, import_loader(loader), BACKENDS[backend])
     options = RunOptions(backend, gpu_id, iterations, warmup, memory_limit_mib, loader,
                          log_dir / "worker.log" if save else None)
     runner = runner if runner is not None else LocalDevice()
@@ -362,6 +369,7 @@ def _row(result: TestResult, digests: Dict[str, Optional[str]], device: Optional
         "params": params,
         "latency": result.latency_ms,
         "latency_iters_ms": outcome.latency_iters_ms if outcome is not None and outcome.latency_iters_ms else None,
+        "test_s": None if result.seconds is None else round(result.seconds, 2),
     }
     if result.test.test_var == "latency" and outcome is not None:
         share = outcome.cpu_elsewhere
@@ -374,8 +382,9 @@ def _row(result: TestResult, digests: Dict[str, Optional[str]], device: Optional
 def _report(summary: CampaignSummary, log_dir: Optional[Path], console: Any) -> None:
     console.print_table(
         "profiling summary",
-        ["passed", "failed", "skipped", "already recorded"],
-        [[summary.passed, summary.failed, summary.skipped, summary.already_recorded]],
+        ["passed", "failed", "skipped", "already recorded", "device minutes"],
+        [[summary.passed, summary.failed, summary.skipped, summary.already_recorded,
+          sum(r.seconds or 0.0 for r in summary.results) / 60.0]],
     )
     disturbed = summary.disturbed
     if disturbed:

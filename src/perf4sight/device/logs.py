@@ -14,7 +14,10 @@ recipes (a log without them ran the default recipe, and reads as such), `mem_con
 the host's CPU other processes took while a latency test was timed; empty when too short
 to tell, `contention`), `status` (`ok`; `error` for
 an exception such as out of memory; `crashed` when the worker died; `skipped` for a
-batch size not run after a smaller one failed under till_first_fail), `error` and
+batch size not run after a smaller one failed under till_first_fail), `error`, `test_s`
+(the seconds the test held the device: its worker's start where it needed a fresh one,
+the model's build, warm-up and iterations; what a campaign costs, in the fingerprint's
+report) and
 `spec_sha256` (the digest of the spec the model was measured as; in the journal, with the
 model file's `model_sha256`, keys of `params`). Rows
 are appended in the columns of the file's own header, so a journal begun by a version
@@ -74,20 +77,20 @@ MODEL_DIGEST, SPEC_DIGEST = "model_sha256", "spec_sha256"
 # campaign over several devices only).
 LAB_DEVICE = "lab_device"
 COLUMNS: Dict[str, List[str]] = {
-    "memory": ["passed"] + _MEMORY_FIGURES + ["mem_context", "status", "error", "params"],
-    "latency": ["passed", "latency", "latency_iters_ms", "cpu_elsewhere", "status", "error", "params"],
+    "memory": ["passed"] + _MEMORY_FIGURES + ["mem_context", "status", "error", "test_s", "params"],
+    "latency": ["passed", "latency", "latency_iters_ms", "cpu_elsewhere", "status", "error", "test_s", "params"],
 }
 GT_COLUMNS: Dict[str, List[str]] = {
-    "memory": ["passed"] + _MEMORY_FIGURES + _PARAM_COLUMNS + ["mem_context", "status", "error"] + list(RECIPE_COLUMNS)
-    + [SPEC_DIGEST],
-    "latency": ["passed", "latency"] + _PARAM_COLUMNS + ["latency_iters_ms", "cpu_elsewhere", "status", "error"]
+    "memory": ["passed"] + _MEMORY_FIGURES + _PARAM_COLUMNS + ["mem_context", "status", "error", "test_s"]
     + list(RECIPE_COLUMNS) + [SPEC_DIGEST],
+    "latency": ["passed", "latency"] + _PARAM_COLUMNS + ["latency_iters_ms", "cpu_elsewhere", "status", "error",
+                                                         "test_s"] + list(RECIPE_COLUMNS) + [SPEC_DIGEST],
 }
 # The columns that hold a Python literal (a number, a list, the `params` dict); `bs` holds a
 # decimal numeral; every other column holds text as written (names, the outcome, and any
 # column of another tool).
 LITERAL_COLUMNS = frozenset(_MEMORY_FIGURES + ["latency", "mem_context", "latency_iters_ms", "cpu_elsewhere",
-                                               "params", "checkpoint_segments"])
+                                               "test_s", "params", "checkpoint_segments"])
 # The spellings of "no value" in a literal column, compared stripped and lower-cased: the
 # original wrote None (and -1), pandas writes nan, other tools null or nothing.
 MISSING = frozenset(["", "none", "nan", "null", "-1"])

@@ -26,7 +26,6 @@ __all__ = [
     "Recipe",
     "DEFAULT_RECIPE",
     "check_recipe",
-    "precision_problem",
     "trainable_problems",
 ]
 
@@ -142,14 +141,6 @@ def check_recipe(recipe: Recipe, where: str = "recipe", error: Type[Exception] =
         raise error("{}checkpoint_segments: {} is not 0 (none) or a positive integer".format(
             prefix, clip(repr(segments))))
     return recipe
-
-
-def precision_problem(precision: str, device_type: str) -> Optional[str]:
-    """Why the device of type `device_type` (`cuda`, `cpu`, a backend's device) cannot
-    compute in `precision`: fp16 autocast with its gradient scaler is CUDA's. None when it can."""
-    if PRECISIONS[precision].grad_scaler and device_type != "cuda":
-        return "precision {} needs a CUDA device, not {}".format(precision, device_type)
-    return None
 
 
 def trainable_problems(trainable: str, module_names: Sequence[str], n_blocks: int = 0,

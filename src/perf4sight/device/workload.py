@@ -14,16 +14,16 @@ Everything here runs on Python 3.6 + PyTorch 1.10 as on current PyTorch.
 
 import contextlib
 import inspect
-from typing import Any, Callable, ContextManager, Dict, Iterable, List, NamedTuple, Optional, Sequence, Tuple
+from typing import Any, Callable, ContextManager, Dict, Iterable, List, NamedTuple, Optional, Sequence, Tuple, Type
 
 import torch
 import torch.utils.checkpoint
 from torch import nn
 
-from .backends import Backend, MemoryFigures
+from .backends import DEVICE_TYPES, Backend, MemoryFigures
 from .contention import CpuElsewhere
 from .errors import ArgumentError, ConfigError, ModelFileError
-from .recipe import DEFAULT_RECIPE, PRECISIONS, TRAIN_ALL, TRAIN_CLASSIFIER, Recipe, precision_problem, trainable_problems
+from .recipe import DEFAULT_RECIPE, PRECISIONS, TRAIN_ALL, TRAIN_CLASSIFIER, Recipe, trainable_problems
 from .test_config import ProfileTest
 
 __all__ = [
@@ -133,30 +133,18 @@ def _timed(backend: Backend, step: Callable[[], None], iterations: int, warmup: 
     times.extend(backend.time_ms(step) for _ in range(iterations))
 
 
-def device_precision_problem(precision: str, device_type: str) -> Optional[str]:
-    """Why this machine's device of type `device_type` cannot compute in `precision`:
-    `precision_problem`'s reasons, and bf16 autocast on a GPU without bfloat16 kernels
-    (compute capability below 8.0: a TX2, a Xavier, a Turing card), where PyTorch would
-    emulate or refuse them. None when it can."""
-    problem = precision_problem(precision, device_type)
-    if problem or device_type != "cuda" or PRECISIONS[precision].autocast_dtype != "bfloat16":
-        return problem
-    major, minor = torch.cuda.get_device_capability()
-    if major < 8:
-        return "precision {} needs a GPU with bfloat16 kernels (compute capability 8.0 or newer), not {}.{}".format(
-            precision, major, minor)
-    return None
-
-
 def autocast(recipe: Recipe, device_type: str) -> ContextManager[Any]:
     """The recipe's autocast on `device_type` (`cuda`, `cpu`) as a context manager: a no-op
-    for fp32; ArgumentError for a precision the device cannot run (`device_precision_problem`)."""
-    problem = device_precision_problem(recipe.precision, device_type)
-    if problem:
-        raise ArgumentError(problem)
+    for fp32, which every device computes in (the meta device's traces too); ArgumentError
+    for a precision the device cannot run (`Backend.device_precision_problem`)."""
     dtype = PRECISIONS[recipe.precision].autocast_dtype
     if dtype is None:
         return contextlib.ExitStack()
+    facts = DEVICE_TYPES.get(device_type)
+    problem = ("precision {} is not run on device type {}".format(recipe.precision, device_type) if facts is None
+               else facts.device_precision_problem(recipe.precision))
+    if problem:
+        raise ArgumentError(problem)
     return torch.autocast(device_type, dtype=getattr(torch, dtype))
 
 
@@ -269,14 +257,14 @@ def recipe_problems(model: nn.Module, recipe: Recipe, blocks: Sequence[str] = ()
     return trainable_problems(trainable, names, max(1, len(blocks)), recipe.checkpoint_segments, network)
 
 
-def check_recipes(tests: Sequence[ProfileTest], load: Loader, device_type: str) -> None:
-    """Refuse, before any test, a recipe the device (`device_precision_problem`) or a test's network
+def check_recipes(tests: Sequence[ProfileTest], load: Loader, backend: Type[Backend]) -> None:
+    """Refuse, before any test, a recipe the device (`backend.device_precision_problem`) or a test's network
     (`recipe_problems`) cannot run: such a test would fail without measuring anything, and
     its failure, journalled, would never be retried. Each network that a recipe names a
     layer of or checkpoints is built once, by `load`. ConfigError names the test config's model."""
     needs_network: Dict[Tuple[str, str, str], List[ProfileTest]] = {}
     for test in tests:
-        problem = device_precision_problem(test.recipe.precision, device_type)
+        problem = backend.device_precision_problem(test.recipe.precision)
         if problem:
             raise ConfigError("test config: model {}: {}".format(test.model, problem))
         if test.recipe.trainable not in (TRAIN_ALL, TRAIN_CLASSIFIER) or test.recipe.checkpoint_segments:
@@ -369,13 +357,14 @@ def _passthrough(x: torch.Tensor) -> torch.Tensor:
     return x
 
 
-def _grad_scaler(recipe: Recipe) -> Optional[Any]:
-    """fp16's gradient scaler (CUDA's), None where the precision needs none."""
+def _grad_scaler(recipe: Recipe, device_type: str) -> Optional[Any]:
+    """fp16's gradient scaler on `device_type` (a `Backend.grad_scaler` device, checked by
+    `autocast`), None where the precision needs none."""
     if not PRECISIONS[recipe.precision].grad_scaler:
         return None
     if hasattr(torch, "amp") and hasattr(torch.amp, "GradScaler"):
-        return torch.amp.GradScaler("cuda")
-    return torch.cuda.amp.GradScaler()
+        return torch.amp.GradScaler(device_type)
+    return torch.cuda.amp.GradScaler()  # PyTorch before 2.3 has CUDA's alone
 
 
 def tensors_in(obj: Any) -> List[torch.Tensor]:
@@ -437,7 +426,7 @@ def iteration(model: nn.Module, stage: str, inputs: torch.Tensor, num_classes: i
     targets = torch.randint(num_classes, (inputs.shape[0],), device=inputs.device)
     criterion = nn.CrossEntropyLoss()
     optimiser = make_optimizer([p for p in model.parameters() if p.requires_grad], recipe)
-    scaler = _grad_scaler(recipe)
+    scaler = _grad_scaler(recipe, device_type)
 
     def train() -> None:
         with autocast(recipe, device_type):

@@ -228,11 +228,13 @@ class CalibratedModel(BaseEstimator):
 
     @_fit_context(prefer_skip_nested_validation=True)
     def fit(self, X: pd.DataFrame, y: Any, *,  # noqa: N803
-            method_choice: Mapping[str, Any] | None = None) -> CalibratedModel:
+            method_choice: Mapping[str, Any] | None = None,
+            campaign: Mapping[str, Any] | None = None) -> CalibratedModel:
         """Fit the regressor on every row, its corrections on each family's rows and, with
         `bound_quantile`, the bound (refitting without each network in turn); keep what a
         prediction is checked against. `method_choice` (`MethodChoice.as_dict`) says why
-        `method = default` chose this method."""
+        `method = default` chose this method, `campaign` (`campaign_cost`) what profiling
+        the runs cost."""
         y = np.asarray(y, dtype=float)
         rows = query_rows(X)
         self.regressor_ = fit_method(self.method, X, y, self.target, self.stage, self.torch_version)
@@ -253,6 +255,7 @@ class CalibratedModel(BaseEstimator):
         self.train_nets_ = sorted(X["net"].unique().tolist())
         self.n_train_ = len(y)  # the runs it was fitted on, each once
         self.method_choice_ = None if method_choice is None else dict(method_choice)
+        self.campaign_ = None if campaign is None else dict(campaign)
         return self
 
     def for_recipe(self, recipe: Recipe) -> CalibratedModel:

@@ -36,7 +36,7 @@ from perf4sight.fit.bound import BOUND_QUANTILE
 from perf4sight.fit.calibration import CalibratedModel
 from perf4sight.fit.choice import MethodChoice, choose_method, choose_torch_version, holds_copies
 from perf4sight.fit.dataset import ArchitectureCatalog, Dataset, build_dataset, logged_recipes, row_recipes
-from perf4sight.fit.logs import find_logs, read_logs, recorded_environments, recorded_torch_versions
+from perf4sight.fit.logs import campaign_cost, find_logs, read_logs, recorded_environments, recorded_torch_versions
 from perf4sight.fit.methods import DEFAULT_METHOD, METHODS, candidate_methods, method_problem, resolve_method
 from perf4sight.fit.report import print_report, summarise, write_report
 from perf4sight.fit.store import Fingerprint, load_model, model_folder_lock, save_models, stored_model_path
@@ -98,8 +98,8 @@ def _train(settings: FingerprintSettings, target: Quantity, method: str,
     model = CalibratedModel(method, target.name, settings.stage,
                             bound_quantile=BOUND_QUANTILE if target == MEMORY else None, fallback=METHODS[method].fallback,
                             torch_version=torch_version, torch_version_reason=reason)
-    bound = model.fit(dataset.rows, dataset.target,
-                      method_choice=choice.as_dict() if choice is not None else None).bound_
+    bound = model.fit(dataset.rows, dataset.target, method_choice=choice.as_dict() if choice is not None else None,
+                      campaign=campaign_cost(logs)).bound_
     if bound is not None:
         in_family = bound["calibrated_ratio"]
         console.info(f"{bound['quantile']:.0%} of runs measured at most {bound['ratio']:.3f}x their prediction "
@@ -236,8 +236,8 @@ def fingerprint_device(settings: FingerprintSettings) -> dict[str, Any]:
     """Fit (or reuse) and evaluate this device's models; returns the evaluation report.
 
     The report maps each evaluated target, by its name with unit (`mem_used_mib`,
-    `latency_ms`), to its MAPE in percent, row count and the same per network, and its
-    method (and `notes`, the warnings its evaluation gave: runs the models were fitted on,
+    `latency_ms`), to its MAPE in percent, row count and the same per network, its
+    method, what profiling its training runs cost (`campaign`, `campaign_cost`) (and `notes`, the warnings its evaluation gave: runs the models were fitted on,
     levels without a log, logs read twice); it is printed as a table and, when `report` is set, written there as JSON with the per-row predictions (CSV) and a plot (PNG) beside it.
     """
     method = check_settings(settings)
@@ -275,7 +275,7 @@ def fingerprint_device(settings: FingerprintSettings) -> dict[str, Any]:
         notes = ([note] if note is not None else []) + warned
         report[target.name] = {**summarise(predictions[target.name]),
                                "method": model.method, "method_choice": choice,
-                               "torch_version": model.torch_version,
+                               "torch_version": model.torch_version, "campaign": model.campaign_,
                                **({"notes": notes} if notes else {})}
     if report:
         print_report(report, predictions)

@@ -23,13 +23,13 @@ import pandas as pd
 
 from perf4sight import console
 from perf4sight.device.definitions import Quantity
-from perf4sight.device.logs import GT_SUFFIX, REQUIRED_COLUMNS, read_gt
+from perf4sight.device.logs import GT_SUFFIX, REQUIRED_COLUMNS, ran_out_of_memory, read_gt
 from perf4sight.device.recipe import RECIPE_COLUMNS
 from perf4sight.errors import DataNotFoundError, LogFormatError
 from perf4sight.files import read_json
 
-__all__ = ["REQUIRED_COLUMNS", "gt_log_path", "find_logs", "read_gt_log", "read_logs", "recorded_environments",
-           "recorded_torch_versions"]
+__all__ = ["REQUIRED_COLUMNS", "campaign_cost", "gt_log_path", "find_logs", "read_gt_log", "read_logs",
+           "recorded_environments", "recorded_torch_versions"]
 
 # The columns that tell one test from another, where the log has them (the recipe's always:
 # `read_gt` fills them): a second row with the same values is the same test measured again.
@@ -136,6 +136,22 @@ def read_logs(nets: Sequence[str], levels: Sequence[int], log_dirs: Sequence[str
     if not frames:
         raise DataNotFoundError(f"no test rows in the profiling logs found: {', '.join(str(p) for _, p in found)}")
     return pd.concat(frames, ignore_index=True)
+
+
+def campaign_cost(logs: pd.DataFrame) -> dict[str, Any]:
+    """What the runs of `logs` (`read_logs`) cost the device, for the fingerprint's report:
+    the tests run, those that ran out of memory and those that failed otherwise, those
+    skipped (not run after a smaller batch size failed), and the device minutes, the sum of
+    their `test_s` (None where no row logged one: logs of the original or of an earlier
+    perf4sight), with how many rows did (`timed`)."""
+    rows = logs.to_dict("records")
+    skipped = [row.get("status") == "skipped" for row in rows]
+    failed = [not row["passed"] and not skip for row, skip in zip(rows, skipped)]
+    memory = [fail and ran_out_of_memory(row) for row, fail in zip(rows, failed)]
+    seconds = pd.to_numeric(logs["test_s"], errors="coerce").dropna() if "test_s" in logs else pd.Series(dtype=float)
+    return {"tests": len(rows) - sum(skipped), "out_of_memory": sum(memory), "failed": sum(failed) - sum(memory),
+            "skipped": sum(skipped), "device_minutes": round(float(seconds.sum()) / 60.0, 2) if len(seconds) else None,
+            "timed": int(len(seconds))}
 
 
 def recorded_environments(log_dirs: Sequence[str | Path]) -> dict[Path, Any]:

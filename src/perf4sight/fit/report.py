@@ -53,8 +53,8 @@ _MAX_ROWS_SHOWN = 60
 
 def print_report(report: Mapping[str, Any], predictions: Mapping[str, pd.DataFrame]) -> None:
     """Measured against predicted, then the MAPE per network and overall, per target, and
-    each target's method (with why `method = default` chose it) and the device's PyTorch its
-    features count what autograd saves for."""
+    each target's method (with why `method = default` chose it), the device's PyTorch its
+    features count what autograd saves for, and what profiling its training runs cost."""
     _print_predictions(report, predictions)
     rows = []
     for target, entry in report.items():
@@ -70,6 +70,18 @@ def print_report(report: Mapping[str, Any], predictions: Mapping[str, pd.DataFra
             console.info(f"{target} model: {entry['method']}" + (f", chosen by method = default: {choice['reason']}"
                                                                  if choice else "")
                          + (f"; what autograd saves as PyTorch {version_name(version)} saves it" if version else ""))
+        if entry.get("campaign"):
+            console.info(f"{target} model: fitted on {_cost(entry['campaign'])}")
+
+
+def _cost(campaign: Mapping[str, Any]) -> str:
+    """A campaign's cost (`campaign_cost`) in words."""
+    minutes = campaign["device_minutes"]
+    timed = ("device time not logged" if minutes is None else f"{minutes:.1f} device minutes"
+             + (f" for the {campaign['timed']} that logged it" if campaign["timed"] < campaign["tests"] else ""))
+    skipped = f", {campaign['skipped']} skipped" if campaign["skipped"] else ""
+    return (f"a campaign of {campaign['tests']} tests ({campaign['out_of_memory']} out of memory, "
+            f"{campaign['failed']} failed otherwise{skipped}), {timed}")
 
 
 def _print_predictions(report: Mapping[str, Any], predictions: Mapping[str, pd.DataFrame]) -> None:

@@ -182,7 +182,7 @@ class _Dispatch:
         self.options = options
         self.console = console
         self.wait_s = wait_s
-        self.gpu = BACKENDS[options.backend].device_type == "cuda"
+        self.gpu = BACKENDS[options.backend].gpu
         self.queue: deque[tuple[ProfileTest, str | None]] = deque((test, None) for test in todo)  # test, device that lost it
         self.idle: list[_Device] = []
         self.starting: dict[Any, _Device] = {}  # environment call -> device

@@ -20,7 +20,7 @@ from perf4sight import console
 from perf4sight.config import ProfileSettings
 from perf4sight.device.backends import BACKENDS, backend_name
 from perf4sight.device.definitions import DATASETS, STAGES, TEST_VARIABLES, check_batch_sizes, check_choices
-from perf4sight.device.recipe import DEFAULT_RECIPE, RECIPE_COLUMNS, Recipe, check_recipe, precision_problem
+from perf4sight.device.recipe import DEFAULT_RECIPE, RECIPE_COLUMNS, Recipe, check_recipe
 from perf4sight.errors import ArgumentError
 from perf4sight.files import write_text
 from perf4sight.profile.selection import spread_tests
@@ -100,9 +100,9 @@ def check_recipe_keys(settings: ProfileSettings) -> None:
         for recipe in network_recipes(settings, network):
             check_recipe(recipe, where="")
     if settings.run_profiling:
-        device_type = BACKENDS[backend_name(settings.device)].device_type
+        backend = BACKENDS[backend_name(settings.device)]
         for precision in settings.precision:
-            problem = precision_problem(precision, device_type)
+            problem = backend.precision_problem(precision)
             if problem:
                 raise ArgumentError(problem)
 
