@@ -62,7 +62,7 @@ from perf4sight.fit import (
     mape_pct,
     read_logs,
 )
-from perf4sight.fit.logs import recorded_torch_versions
+from perf4sight.fit.logs import recorded_environments
 from perf4sight.fit.dataset import logged_recipes
 from perf4sight.fit.choice import holds_copies
 from perf4sight.fit.methods import method_problem
@@ -127,7 +127,7 @@ def find_data(
     if missing or (train_nets and set(train_nets) == present):
         raise SystemExit(f"{logs}: --train-nets must name some but not all of the networks {list(nets)}; "
                          f"not found: {missing}")
-    recorded = list(recorded_torch_versions([logs / MEMORY.kind]).values())
+    recorded = [environment.torch for environment in recorded_environments([logs / MEMORY.kind]).values()]
     version = torch_version or (recorded[-1] if recorded else None)
     return Data(logs=logs, models=models, nets=nets, levels=levels, train_levels=train, train_nets=train_nets,
                 torch_version=version)

@@ -19,6 +19,7 @@ from typing import Any, Callable, Dict, List, NamedTuple, Optional, Tuple, Type,
 import torch
 from torch import nn
 
+from .environment import CLOCKS_LOCKED, DEVICE_NAME, POWER_MODE
 from .errors import ArgumentError
 from .recipe import PRECISIONS
 from .memory import PeakSampler, ResidentPeak, UnifiedMemoryMeter, release_free_memory
@@ -160,9 +161,9 @@ class CpuBackend(Backend):
         """Nothing to prime: a test's warm-up iterations start the thread pools, and a memory
         test counts what its first iteration initialises, as a training script's process would."""
         return {
-            "device_name": _cpu_model(),
+            DEVICE_NAME: _cpu_model(),
             "torch_threads": torch.get_num_threads(),
-            "power_mode": _read_first(Path("/sys/devices/system/cpu/cpu0/cpufreq/scaling_governor")),
+            POWER_MODE: _read_first(Path("/sys/devices/system/cpu/cpu0/cpufreq/scaling_governor")),
             "resident_peak": "VmHWM" if self._resident.exact else "sampled RSS",
         }
 
@@ -217,7 +218,7 @@ class _TorchCudaBackend(Backend):
         self.context_mib = used_mib() - before
         props = torch.cuda.get_device_properties(self.device)
         return {
-            "device_name": props.name,
+            DEVICE_NAME: props.name,
             "device_memory_mib": props.total_memory / BYTES_PER_MIB,
             "compute_capability": "{}.{}".format(props.major, props.minor),
             "cuda_context_mib": self.context_mib,
@@ -348,7 +349,7 @@ class JetsonBackend(_TorchCudaBackend):
     def setup(self) -> Dict[str, Any]:
         self._check_cuda()
         facts = self._init_cuda(self._meter.used_mib)
-        facts["power_mode"] = _nvpmodel_mode()
+        facts[POWER_MODE] = _nvpmodel_mode()
         facts["l4t_release"] = _read_first(Path("/etc/nv_tegra_release"))
         facts["meminfo_mib"] = read_meminfo()
         facts.update(clock_state())
@@ -412,7 +413,7 @@ def clock_state(sysfs: Union[str, Path] = "/sys") -> Dict[str, Any]:
     return {
         "cpu_clocks_locked": cpu_locked,
         "gpu_clocks_locked": gpu_locked,
-        "clocks_locked": all(known) if known else None,
+        CLOCKS_LOCKED: all(known) if known else None,
     }
 
 

@@ -27,7 +27,7 @@ from . import console as plain_console
 from .backends import BACKENDS, backend_name
 from .definitions import is_int_at_least, is_positive_int
 from .contention import BUSY_ELSEWHERE_WARNING
-from .environment import environment_record, write_environment
+from .environment import Environment, environment_record, write_environment
 from .errors import ArgumentError, ConfigError
 from .lock import LogFolderLock
 from .logs import LAB_DEVICE, MODEL_DIGEST, SPEC_DIGEST, LogRow, append_gt_row, append_row, journal_path, latest_rows, ran_out_of_memory, read_journal, write_gt
@@ -160,11 +160,12 @@ class CampaignJournal:
         Jetson's clocks may change under the measurements."""
         if self.save:
             self.summary.environment_file = write_environment(self.log_dir, record, device=device)
-        if record.get("clocks_locked") is False:
+        environment = Environment.of(record, "the environment record")
+        if environment.clocks_locked is False:
             console.warn(
                 "{}the device's clocks are not locked (power mode: {}): latencies may vary with the governor; "
                 "run `sudo jetson_clocks` (and choose the power mode with `sudo nvpmodel -m N`) before "
-                "profiling".format("{}: ".format(device) if device else "", record.get("power_mode") or "unknown")
+                "profiling".format("{}: ".format(device) if device else "", environment.power_mode or "unknown")
             )
 
 

@@ -1,7 +1,10 @@
 """The environment a campaign ran in, recorded once per campaign (per device of a lab) beside its logs.
 
 Figures from two software stacks or power modes are not comparable, so every campaign
-writes what it ran on: library versions, device, driver, power mode, clocks, CPU.
+writes what it ran on: library versions, device, driver, power mode, clocks, CPU. What is
+read back of a record (the campaign's warning about unlocked clocks, the host's fit: the
+device's PyTorch and name) is `Environment`, read from the keys its writers use: this
+module's `environment_record` and the backends' `setup`.
 """
 
 import json
@@ -10,14 +13,40 @@ import platform
 import sys
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Any, Dict, Optional
+from typing import Any, Dict, NamedTuple, Optional
 
 import torch
 
+from .errors import LogFormatError
 from .files import write_text
 from .system import physical_cores, system_memory_mib
 
-__all__ = ["environment_record", "write_environment"]
+__all__ = ["CLOCKS_LOCKED", "DEVICE_NAME", "POWER_MODE", "Environment", "environment_record", "write_environment"]
+
+# The keys of a record that are read back (`Environment`): written here (PyTorch's version, the
+# host's name) and by the backends' `setup` (the device's name, power mode, clocks).
+TORCH, HOSTNAME, DEVICE_NAME, POWER_MODE, CLOCKS_LOCKED = "torch", "hostname", "device_name", "power_mode", "clocks_locked"
+
+
+class Environment(NamedTuple):
+    """What is read back of an environment record: the PyTorch the device ran, the device's
+    name (the host's where its backend found none), its power mode and whether its clocks
+    were locked (None where not known)."""
+
+    torch: str
+    device: Optional[str]
+    power_mode: Optional[str]
+    clocks_locked: Optional[bool]
+
+    @classmethod
+    def of(cls, record: Any, where: str) -> "Environment":
+        """The fields of `record` (a parsed file, or one just made); LogFormatError naming
+        `where` for a record that names no PyTorch version."""
+        if not isinstance(record, dict) or not isinstance(record.get(TORCH), str):
+            raise LogFormatError("{}: an environment record without a '{}' version".format(where, TORCH))
+        device = record.get(DEVICE_NAME) or record.get(HOSTNAME)
+        return cls(record[TORCH], None if device is None else str(device), record.get(POWER_MODE),
+                   record.get(CLOCKS_LOCKED))
 
 
 def environment_record(worker_facts: Dict[str, Any], settings: Dict[str, Any]) -> Dict[str, Any]:
@@ -28,11 +57,11 @@ def environment_record(worker_facts: Dict[str, Any], settings: Dict[str, Any]) -
         "settings": settings,
         "python": sys.version.split()[0],
         "platform": platform.platform(),
-        "hostname": platform.node(),
+        HOSTNAME: platform.node(),
         "cpu_cores_logical": os.cpu_count(),
         "cpu_cores_physical": physical_cores(),
         "memory_total_mib": system_memory_mib()["total"],
-        "torch": torch.__version__,
+        TORCH: torch.__version__,
         "torchvision": _version("torchvision"),
         "psutil": _version("psutil"),
         "torch_cuda": torch.version.cuda,

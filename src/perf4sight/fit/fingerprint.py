@@ -36,7 +36,7 @@ from perf4sight.fit.bound import BOUND_QUANTILE
 from perf4sight.fit.calibration import CalibratedModel
 from perf4sight.fit.choice import MethodChoice, choose_method, choose_torch_version, holds_copies
 from perf4sight.fit.dataset import ArchitectureCatalog, Dataset, build_dataset, logged_recipes, row_recipes
-from perf4sight.fit.logs import campaign_cost, find_logs, read_logs, recorded_environments, recorded_torch_versions
+from perf4sight.fit.logs import campaign_cost, find_logs, read_logs, recorded_environments
 from perf4sight.fit.methods import DEFAULT_METHOD, METHODS, candidate_methods, method_problem, resolve_method
 from perf4sight.fit.report import print_report, summarise, write_report
 from perf4sight.fit.store import Fingerprint, load_model, model_folder_lock, save_models, stored_model_path
@@ -121,8 +121,7 @@ def _fingerprint(log_dirs: list[Path]) -> Fingerprint:
     """The fingerprint of a model fitted now on `log_dirs`: the device and campaign their
     environment records name (the records' names; the log folders' parents where there are none)."""
     records = recorded_environments(log_dirs)
-    devices = {str(record.get("device_name") or record.get("hostname")) for record in records.values()
-               if isinstance(record, dict) and (record.get("device_name") or record.get("hostname"))}
+    devices = {environment.device for environment in records.values() if environment.device}
     campaign = sorted(record.name for record in records) or sorted({str(d.resolve().parent) for d in log_dirs})
     return Fingerprint(device=", ".join(sorted(devices)) or "not recorded", campaign=", ".join(campaign),
                        fitted_at=datetime.now(timezone.utc).isoformat(timespec="seconds"))
@@ -134,7 +133,7 @@ def _device_torch(settings: FingerprintSettings, log_dirs: list[Path]) -> tuple[
     None and None (nothing said: counted as the host's saves, unless the runs say otherwise)."""
     if settings.torch_version is not None:
         return settings.torch_version, "torch_version in the config"
-    recorded = recorded_torch_versions(log_dirs)
+    recorded = {record: environment.torch for record, environment in recorded_environments(log_dirs).items()}
     behaviours: dict[bool, tuple[Path, str]] = {}
     for record, version in recorded.items():
         try:

@@ -23,13 +23,14 @@ import pandas as pd
 
 from perf4sight import console
 from perf4sight.device.definitions import Quantity
+from perf4sight.device.environment import Environment
 from perf4sight.device.logs import GT_SUFFIX, REQUIRED_COLUMNS, ran_out_of_memory, read_gt
 from perf4sight.device.recipe import RECIPE_COLUMNS
 from perf4sight.errors import DataNotFoundError, LogFormatError
 from perf4sight.files import read_json
 
 __all__ = ["REQUIRED_COLUMNS", "campaign_cost", "gt_log_path", "find_logs", "read_gt_log", "read_logs",
-           "recorded_environments", "recorded_torch_versions"]
+           "recorded_environments"]
 
 # The columns that tell one test from another, where the log has them (the recipe's always:
 # `read_gt` fills them): a second row with the same values is the same test measured again.
@@ -154,26 +155,13 @@ def campaign_cost(logs: pd.DataFrame) -> dict[str, Any]:
             "timed": int(len(seconds))}
 
 
-def recorded_environments(log_dirs: Sequence[str | Path]) -> dict[Path, Any]:
+def recorded_environments(log_dirs: Sequence[str | Path]) -> dict[Path, Environment]:
     """The environment records of the campaigns behind `log_dirs` (`environment-*.json`, which
     the profiler writes in its log folder, the parent of its `memory` and `latency` folders),
-    in the order of the records' times."""
+    in the order of the records' times. LogFormatError names a record that is not JSON or
+    names no PyTorch version."""
     records = sorted({record for folder in map(Path, log_dirs) for place in (folder, folder.parent)
                       for record in place.glob("environment-*.json") if record.is_file()},
                      key=lambda record: record.name)
-    environments = {}
-    for record in records:
-        environments[record] = read_json(record, what="environment record", error=LogFormatError)
-    return environments
-
-
-def recorded_torch_versions(log_dirs: Sequence[str | Path]) -> dict[Path, str]:
-    """The PyTorch version each environment record of the campaigns behind `log_dirs` names
-    (`recorded_environments`), in the order of the records' times."""
-    versions = {}
-    for record, content in recorded_environments(log_dirs).items():
-        version = content.get("torch") if isinstance(content, dict) else None
-        if not isinstance(version, str):
-            raise LogFormatError(f"{record}: an environment record without a 'torch' version")
-        versions[record] = version
-    return versions
+    return {record: Environment.of(read_json(record, what="environment record", error=LogFormatError), str(record))
+            for record in records}
