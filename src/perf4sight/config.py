@@ -90,7 +90,8 @@ class ProfileSettings:
     # sizes (`perf4sight.profile.selection`); None: every model at every batch size
     max_tests: int | None = None
     # tests that fit this many minutes of this machine (`perf4sight.profile.plan`), spread as
-    # `max_tests`; None: no time budget
+    # `max_tests`; and a run starts no test once its tests have held the device that long;
+    # None: no time budget
     budget_minutes: float | None = None
     # the training recipes (`perf4sight.device.recipe`), one list per recipe key; the tests are
     # their product, as of the other lists. A `trainable` item `network:layer` is that

@@ -135,6 +135,25 @@ def test_failures_are_recorded_and_the_campaign_goes_on(tmp_path: Path, model_di
 
 
 @pytest.mark.slow
+def test_a_budget_stops_the_campaign_and_the_next_run_goes_on(
+        tmp_path: Path, model_dir: Path, write_test_config, capsys: pytest.CaptureFixture[str]) -> None:
+    tests = read_test_config(write_test_config(tmp_path / "t.ini", [model_dir / "tinynet_0.py"], [2, 4, 8],
+                                               test_var=("latency",)))
+    log_dir = tmp_path / "logs"
+    first = profile_campaign(tests, log_dir=log_dir, budget_s=1e-3)  # spent by the first test
+    assert [r.test.bs for r in first.results] == [2] and first.not_run == 2 and first.device_s > 1e-3
+    assert "the budget of 1.66667e-05 device minutes is spent" in capsys.readouterr().err
+    second = profile_campaign(tests, log_dir=log_dir, budget_s=600.0)
+    assert second.already_recorded == 1 and [r.test.bs for r in second.results] == [4, 8] and second.not_run == 0
+    assert "budget" not in capsys.readouterr().err
+    gt = _gt(log_dir, "latency", "tinynet_0")
+    assert gt["bs"].tolist() == [2, 4, 8] and gt["passed"].all()
+    for budget in (0, -1.0, float("nan"), True):
+        with pytest.raises(ArgumentError, match="is no time budget"):
+            profile_campaign(tests, log_dir=log_dir, budget_s=budget)
+
+
+@pytest.mark.slow
 def test_same_test_after_a_big_one_measures_as_in_a_fresh_worker(tmp_path: Path, model_dir: Path, write_test_config) -> None:
     # a small reading varies from worker to worker (30-36 MiB, now and then 26 or 47: where the
     # C library's heap puts the first iteration's blocks), so each side is the least of two; in

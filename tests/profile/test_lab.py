@@ -151,6 +151,16 @@ def test_a_lab_campaign_writes_the_logs_a_campaign_on_one_device_writes(
     assert set(devices) == set(DEVICES) and min(map(devices.count, DEVICES)) >= 2  # both did a share
 
 
+@pytest.mark.slow
+def test_a_lab_campaign_starts_no_test_once_its_budget_is_spent(
+        tmp_path: Path, model_dir: Path, write_test_config, cluster: str) -> None:
+    config = _campaign(tmp_path, model_dir, write_test_config, "lab", [2, 8])
+    settings = dataclasses.replace(load_config(config).profile, cluster=cluster, budget_minutes=1e-5)
+    summary = run_test_config(settings)  # each device starts at most the one test it took before any ended
+    assert 1 <= len(summary.results) <= len(DEVICES) and summary.not_run == 8 - len(summary.results)
+    assert sum(len(rows) for rows in _rows(tmp_path / "lab").values()) == len(summary.results)
+
+
 def test_a_lab_campaign_without_ray_is_one_line_naming_the_extra(tmp_path: Path) -> None:
     config = tmp_path / "config.ini"
     config.write_text(f"[profile]\ntest_config = {tmp_path / 't.ini'}\ndevices = cpu_a\n")

@@ -186,6 +186,9 @@ def test_max_tests_spreads_the_pairs_over_levels_and_batch_sizes(tmp_path: Path,
     # each network in turn: least pruned at the smallest batch size, the far corner, then the farthest left
     assert set(pairs) == {("tinynet_0", 2), ("tinynet_90", 64), ("tinynet_50", 4),
                           ("fragile_0", 2), ("fragile_50", 64), ("fragile_0", 64)}
+    # a section per model, in the order of their first picks: a run stopped at its budget has run the first
+    assert list(dict.fromkeys(model for model, _ in pairs)) == [
+        "tinynet_0", "fragile_0", "tinynet_90", "fragile_50", "tinynet_50"]
     every = read_test_config(create_test_config(ProfileSettings(**{**vars(settings), "max_tests": None})))
     assert len(every) == (4 + 2) * 6 and set(pairs) < {(Path(t.model).stem, t.bs) for t in every}
 

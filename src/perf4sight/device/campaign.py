@@ -70,7 +70,13 @@ class CampaignSummary:
     def __init__(self) -> None:
         self.results: List[TestResult] = []
         self.already_recorded = 0
+        self.not_run = 0  # tests left for a later run: the budget was spent before them
         self.environment_file: Optional[Path] = None
+
+    @property
+    def device_s(self) -> float:
+        """The seconds this run's tests held the device."""
+        return sum(r.seconds or 0.0 for r in self.results)
 
     def count(self, status: str) -> int:
         return sum(r.status == status for r in self.results)
@@ -118,22 +124,28 @@ class RunOptions(NamedTuple):
 class CampaignJournal:
     """What a campaign keeps of its results, whoever runs the tests: the summary, each row in
     the logs (when saving), the batch sizes left out under `till_first_fail`, the progress
-    line and the environment records. A runner (`LocalDevice`, or a lab's on the host) asks
-    `skips` before running a test, calls `started` and `record` around it, and `environment`
-    once per device it starts."""
+    line and the environment records. A runner (`LocalDevice`, or a lab's on the host) starts
+    no test once `spent` (the budget of device seconds), asks `skips` before running a test,
+    calls `started` and `record` around it, and `environment` once per device it starts."""
 
     def __init__(self, recorded: Dict[tuple, LogRow], log_dir: Path, *, save: bool, till_first_fail: bool,
-                 digests: Dict[str, Dict[str, Optional[str]]], bar: Any) -> None:
+                 digests: Dict[str, Dict[str, Optional[str]]], bar: Any, budget_s: Optional[float] = None) -> None:
         self.summary = CampaignSummary()
         self.log_dir = log_dir
         self.save = save
         self.till_first_fail = till_first_fail
+        self.budget_s = budget_s
         self.digests = digests
         self.bar = bar
         self._failed_at: Dict[tuple, int] = {}  # test group -> smallest failed batch size
         for row in recorded.values():
             if not row["passed"] and row.get("status") != "skipped":
                 _note_failure(self._failed_at, ProfileTest.from_params(row["params"]))
+
+    @property
+    def spent(self) -> bool:
+        """Whether this run's tests have held the device for the budget (`budget_s`) or longer."""
+        return self.budget_s is not None and self.summary.device_s >= self.budget_s
 
     def skips(self, test: ProfileTest) -> bool:
         """Whether `test` is left out: a smaller batch size of its group failed, under till_first_fail."""
@@ -197,6 +209,8 @@ class LocalDevice:
                   console: Any) -> None:
         with options.worker() as worker:
             for test in todo:
+                if journal.spent:
+                    return
                 journal.started(test)
                 if journal.skips(test):
                     journal.record(TestResult(test, "skipped", None))
@@ -224,8 +238,11 @@ def profile_campaign(
     check_models: Callable[[Sequence[ProfileTest]], None] = check_model_files,
     console: Any = plain_console,
     runner: Any = None,
+    budget_s: Optional[float] = None,
 ) -> CampaignSummary:
-    """Run `tests` on `device`, appending each result to the logs under `log_dir`.
+    """Run `tests` on `device`, appending each result to the logs under `log_dir`; with
+    `budget_s`, no test starts once this run's tests have held the device that many seconds
+    (the rest is left for a later run, which resumes).
 
     `loader` names the function that builds a test's model in the worker
     (`module:function`; None: standalone model files, `models.load_model_file`);
@@ -235,7 +252,7 @@ def profile_campaign(
     tests not yet recorded (`run_tests(todo, journal, options, console)`; None: this
     machine's device, `LocalDevice`; a lab's devices, `perf4sight.profile.lab` on the host).
     """
-    check_run(iterations, warmup, memory_limit_mib)
+    check_run(iterations, warmup, memory_limit_mib, budget_s)
     backend = backend_name(device)
     log_dir = Path(log_dir)
     _check_log_names(tests)
@@ -249,14 +266,14 @@ def profile_campaign(
                          log_dir / "worker.log" if save else None)
     runner = runner if runner is not None else LocalDevice()
     if not save:
-        return _run(tests, {}, log_dir, options, till_first_fail, False, digests, runner, console)
+        return _run(tests, {}, log_dir, options, till_first_fail, False, digests, runner, console, budget_s)
     with LogFolderLock(log_dir):
         recorded = _recorded(tests, log_dir, digests, repair=True)
         kept = _kept(recorded, retry_failed)
         if len(kept) < len(recorded):
             console.info("{} failed tests (not out of memory) run again; retry_failed off keeps them "
                          "as failed".format(len(recorded) - len(kept)))
-        return _run(tests, kept, log_dir, options, till_first_fail, True, digests, runner, console)
+        return _run(tests, kept, log_dir, options, till_first_fail, True, digests, runner, console, budget_s)
 
 
 def _check_log_names(tests: Sequence[ProfileTest]) -> None:
@@ -295,17 +312,18 @@ def _kept(recorded: Dict[tuple, LogRow], retry_failed: bool) -> Dict[tuple, LogR
 
 def _run(tests: Sequence[ProfileTest], recorded: Dict[tuple, LogRow], log_dir: Path, options: RunOptions,
          till_first_fail: bool, save: bool, digests: Dict[str, Dict[str, Optional[str]]], runner: Any,
-         console: Any) -> CampaignSummary:
+         console: Any, budget_s: Optional[float]) -> CampaignSummary:
     todo = _todo(tests, recorded)
     already = len(tests) - len(todo)
     if already:
         console.info("{} of {} tests already in {}; resuming".format(already, len(tests), log_dir))
     with console.progress("profiling", total=len(todo)) as bar:
         journal = CampaignJournal(recorded, log_dir, save=save, till_first_fail=till_first_fail,
-                                  digests=digests, bar=bar)
+                                  digests=digests, bar=bar, budget_s=budget_s)
         journal.summary.already_recorded = already
         runner.run_tests(todo, journal, options, console)
-    _report(journal.summary, log_dir if save else None, console)
+        journal.summary.not_run = len(todo) - len(journal.summary.results)
+    _report(journal.summary, log_dir if save else None, console, budget_s)
     return journal.summary
 
 
@@ -313,11 +331,14 @@ def _label(test: ProfileTest) -> str:
     return "{} bs={} {} {}".format(test.log_name, test.bs, test.stage, test.test_var)
 
 
-def check_run(iterations: int, warmup: int, memory_limit_mib: Optional[int]) -> None:
+def check_run(iterations: int, warmup: int, memory_limit_mib: Optional[int], budget_s: Optional[float] = None) -> None:
     """Refuse run settings no campaign can use (a float or a bool is no count of iterations)."""
     if not is_positive_int(iterations) or not is_int_at_least(warmup, 0):
         raise ArgumentError("iterations >= 1 and warmup >= 0 needed, integers, got {!r}, {!r}".format(
             iterations, warmup))
+    if budget_s is not None and (isinstance(budget_s, bool) or not isinstance(budget_s, (int, float))
+                                 or not 0 < budget_s < float("inf")):
+        raise ArgumentError("budget: {!r} is no time budget; seconds above 0".format(budget_s))
     if memory_limit_mib is not None and not is_positive_int(memory_limit_mib):
         raise ArgumentError("memory_limit_mib: expected a positive integer (MiB), got {!r}".format(
             memory_limit_mib))
@@ -380,13 +401,15 @@ def _row(result: TestResult, digests: Dict[str, Optional[str]], device: Optional
     return row
 
 
-def _report(summary: CampaignSummary, log_dir: Optional[Path], console: Any) -> None:
+def _report(summary: CampaignSummary, log_dir: Optional[Path], console: Any, budget_s: Optional[float]) -> None:
     console.print_table(
         "profiling summary",
         ["passed", "failed", "skipped", "already recorded", "device minutes"],
-        [[summary.passed, summary.failed, summary.skipped, summary.already_recorded,
-          sum(r.seconds or 0.0 for r in summary.results) / 60.0]],
+        [[summary.passed, summary.failed, summary.skipped, summary.already_recorded, summary.device_s / 60.0]],
     )
+    if summary.not_run:
+        console.warn("the budget of {:g} device minutes is spent ({:.1f} used): {} tests not run; run the campaign "
+                     "again to go on".format((budget_s or 0.0) / 60.0, summary.device_s / 60.0, summary.not_run))
     disturbed = summary.disturbed
     if disturbed:
         worst = max(disturbed, key=_elsewhere)

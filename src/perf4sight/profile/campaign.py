@@ -14,7 +14,7 @@ from perf4sight.device.campaign import profile_campaign as device_campaign
 from perf4sight.device.test_config import ProfileTest, read_test_config
 from perf4sight.profile.lab import Lab, check_cluster
 from perf4sight.profile.models import LOADER, check_models, check_network_recipes
-from perf4sight.profile.test_config import check_test_config_keys, create_test_config
+from perf4sight.profile.test_config import check_budget, check_test_config_keys, create_test_config
 
 __all__ = ["check_settings", "profile_campaign", "run_test_config", "profile_from_settings"]
 
@@ -34,6 +34,8 @@ def check_settings(settings: ProfileSettings, *, test_config: bool | None = None
     if test_config if test_config is not None else bool(settings.network and settings.create_config):
         check_test_config_keys(settings)
         check_network_recipes(settings)
+    else:
+        check_budget(settings.budget_minutes)
     backend_name(settings.device)
     check_run(settings.iterations, settings.warmup, settings.memory_limit_mib)
     check_cluster(settings.cluster, settings.devices)
@@ -41,7 +43,8 @@ def check_settings(settings: ProfileSettings, *, test_config: bool | None = None
 
 def run_test_config(settings: ProfileSettings) -> CampaignSummary:
     """Run the test config named by `settings.test_config` with the profile run keys, on this
-    machine's device or, with `cluster`, on a lab's (`lab.py`)."""
+    machine's device or, with `cluster`, on a lab's (`lab.py`); with `budget_minutes`, no test
+    starts once this run's tests have held the device(s) that long."""
     return profile_campaign(
         read_test_config(settings.test_config),
         log_dir=settings.log_dir,
@@ -54,6 +57,7 @@ def run_test_config(settings: ProfileSettings) -> CampaignSummary:
         save=settings.save,
         memory_limit_mib=settings.memory_limit_mib,
         runner=Lab(settings.cluster, settings.devices) if settings.cluster is not None else None,
+        budget_s=None if settings.budget_minutes is None else 60.0 * settings.budget_minutes,
     )
 
 

@@ -193,7 +193,7 @@ class _Dispatch:
     def run(self) -> None:
         from ray.exceptions import RayActorError, RayTaskError
 
-        while self.queue or self.running:
+        while (self.queue and not self.journal.spent) or self.running:
             self._dispatch()
             if not self.running and not self.starting:
                 raise ArgumentError("devices: no device of this campaign is left; the logs are kept, run it "
@@ -255,8 +255,8 @@ class _Dispatch:
         """Give each free device the next test it may run: the first in the queue, but not a
         test this device lost while another device is free, nor, under till_first_fail, a test
         of a group that has one running (its smaller batch size may fail). Tests an earlier
-        failure leaves out are recorded as skipped on the way."""
-        while self.queue:
+        failure leaves out are recorded as skipped on the way; none once the budget is spent."""
+        while self.queue and not self.journal.spent:
             busy = {test.group for _, test, _ in self.running.values()} if self.journal.till_first_fail else set()
             choice = next(((device, index) for device in self.idle for index, (test, lost_on) in enumerate(self.queue)
                            if test.group not in busy

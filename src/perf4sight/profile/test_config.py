@@ -26,7 +26,7 @@ from perf4sight.files import write_text
 from perf4sight.profile.selection import spread_tests
 
 __all__ = [
-    "budget_problem", "check_test_config_keys", "create_test_config", "find_model_files", "network_models", "network_recipe_lists",
+    "budget_problem", "check_budget", "check_test_config_keys", "create_test_config", "find_model_files", "network_models", "network_recipe_lists",
     "network_recipes", "test_config_text",
 ]
 
@@ -67,9 +67,7 @@ def check_test_config_keys(settings: ProfileSettings) -> None:
     check_batch_sizes(settings.bs, "bs")
     if settings.max_tests is not None and settings.max_tests < 1:
         raise ArgumentError(f"max_tests: {settings.max_tests}; expected a positive number of tests, or none for all")
-    problem = budget_problem(settings.budget_minutes)
-    if problem is not None:
-        raise ArgumentError(f"budget_minutes: {problem}, or none for no time budget")
+    check_budget(settings.budget_minutes)
     if settings.local_model_loc is None:
         raise ArgumentError("local_model_loc: needed to find the models of the test config")
     check_recipe_keys(settings)
@@ -81,6 +79,13 @@ def budget_problem(minutes: float | None) -> str | None:
     if minutes is None or 0 < minutes <= _MAX_BUDGET_MINUTES:
         return None
     return f"{minutes}; expected minutes above 0 and up to {_MAX_BUDGET_MINUTES}"
+
+
+def check_budget(minutes: float | None) -> None:
+    """`budget_minutes`'s check (`budget_problem`): the test config's plan and the run's stop read it."""
+    problem = budget_problem(minutes)
+    if problem is not None:
+        raise ArgumentError(f"budget_minutes: {problem}, or none for no time budget")
 
 
 def check_recipe_keys(settings: ProfileSettings) -> None:
@@ -167,7 +172,8 @@ def test_config_text(settings: ProfileSettings, models: dict[str, Sequence[str]]
     section per network, every model at every batch size; with `max_tests` or
     `budget_minutes`, a section per model that `spread_tests` picks, at the batch sizes picked
     for it, the budget's tests timed on this machine from the models here (`local`, network ->
-    files, in `models`' order; `models` themselves where not given)."""
+    files, in `models`' order; `models` themselves where not given). The sections come in the
+    order of their models' first picks: a campaign stopped at its budget has run the first."""
     if settings.max_tests is None and settings.budget_minutes is None:
         return "\n".join(_section_text(network, settings, paths, settings.bs) for network, paths in models.items())
     local = local or {network: [Path(p) for p in paths] for network, paths in models.items()}
@@ -180,7 +186,7 @@ def test_config_text(settings: ProfileSettings, models: dict[str, Sequence[str]]
 
         tests["seconds"], start = time_tests(settings, tests, local)
         seconds = 60.0 * settings.budget_minutes - start
-    picked = tests.iloc[np.sort(spread_tests(tests, settings.max_tests, seconds=seconds))]
+    picked = tests.iloc[spread_tests(tests, settings.max_tests, seconds=seconds)]  # in the order picked
     if seconds is not None:
         console.info(f"planned {len(picked)} of {len(tests)} tests (model, batch size), about "
                      f"{(picked['seconds'].sum() + start) / 60:.1f} of {settings.budget_minutes:g} minutes on this "
