@@ -2,13 +2,14 @@
 
 The demo's three networks (`examples/cpu_quick.ini`: seven levels, batch sizes 2 to 128, memory
 and latency) are pruned into a scratch folder, `perf4sight profile plan --minutes M` plans the
-campaign on this machine, and `perf4sight profile run` runs it twice: with `budget_minutes = M`
-(no test starts once its tests have held the CPU M minutes), then without a budget, which runs
-what the first left. Printed: the plan's estimate, each run's wall time, device minutes (the logs'
-`test_s`) and tests, so that what the whole plan took (what a run without the stop spends) stands
-beside what the budget let run.
+campaign on this machine, and `perf4sight profile run` runs it twice: with `budget_minutes` the
+share F of M (no test starts once its tests have held the CPU that long: F below 1 stands for a
+plan whose estimate fell short, F = 1 is the plan's own budget), then without a budget, which
+runs what the first left. Printed: the plan's estimate, each run's wall time, device minutes (the
+logs' `test_s`) and tests, so that what the whole plan took (what a run without the stop spends)
+stands beside what the budget let run.
 
-    .venv/bin/python -u benchmarks/budget_run.py [--minutes 5]
+    .venv/bin/python -u benchmarks/budget_run.py [--minutes 5] [--share 0.6]
 """
 
 from __future__ import annotations
@@ -52,11 +53,12 @@ def _logged(log_dir: Path) -> pd.DataFrame:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--minutes", type=float, default=5.0)
+    parser.add_argument("--minutes", type=float, default=5.0, help="the plan's budget")
+    parser.add_argument("--share", type=float, default=0.6, help="the first run's budget, a share of the plan's")
     args = parser.parse_args()
     with tempfile.TemporaryDirectory(prefix="p4s-budget-") as scratch:
         work = Path(scratch)
-        budget, rest = _config(work, args.minutes), _config(work, None)
+        budget, rest = _config(work, args.minutes * args.share), _config(work, None)
         text = budget.read_text()
         prune = budget.with_name("prune.ini")
         prune.write_text(text[:text.index("[profile]")])
@@ -74,6 +76,7 @@ def main() -> None:
         left = re.search(r"(\d+) tests not run", " ".join(said.split()))
         second_s, _ = _cli(["profile", "run", "--config", str(rest)])
         every = _logged(log_dir)
+        print(f"the first run's budget: {args.minutes * args.share:g} minutes")
         rows = [("with the budget", first_s, first["test_s"].sum(), len(first), int(left.group(1)) if left else 0),
                 ("then without, the rest", second_s, every["test_s"].sum() - first["test_s"].sum(),
                  len(every) - len(first), 0),

@@ -28,7 +28,7 @@ def test_rows_round_trip_and_expand(tmp_path: Path) -> None:
     append_row(path, "memory", {"passed": False, "status": "error", "error": "RuntimeError: a|b\nc",
                                 "params": _test(4).params()})
     lines = path.read_text().splitlines()
-    assert lines[0] == "passed|mem_alloc|mem_reserved|mem_used|mem_avail|free|capacity|mem_context|status|error|params"
+    assert lines[0] == "passed|mem_alloc|mem_reserved|mem_used|mem_avail|free|capacity|mem_context|status|error|test_s|params"
     assert lines[1].startswith("True||")
     rows = read_journal(path)
     assert [r["passed"] for r in rows] == [True, False]
