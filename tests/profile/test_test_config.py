@@ -11,7 +11,7 @@ import pytest
 from perf4sight.cli import main
 from perf4sight.config import ProfileSettings
 from perf4sight.errors import ArgumentError, ConfigError
-from perf4sight.profile import ProfileTest, create_test_config, read_test_config
+from perf4sight.profile import ProfileTest, create_test_config, profile_campaign, read_test_config
 from perf4sight.profile.test_config import find_model_files
 
 ORIGINAL = """[RESNET18]
@@ -204,12 +204,15 @@ def test_a_plan_times_the_networks_here_and_keeps_to_its_budget(tmp_path: Path, 
                  "--num-classes", "10", "--out", str(specs)]) == 0
     config = tmp_path / "c.ini"
     config.write_text(f"[profile]\nnetwork = ['squeezenet1_1']\nbs = [2, 4, 8]\nlocal_model_loc = {specs}\n"
-                      f"test_config = {tmp_path / 'tc.ini'}\niterations = 1\nwarmup = 0\n")
+                      f"test_config = {tmp_path / 'tc.ini'}\niterations = 1\nwarmup = 0\nlog_dir = {tmp_path / 'logs'}\n")
+    said = ""
 
     def planned(minutes: str) -> tuple[int, float]:
+        nonlocal said
         capsys.readouterr()
         assert main(["profile", "plan", "--config", str(config), "--minutes", minutes]) == 0
-        line = next(line for line in capsys.readouterr().out.splitlines() if "planned" in line)
+        said = " ".join(capsys.readouterr().out.split())
+        line = next(line for line in said.split("test config written") if "planned" in line)
         found = re.search(r"planned (\d+) of 6 tests \(model, batch size\), about ([0-9.]+) of", line)
         assert found, line
         tests = read_test_config(tmp_path / "tc.ini")
@@ -219,8 +222,15 @@ def test_a_plan_times_the_networks_here_and_keeps_to_its_budget(tmp_path: Path, 
 
     count, estimated = planned("600")
     assert count == 6 and 0 < estimated < 600  # everything fits; its estimate says how long
+    assert "already" not in said
     fewer, short = planned(f"{estimated / 2:.3f}")
     assert 1 <= fewer < 6 and short <= estimated / 2 + 0.05
+    # what has run: one pair measured, the plan made again counts it as done and times the rest by it
+    first = [t for t in read_test_config(tmp_path / "tc.ini") if (Path(t.model).stem, t.bs) == ("squeezenet1_1_0", 2)]
+    assert profile_campaign(first, log_dir=tmp_path / "logs", iterations=1, warmup=0).passed == 2
+    assert planned("600")[0] == 6
+    found = re.search(r"1 of the candidates are in \S+ already: they took ([0-9.]+)x their estimates", said)
+    assert found and float(found.group(1)) > 0, said
     capsys.readouterr()
     assert main(["profile", "plan", "--config", str(config), "--minutes", "0"]) == 2
     assert capsys.readouterr().err.splitlines() == ["error: --minutes: 0.0; expected minutes above 0 and up to 10080"]

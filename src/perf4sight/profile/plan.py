@@ -11,6 +11,12 @@ with torch and the model loader imported) that builds its model twice, cold
 (`device.workload.run_test`), which one real memory test measures; a latency test builds it
 once, in the worker the latency tests share. The plan is timed on the machine that runs it: on the host, for
 `device = cpu` or a local GPU; a bundle's device is not there to be probed.
+
+Then from what has run (`from_what_has_run`): where `log_dir` already holds a candidate's tests
+with their seconds (`test_s`), it costs nothing (the campaign skips what is recorded), and the
+other estimates are scaled by what those took against their estimates, so that a plan made
+again after a run (a larger budget, a resumed campaign) is timed by this machine's campaign
+rather than by its probe alone.
 """
 
 from __future__ import annotations
@@ -25,9 +31,11 @@ import pandas as pd
 
 from perf4sight import console
 from perf4sight.config import ProfileSettings
-from perf4sight.device.definitions import MEMORY
+from perf4sight.device.definitions import MEMORY, QUANTITIES
+from perf4sight.device.logs import architecture_name
 
-__all__ = ["NetworkProbe", "estimate_seconds", "probe_network", "test_start_seconds", "time_tests"]
+__all__ = ["NetworkProbe", "estimate_seconds", "from_what_has_run", "logged_seconds", "probe_network",
+           "test_start_seconds", "time_tests"]
 
 
 @dataclass(frozen=True)
@@ -131,6 +139,51 @@ def estimate_seconds(settings: ProfileSettings, tests: pd.DataFrame, probes: dic
                         for variable in settings.profile_variables]
         seconds.append(len(settings.stage) * sum(per_variable))
     return np.asarray(seconds)
+
+
+def logged_seconds(settings: ProfileSettings, tests: pd.DataFrame) -> np.ndarray:
+    """The seconds the logs under `settings.log_dir` hold for each candidate of `tests`
+    (columns `local`, `bs`): the sum of its tests' `test_s` over each [profile] stage and
+    variable, NaN where any of those tests has no row with one."""
+    from perf4sight.fit.logs import read_gt_log
+
+    kinds = {quantity.kind: quantity for quantity in QUANTITIES}
+    logs: dict[tuple[str, str], pd.DataFrame | None] = {}
+    seconds = []
+    for path, bs in zip(tests["local"], tests["bs"]):
+        total = 0.0
+        for variable in settings.profile_variables:
+            name = architecture_name(str(path))
+            if (variable, name) not in logs:
+                gt = settings.log_dir / variable / f"{name}-gt.csv"
+                logs[(variable, name)] = read_gt_log(gt, [kinds[variable]]) if gt.is_file() else None
+            frame = logs[(variable, name)]
+            if frame is None or "test_s" not in frame or "stage" not in frame:
+                total = np.nan
+                break
+            rows = frame[(frame["bs"] == int(bs)) & frame["stage"].isin(settings.stage)]
+            taken = pd.to_numeric(rows["test_s"], errors="coerce").dropna()
+            if set(rows.loc[taken.index, "stage"]) != set(settings.stage):
+                total = np.nan
+                break
+            total += float(taken.sum())
+        seconds.append(total)
+    return np.asarray(seconds, dtype=float)
+
+
+def from_what_has_run(settings: ProfileSettings, tests: pd.DataFrame) -> np.ndarray:
+    """`tests`' `seconds` (their estimates) corrected by the logs (`logged_seconds`): none for
+    a candidate already measured, and the others' scaled by what the measured ones took
+    against their estimates."""
+    estimated = tests["seconds"].to_numpy(dtype=float)
+    logged = logged_seconds(settings, tests)
+    measured = ~np.isnan(logged)
+    if not measured.any() or estimated[measured].sum() <= 0:
+        return estimated
+    ratio = float(logged[measured].sum() / estimated[measured].sum())
+    console.info(f"{int(measured.sum())} of the candidates are in {settings.log_dir} already: they took {ratio:.2f}x "
+                 "their estimates, and the others' are scaled so")
+    return np.where(measured, 0.0, estimated * ratio)
 
 
 def _flops_per_sample(model: Path, settings: ProfileSettings) -> float:

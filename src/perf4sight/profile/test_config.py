@@ -182,9 +182,10 @@ def test_config_text(settings: ProfileSettings, models: dict[str, Sequence[str]]
     tests = pd.DataFrame(rows, columns=["net", "path", "local", "level", "bs"])
     seconds = None
     if settings.budget_minutes is not None:
-        from perf4sight.profile.plan import time_tests
+        from perf4sight.profile.plan import from_what_has_run, time_tests
 
         tests["seconds"], start = time_tests(settings, tests, local)
+        tests["seconds"] = from_what_has_run(settings, tests)
         seconds = 60.0 * settings.budget_minutes - start
     picked = tests.iloc[spread_tests(tests, settings.max_tests, seconds=seconds)]  # in the order picked
     if seconds is not None:
