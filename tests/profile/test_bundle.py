@@ -67,10 +67,10 @@ def test_bundle_holds_what_the_device_needs(bundle: Path) -> None:
     defaults = json.loads((bundle / "bundle.json").read_text())["defaults"]
     assert defaults == {"test_config": "test_config.ini", "log_dir": "logs", "device": "cpu", "gpu_id": 0,
                         "iterations": 1, "warmup": 0, "memory_limit_mib": None, "till_first_fail": False,
-                        "retry_failed": True}
+                        "retry_failed": True, "budget_minutes": None}
     done = subprocess.run(_runner(bundle, "--help"), capture_output=True, text=True, check=True)
     for option in ("--device", "--gpu-id", "--log-dir", "--iterations", "--warmup", "--memory-limit-mib",
-                   "--till-first-fail", "--no-retry-failed"):
+                   "--till-first-fail", "--no-retry-failed", "--budget-minutes"):
         assert option in done.stdout
     assert "timed iterations per test (default: 1)" in " ".join(done.stdout.split())
 
@@ -124,6 +124,8 @@ def test_a_bundle_record_without_a_default_is_one_line(bundle: Path, tmp_path: P
     ("memory_limit_mib", 0, "a positive integer or null"),
     ("till_first_fail", "yes", "true or false"),
     ("retry_failed", 1, "true or false"),
+    ("budget_minutes", 0, "minutes above 0 or null"),
+    ("budget_minutes", "15", "minutes above 0 or null"),
     ("test_config", ["t.ini"], "a path"),
 ])
 def test_a_bundle_default_of_the_wrong_type_is_one_line_before_any_test(
@@ -171,6 +173,40 @@ def test_bundle_logs_are_those_of_profile_run(bundle: Path, tmp_path: Path, monk
     record = json.loads(environment.read_text())
     assert record["settings"] == {"device": "cpu", "gpu_id": 0, "iterations": 1, "warmup": 0,
                                   "till_first_fail": False, "memory_limit_mib": None}
+
+
+@pytest.mark.slow
+def test_a_bundle_stops_at_its_budget_and_the_next_run_goes_on(bundle: Path, tmp_path: Path) -> None:
+    log_dir = tmp_path / "logs"
+    done = subprocess.run(_runner(bundle, "--log-dir", str(log_dir), "--budget-minutes", "1e-5"),
+                          capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
+    assert len(_keys(log_dir)) == 1 and f"{TESTS - 1} tests not run" in done.stderr  # the first test spent it
+    done = subprocess.run(_runner(bundle, "--log-dir", str(log_dir), "--budget-minutes", "none"),
+                          capture_output=True, text=True)
+    assert done.returncode == 0 and "not run" not in done.stderr, done.stderr
+    keys = _keys(log_dir)
+    assert len(keys) == len(set(keys)) == TESTS
+
+
+def test_a_bundle_made_with_a_budget_lists_its_tests_in_the_order_picked(tmp_path: Path) -> None:
+    """The device is not here to time them: every test, in spread order, and the budget as the runner's default."""
+    models = tmp_path / "models"
+    for level in (0, 50, 90):
+        spec = spec_from_module(torchvision.models.squeezenet1_1(num_classes=10), name=f"squeezenet_{level}",
+                                net="squeezenet", prune_level=level, input_size=(3, 32, 32), num_classes=10,
+                                torchvision_name="squeezenet1_1")
+        write_spec(spec, models / f"squeezenet_{level}.json")
+    config = tmp_path / "config.ini"
+    config.write_text(f"[profile]\nnetwork = ['squeezenet']\nbs = [2, 8, 32]\nlocal_model_loc = {models}\n"
+                      f"test_config = {tmp_path / 'unused.ini'}\nbudget_minutes = 15\n")
+    out = tmp_path / "out"
+    assert main(["--quiet", "profile", "bundle", "--config", str(config), "--out", str(out)]) == 0
+    assert json.loads((out / "bundle.json").read_text())["defaults"]["budget_minutes"] == 15
+    tests = read_test_config(out / "test_config.ini")
+    pairs = list(dict.fromkeys((Path(t.model).stem, t.bs) for t in tests))
+    assert len(pairs) == 9 and pairs[0] == ("squeezenet_0", 2)  # every pair; the least pruned at the smallest first
+    assert list(dict.fromkeys(model for model, _ in pairs)) == ["squeezenet_0", "squeezenet_90", "squeezenet_50"]
 
 
 @pytest.mark.slow

@@ -1,5 +1,6 @@
 """The bundle's runner: `python3 run_profile.py` on the device profiles every test of
-the bundle's test config into `<bundle>/logs`, as `perf4sight profile run` would.
+the bundle's test config into `<bundle>/logs`, as `perf4sight profile run` would (with a
+budget, those the device has time for: the test config lists them in the order picked).
 
 The defaults of every option are the [profile] settings the bundle was made with
 (`bundle.json`). Model paths in the test config are relative to the bundle, so the
@@ -54,6 +55,9 @@ def _parser(defaults: Dict[str, Any]) -> argparse.ArgumentParser:
                              "running out of memory (default: %(default)s)")
     parser.add_argument("--no-retry-failed", dest="retry_failed", action="store_false",
                         help="when resuming, keep every recorded failure")
+    parser.add_argument("--budget-minutes", type=_minutes, default=defaults["budget_minutes"],
+                        help="start no test once the tests run have held the device this many minutes (the "
+                             "rest is left for the next run); 'none' for no budget (default: %(default)s)")
     parser.add_argument("--quiet", action="store_true", help="no progress or info lines")
     return parser
 
@@ -82,6 +86,20 @@ def _limit(text: str) -> Optional[int]:
     return None if text.strip().lower() == "none" else int(text)
 
 
+def _minutes(text: str) -> Optional[float]:
+    """A --budget-minutes value: minutes above 0, or 'none' for no budget."""
+    if text.strip().lower() == "none":
+        return None
+    value = float(text)
+    if not _is_minutes(value):
+        raise ValueError(text)
+    return value
+
+
+def _is_minutes(value: Any) -> bool:
+    return not isinstance(value, bool) and isinstance(value, (int, float)) and 0 < value < float("inf")
+
+
 def interrupt(signum: int, frame: Any) -> None:
     """A SIGTERM handler: a termination request (a job scheduler's stop, `kill`) stops a run
     as Ctrl-C does, so the worker is stopped with it and what was recorded is kept."""
@@ -90,7 +108,8 @@ def interrupt(signum: int, frame: Any) -> None:
 
 # The [profile] run keys whose values a bundle records as the runner's defaults, beside its
 # test config and log folder.
-RUN_KEYS = ("device", "gpu_id", "iterations", "warmup", "memory_limit_mib", "till_first_fail", "retry_failed")
+RUN_KEYS = ("device", "gpu_id", "iterations", "warmup", "memory_limit_mib", "till_first_fail", "retry_failed",
+            "budget_minutes")
 
 
 # What each recorded default must be (a bool is no count: `iterations = true`), and how a
@@ -105,6 +124,7 @@ _DEFAULTS = {
     "memory_limit_mib": (lambda value: value is None or is_int_at_least(value, 1), "a positive integer or null"),
     "till_first_fail": (lambda value: isinstance(value, bool), "true or false"),
     "retry_failed": (lambda value: isinstance(value, bool), "true or false"),
+    "budget_minutes": (lambda value: value is None or _is_minutes(value), "minutes above 0 or null"),
 }
 
 
@@ -161,6 +181,7 @@ def main(bundle_dir: str, argv: Optional[List[str]] = None) -> int:
             gpu_id=args.gpu_id, iterations=args.iterations, warmup=args.warmup,
             till_first_fail=args.till_first_fail, retry_failed=args.retry_failed,
             memory_limit_mib=args.memory_limit_mib,
+            budget_s=None if args.budget_minutes is None else 60.0 * args.budget_minutes,
         )
     except (Perf4sightError, OSError) as exc:  # OSError: a log folder blocked by a file, no permission, a full disk
         print("error: {}".format(" ".join(str(exc).split())), file=sys.stderr)

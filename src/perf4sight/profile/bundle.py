@@ -3,8 +3,9 @@
 The bundle is a folder: the test config, a standalone model file per model (needing only
 torch) with its spec beside it (for the input size), the device package copied as plain
 files (`perf4sight.device`, the code `perf4sight profile run` runs), its record
-`bundle.json` (the [profile] run settings, the runner's defaults) and `run_profile.py`.
-On the device, `python3 run_profile.py` writes `logs/` in the layout of `profile run`.
+`bundle.json` (the [profile] run settings, the runner's defaults, `budget_minutes` among
+them) and `run_profile.py`. On the device, `python3 run_profile.py` writes `logs/` in the
+layout of `profile run`.
 """
 
 from __future__ import annotations
@@ -71,7 +72,7 @@ def write_bundle(config: Config | str | Path, out: str | Path) -> Path:
         found = network_models(settings, settings.local_model_loc)
     for network, files in found.items():
         models[network] = [_bundle_model(network, path, settings, out) for path in files]
-    write_text(out / TEST_CONFIG, test_config_text(settings, models))
+    write_text(out / TEST_CONFIG, test_config_text(_device_plan(settings, models), models))
     _copy_device_package(out / PACKAGE)
     write_text(out / runner.BUNDLE_FILE, json.dumps(_record(settings), indent=2) + "\n")
     write_text(out / RUNNER, _RUNNER_SOURCE.format(version=__version__, package=PACKAGE))
@@ -80,6 +81,16 @@ def write_bundle(config: Config | str | Path, out: str | Path) -> Path:
     console.info(f"bundle of {count} models written to {out}; copy it to the device and run "
                  f"`python3 {out.name}/{RUNNER}` there")
     return out
+
+
+def _device_plan(settings: ProfileSettings, models: dict[str, list[str]]) -> ProfileSettings:
+    """The settings of a bundle's test config: the device is not here to time a budget's tests,
+    so with `budget_minutes` every test (or `max_tests` of them) is listed in the order
+    `spread_tests` picks them, and the device's runner stops at the budget (its default)."""
+    if settings.budget_minutes is None:
+        return settings
+    every = sum(len(paths) for paths in models.values()) * len(settings.bs)
+    return dataclasses.replace(settings, budget_minutes=None, max_tests=settings.max_tests or every)
 
 
 def _with_models(config: Config) -> ProfileSettings:
