@@ -25,7 +25,7 @@ from typing import Any, Callable, Dict, List, NamedTuple, Optional, Sequence
 
 from . import console as plain_console
 from .backends import BACKENDS, backend_name
-from .definitions import is_int_at_least, is_positive_int
+from .definitions import is_int_at_least, is_positive_amount, is_positive_int
 from .contention import BUSY_ELSEWHERE_WARNING
 from .environment import Environment, environment_record, write_environment
 from .errors import ArgumentError, ConfigError
@@ -53,6 +53,11 @@ class TestResult:
 
     def __repr__(self) -> str:
         return "TestResult({!r}, {!r}, {!r}, {!r})".format(self.test, self.status, self.outcome, self.seconds)
+
+    @classmethod
+    def crashed(cls, test: ProfileTest, reason: str, seconds: Optional[float] = None) -> "TestResult":
+        """`test` whose worker (or a lab's device) died under it, with the reason."""
+        return cls(test, "crashed", TestOutcome(False, [], None, reason), seconds)
 
     @property
     def passed(self) -> bool:
@@ -191,11 +196,9 @@ def run_on_worker(worker: WorkerProcess, test: ProfileTest, *, iterations: int, 
     try:
         outcome = worker.run(test, iterations=iterations, warmup=warmup)
     except WorkerCrashed as exc:
-        outcome = TestOutcome(False, [], None, str(exc))
-        status = "crashed"
+        result = TestResult.crashed(test, str(exc), time.monotonic() - started)
     else:
-        status = "ok" if outcome.passed else "error"
-    result = TestResult(test, status, outcome, time.monotonic() - started)
+        result = TestResult(test, "ok" if outcome.passed else "error", outcome, time.monotonic() - started)
     if not result.passed:
         worker.stop()
     return result
@@ -336,8 +339,7 @@ def check_run(iterations: int, warmup: int, memory_limit_mib: Optional[int], bud
     if not is_positive_int(iterations) or not is_int_at_least(warmup, 0):
         raise ArgumentError("iterations >= 1 and warmup >= 0 needed, integers, got {!r}, {!r}".format(
             iterations, warmup))
-    if budget_s is not None and (isinstance(budget_s, bool) or not isinstance(budget_s, (int, float))
-                                 or not 0 < budget_s < float("inf")):
+    if budget_s is not None and not is_positive_amount(budget_s):
         raise ArgumentError("budget: {!r} is no time budget; seconds above 0".format(budget_s))
     if memory_limit_mib is not None and not is_positive_int(memory_limit_mib):
         raise ArgumentError("memory_limit_mib: expected a positive integer (MiB), got {!r}".format(

@@ -29,6 +29,7 @@ __all__ = [
     "dataset_load_options",
     "is_int_at_least",
     "is_positive_int",
+    "is_positive_amount",
     "check_batch_sizes",
     "check_choices",
     "check_stage",
@@ -86,6 +87,11 @@ def is_int_at_least(value: object, low: int) -> bool:
 def is_positive_int(value: object) -> bool:
     """Whether `value` is an integer of 1 or more (`is_int_at_least`)."""
     return is_int_at_least(value, 1)
+
+
+def is_positive_amount(value: object) -> bool:
+    """Whether `value` is a finite number above 0 (a time budget), numpy's included (a bool is not)."""
+    return isinstance(value, numbers.Real) and not isinstance(value, bool) and 0 < value < float("inf")
 
 
 def check_batch_sizes(values: Iterable[object], where: str, error: Type[Exception] = ArgumentError) -> List[int]:

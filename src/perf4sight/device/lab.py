@@ -45,10 +45,3 @@ class LabDevice:
 
     def run(self, test: ProfileTest) -> TestResult:
         return run_on_worker(self.worker, test, iterations=self.options.iterations, warmup=self.options.warmup)
-
-    def pid(self) -> int:
-        """This process's id (the worker's parent)."""
-        return os.getpid()
-
-    def stop(self) -> None:
-        self.worker.stop()

@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any, Dict, List, Optional
 
 from . import console
-from .definitions import is_int_at_least
+from .definitions import is_int_at_least, is_positive_amount
 from .errors import Perf4sightError
 
 __all__ = ["BUNDLE_FILE", "RUN_KEYS", "defaults_problem", "interrupt", "main"]
@@ -91,13 +91,9 @@ def _minutes(text: str) -> Optional[float]:
     if text.strip().lower() == "none":
         return None
     value = float(text)
-    if not _is_minutes(value):
+    if not is_positive_amount(value):
         raise ValueError(text)
     return value
-
-
-def _is_minutes(value: Any) -> bool:
-    return not isinstance(value, bool) and isinstance(value, (int, float)) and 0 < value < float("inf")
 
 
 def interrupt(signum: int, frame: Any) -> None:
@@ -124,7 +120,7 @@ _DEFAULTS = {
     "memory_limit_mib": (lambda value: value is None or is_int_at_least(value, 1), "a positive integer or null"),
     "till_first_fail": (lambda value: isinstance(value, bool), "true or false"),
     "retry_failed": (lambda value: isinstance(value, bool), "true or false"),
-    "budget_minutes": (lambda value: value is None or _is_minutes(value), "minutes above 0 or null"),
+    "budget_minutes": (lambda value: value is None or is_positive_amount(value), "minutes above 0 or null"),
 }
 
 

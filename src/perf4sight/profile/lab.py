@@ -33,7 +33,6 @@ from perf4sight.device.backends import BACKENDS
 from perf4sight.device.campaign import CampaignJournal, RunOptions, TestResult
 from perf4sight.device.lab import LabDevice
 from perf4sight.device.test_config import ProfileTest
-from perf4sight.device.workload import TestOutcome
 from perf4sight.errors import ArgumentError, Perf4sightError
 
 __all__ = ["RAY_MISSING", "Lab", "DeviceResource", "check_cluster", "parse_devices"]
@@ -242,8 +241,8 @@ class _Dispatch:
             self.queue.appendleft((test, device.label))
         elif test is not None:
             reason = " ".join(str(exc).split())[:300]
-            self.journal.record(TestResult(test, "crashed", TestOutcome(
-                False, [], None, f"device lost twice ({lost_on}, then {device.label}): {reason}")), device=device.label)
+            self.journal.record(TestResult.crashed(test, f"device lost twice ({lost_on}, then {device.label}): {reason}"),
+                                device=device.label)
         device.actor = None
         if device.replaced < REPLACEMENTS:
             device.replaced += 1
