@@ -10,16 +10,19 @@ import pandas as pd
 import pytest
 from torch import nn
 
-from perf4sight.architecture import derived_values, family_key
+from perf4sight.architecture import Detail, derived_values, family_key
 from perf4sight.architecture.derived import _KEPT
+from perf4sight.device import definitions
+from perf4sight.device.definitions import BatchSizes, check_batch_sizes
+from perf4sight.errors import NetworkError
 from perf4sight.features import FEATURE_SETS, FeatureTransformer, feature_table, queries
 from perf4sight.networks import load_architecture
 
 
-def _arch(width: int):
+def _arch(width: int, needs: Detail = Detail.LAYERS):
     module = nn.Sequential(nn.Conv2d(3, width, 3, padding=1), nn.BatchNorm2d(width), nn.ReLU(),
                            nn.AdaptiveAvgPool2d(1), nn.Flatten(), nn.Linear(width, 10))
-    return load_architecture(module, input_size=(3, 16, 16))
+    return load_architecture(module, input_size=(3, 16, 16), needs=needs)
 
 
 def test_rows_of_several_networks_keep_the_query_order():
@@ -53,6 +56,23 @@ def test_a_table_is_computed_once_per_architecture_and_extended_for_new_batch_si
     feature_table(arch, [2, 16], "network", "inference")  # another stage: another table
     assert asked[-1] == [2, 16]
     assert len(asked) == 3
+
+
+def test_batch_sizes_are_checked_at_the_door_and_passed_inward_as_checked(monkeypatch):
+    arch = _arch(7, Detail.LIFETIMES)
+    checked = check_batch_sizes([8, 2], "sizes")
+    assert isinstance(checked, BatchSizes) and checked == (8, 2) and check_batch_sizes(checked, "again") is checked
+    calls = []
+    original = definitions.is_positive_int
+    monkeypatch.setattr(definitions, "is_positive_int", lambda value: calls.append(value) or original(value))
+    feature_table(arch, [8, 2], "network", "training")
+    assert calls == [8, 2]  # the table checks its sizes; the feature set gets them as checked
+    calls.clear()
+    FEATURE_SETS["replay"](arch, checked, "training")
+    assert calls == []  # replay's features and the network features inside them take the record
+    # a query frame's float batch size is refused, not truncated to an integer
+    with pytest.raises(NetworkError, match=r"batch sizes: expected positive integers, got 1\.5"):
+        FeatureTransformer("network").fit_transform(pd.DataFrame({"architecture": [arch], "batch_size": [1.5]}))
 
 
 def test_what_is_kept_goes_with_the_architecture():

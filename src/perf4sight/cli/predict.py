@@ -16,7 +16,7 @@ import typer
 from perf4sight import console
 from perf4sight.cli.prune import parse_input_size, parse_levels
 from perf4sight.device.checks import parse_decimal
-from perf4sight.device.definitions import check_batch_sizes, check_stage
+from perf4sight.device.definitions import BatchSizes, check_batch_sizes, check_stage
 from perf4sight.device.recipe import DEFAULT_RECIPE, OPTIMIZERS, PRECISIONS, RECIPE_COLUMNS, Recipe, check_recipe
 from perf4sight.errors import UsageError, clip
 from perf4sight.networks.checks import check_input_size, check_mode, check_num_classes, check_seed
@@ -31,7 +31,7 @@ __all__ = ["register"]
 _DEFAULT_BATCH_SIZES = "8,16,32,64"
 
 
-def _batch_sizes(text: str) -> list[int]:
+def _batch_sizes(text: str) -> BatchSizes:
     sizes = [parse_decimal(part) for part in text.split(",")]
     if None in sizes:
         raise UsageError(f"--bs: expected comma-separated integers, got {clip(repr(text))}")

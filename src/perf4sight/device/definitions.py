@@ -30,6 +30,7 @@ __all__ = [
     "is_int_at_least",
     "is_positive_int",
     "is_positive_amount",
+    "BatchSizes",
     "check_batch_sizes",
     "check_choices",
     "check_stage",
@@ -94,19 +95,30 @@ def is_positive_amount(value: object) -> bool:
     return isinstance(value, numbers.Real) and not isinstance(value, bool) and 0 < value < float("inf")
 
 
-def check_batch_sizes(values: Iterable[object], where: str, error: Type[Exception] = ArgumentError) -> List[int]:
-    """`values` as ints, if there is at least one and each is a positive integer up to
-    MAX_BATCH_SIZE; else `error` naming `where` they came from. A float is refused, not
-    truncated: 1.5 is no batch size."""
+class BatchSizes(tuple):
+    """Batch sizes as `check_batch_sizes` returns them: checked once, at the entry point they
+    came in by (a config key, an option, a public function's argument), and passed inward as
+    this record, which the layers below take as checked."""
+
+    __slots__ = ()
+
+
+def check_batch_sizes(values: Iterable[object], where: str, error: Type[Exception] = ArgumentError) -> BatchSizes:
+    """`values` as `BatchSizes` (ints), if there is at least one and each is a positive integer
+    up to MAX_BATCH_SIZE; else `error` naming `where` they came from. A float is refused, not
+    truncated: 1.5 is no batch size. `BatchSizes` are returned as they are: checked already."""
+    if isinstance(values, BatchSizes):
+        return values
     sizes = list(values)
     if not sizes:
         raise error("{}: empty list; expected positive integers".format(where))
     for value in sizes:
+        shown = clip(repr(value.item() if isinstance(value, numbers.Number) and hasattr(value, "item") else value))
         if not is_positive_int(value):
-            raise error("{}: expected positive integers, got {}".format(where, clip(repr(value))))
+            raise error("{}: expected positive integers, got {}".format(where, shown))
         if value > MAX_BATCH_SIZE:
-            raise error("{}: {} is above the largest batch size, {}".format(where, clip(repr(value)), MAX_BATCH_SIZE))
-    return [int(value) for value in sizes]
+            raise error("{}: {} is above the largest batch size, {}".format(where, shown, MAX_BATCH_SIZE))
+    return BatchSizes(int(value) for value in sizes)
 
 
 def check_choices(where: str, values: Sequence[Any], allowed: Sequence[str],

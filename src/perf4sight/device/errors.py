@@ -8,6 +8,11 @@ exit code 2.
 A library function's check names its own argument (`device = cuda: ...`), raising
 `ArgumentError`; the entry point that read the value from a config file or a command
 line adds where it came from with `in_settings` (`config.ini: [profile] device = cuda: ...`).
+
+A check says why a value cannot be used in one convention: a `*_problem` function returns
+the one reason (a line) or None, a `*_problems` function every reason (a list, empty when
+there is none), and a `check_*` function raises the reason as the error its caller names. Values are checked at the entry point they came in by and passed inward as the
+checked record (`definitions.BatchSizes`, a `Recipe`, a `ProfileTest`).
 """
 
 from contextlib import contextmanager

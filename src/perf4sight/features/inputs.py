@@ -1,5 +1,5 @@
-"""What every feature set declares and checks first: what it needs from the architecture,
-the stage and the batch sizes it is asked for."""
+"""What every feature set declares and checks first, at its door: what it needs from the
+architecture, the stage and the batch sizes it is asked for."""
 
 from __future__ import annotations
 
@@ -7,11 +7,10 @@ import functools
 from collections.abc import Callable, Sequence
 from typing import TypeVar
 
-import numpy as np
 import pandas as pd
 
 from perf4sight.architecture import Architecture, Detail
-from perf4sight.device.definitions import check_batch_sizes, check_stage
+from perf4sight.device.definitions import BatchSizes, check_batch_sizes, check_stage
 from perf4sight.errors import NetworkError
 
 __all__ = ["checked_batch_sizes", "needs"]
@@ -30,16 +29,19 @@ _MISSING = {
 def needs(detail: Detail) -> Callable[[Function], Function]:
     """Declare what a feature function reads from an architecture, as its `needs` attribute
     (the loader gives it a description holding that much, and builds no more), and refuse a
-    description that does not hold it, naming the network and how to load it."""
+    description that does not hold it, naming the network and how to load it, an unknown
+    stage, or batch sizes that are not positive integers; the function gets them as
+    `BatchSizes` (returned as they are when a caller checked them already)."""
 
     def declare(function: Function) -> Function:
         @functools.wraps(function)
         def checked(arch: Architecture, batch_sizes: Sequence[int], stage: str = "training") -> pd.DataFrame:
             check_stage(stage, "stage")
+            sizes = checked_batch_sizes(arch, batch_sizes)
             if not arch.holds(detail, stage):
                 raise NetworkError(f"network '{arch.name}': {function.__name__} needs "
                                    + _MISSING[detail].format(stage=stage))
-            return function(arch, batch_sizes, stage)
+            return function(arch, sizes, stage)
 
         checked.needs = detail  # type: ignore[attr-defined]
         return checked  # type: ignore[return-value]
@@ -47,8 +49,8 @@ def needs(detail: Detail) -> Callable[[Function], Function]:
     return declare
 
 
-def checked_batch_sizes(arch: Architecture, batch_sizes: Sequence[int], stage: str) -> np.ndarray:
-    """`batch_sizes` as a float vector, once `stage` is known and every size a positive
-    integer: both feature sets refuse the same input with the same message."""
-    check_stage(stage, "stage")
-    return np.asarray(check_batch_sizes(batch_sizes, f"network '{arch.name}': batch sizes", NetworkError), dtype=float)
+
+def checked_batch_sizes(arch: Architecture, batch_sizes: Sequence[int]) -> BatchSizes:
+    """`batch_sizes` asked of `arch`'s features, checked (`check_batch_sizes`): every feature
+    set and the feature tables refuse the same input with the same message."""
+    return check_batch_sizes(batch_sizes, f"network '{arch.name}': batch sizes", NetworkError)

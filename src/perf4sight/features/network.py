@@ -28,7 +28,7 @@ from perf4sight.architecture.kinds import (CONV2D, CONV_DEPTHWISE, CONV_GROUPED,
 from perf4sight.console import warn
 from perf4sight.device.recipe import DEFAULT_RECIPE, OPTIMIZERS, PRECISIONS, Precision
 from perf4sight.errors import NetworkError
-from perf4sight.features.inputs import checked_batch_sizes, needs
+from perf4sight.features.inputs import needs
 from perf4sight.features.terms import Role, Term, TermSet
 
 __all__ = [
@@ -107,7 +107,7 @@ def network_features(arch: Architecture, batch_sizes: Sequence[int], stage: str 
 
     Needs a complete architecture (every layer traced), not a spec's Conv2d/Linear table.
     """
-    bs = checked_batch_sizes(arch, batch_sizes, stage)
+    bs = np.asarray(batch_sizes, dtype=float)
     if not arch.layers:
         raise NetworkError(f"network '{arch.name}': the architecture has no layers")
     training = stage == "training"

@@ -23,7 +23,7 @@ import pandas as pd
 
 from perf4sight.architecture import Architecture, Detail
 from perf4sight.errors import NetworkError
-from perf4sight.features.inputs import checked_batch_sizes, needs
+from perf4sight.features.inputs import needs
 
 __all__ = ["paper_features"]
 
@@ -186,7 +186,7 @@ def paper_features(arch: Architecture, batch_sizes: Sequence[int], stage: str = 
 
     Needs only the Conv2d layers' shapes, so an incomplete Architecture (from a spec) will do.
     """
-    bs = checked_batch_sizes(arch, batch_sizes, stage)
+    bs = np.asarray(batch_sizes, dtype=float)
     per_layer = _STAGE_FEATURES[stage](_Convs(arch), bs.reshape(-1, 1))
     columns = {"batch_size": bs.astype(np.int64)}
     columns.update({name: values.sum(axis=1) for name, values in per_layer.items()})

@@ -20,6 +20,8 @@ from sklearn.utils.validation import check_is_fitted
 
 from perf4sight.architecture import Architecture, Detail, as_saved_by
 from perf4sight.architecture.derived import derived_values
+from perf4sight.device.definitions import BatchSizes
+from perf4sight.features.inputs import checked_batch_sizes
 from perf4sight.features.network import network_features
 from perf4sight.features.paper import paper_features
 from perf4sight.features.replay import replay_features
@@ -60,14 +62,14 @@ def feature_table(arch: Architecture, batch_sizes: Sequence[int], feature_set: s
     saves it (`as_saved_by`; None: the host's) at `batch_sizes` (one row each, in their order,
     index 0..n-1), computed for the batch sizes not asked for before and kept with it; the
     same list of batch sizes asked again is the same table."""
+    sizes = checked_batch_sizes(arch, batch_sizes)
     arch = as_saved_by(arch, torch_version)
     kept = derived_values(arch)
-    sizes = tuple(np.asarray(batch_sizes, dtype=np.int64).tolist())
     asked = ("features", feature_set, stage, sizes)
     if asked not in kept:
         key = ("features", feature_set, stage)
         table, rows = kept.get(key, (None, {}))  # every row computed so far, and each batch size's row
-        missing = sorted(set(sizes) - rows.keys())
+        missing = BatchSizes(sorted(set(sizes) - rows.keys()))  # checked: some of `sizes`
         if missing:
             new = FEATURE_SETS[feature_set](arch, missing, stage)
             rows = {**rows, **{size: len(rows) + index for index, size in enumerate(missing)}}
