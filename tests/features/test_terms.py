@@ -54,11 +54,16 @@ def test_the_split_latency_model_moves_the_same_bytes(tables):
     split = dict(zip((t.name for t in STREAM_TERMS.latency), term_design(table, STREAM_TERMS.latency).T))
     assert split["gemm_traffic"].all() and split["memory_bound_traffic"].all()
     np.testing.assert_allclose(split["gemm_traffic"] + split["memory_bound_traffic"], one["traffic"], rtol=1e-12)
-    for name in ("gemm", "launches", "depthwise", "grouped"):
+    for name in ("gemm", "launches", "parameters", "depthwise", "grouped"):
         np.testing.assert_array_equal(split[name], one[name])
-    # a depthwise convolution costs its operations, at the GEMMs' rate where no network shows its own
-    np.testing.assert_array_equal(one["depthwise"], table[group_column("conv_depthwise", "flops")])
-    assert {t.name: t.tie for t in STREAM_TERMS.latency}["depthwise"] == "gemm"
+    # a depthwise convolution costs the bytes it moves, at a rate of its own and no other's
+    # (0 where no training network shows it); the parameters' passes at their own rate too
+    np.testing.assert_array_equal(one["depthwise"], table[group_column("conv_depthwise", "bytes")])
+    traffic = next(term for term in NETWORK_TERMS.latency if term.name == "traffic")
+    assert one["depthwise"].all() and group_column("conv_depthwise", "bytes") not in traffic.columns  # counted once
+    np.testing.assert_array_equal(one["parameters"], table["param_traffic_bytes"])
+    ties = {t.name: t.tie for t in STREAM_TERMS.latency}
+    assert ties["depthwise"] is None and ties["parameters"] is None and ties["grouped"] == "gemm"
 
 
 def test_a_term_on_a_renamed_group_is_caught(tables):

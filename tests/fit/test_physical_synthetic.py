@@ -97,8 +97,8 @@ def _latency(rows: pd.DataFrame, intercept: float, rates: dict[str, float]) -> n
     return intercept + sum(rate * _amount(rows, name, "latency") for name, rate in rates.items())
 
 
-def test_latency_recovers_each_rate_and_ties_an_absent_kind(rows):
-    rates = {"gemm": 2e-9, "traffic": 5e-9, "launches": 0.05, "depthwise": 4e-8, "grouped": 1e-8}
+def test_latency_recovers_each_rate_and_leaves_an_absent_kind_unknown(rows):
+    rates = {"gemm": 2e-9, "traffic": 5e-9, "launches": 0.05, "parameters": 3e-9, "depthwise": 4e-8, "grouped": 1e-8}
     measured = _latency(rows, 3.0, rates)
     model = _model("latency_ms").fit(rows.drop(columns="net"), measured)
     fitted = dict(zip(model[-1].terms_, model[-1].coef_))
@@ -106,17 +106,19 @@ def test_latency_recovers_each_rate_and_ties_an_absent_kind(rows):
     # rates are the GEMMs'
     assert model[-1].tied_terms_ == ["grouped", "autocast_gemm"]
     assert fitted["grouped"] == fitted["gemm"] == fitted["autocast_gemm"]
-    for name in ("gemm", "traffic", "launches", "depthwise"):
+    for name in ("gemm", "traffic", "launches", "parameters", "depthwise"):
         assert fitted[name] == pytest.approx(rates[name], rel=1e-6), name
     assert model[-1].intercept_ == pytest.approx(3.0, rel=1e-6)
 
-    # without the networks that have depthwise convolutions, their operations cost the GEMMs'
+    # without the networks that have depthwise convolutions, the data cannot tell their rate: 0,
+    # and the other rates as before
     plain = rows[_amount(rows, "depthwise", "latency") == 0]
     without = _model("latency_ms").fit(plain.drop(columns="net"), _latency(plain, 3.0, rates))
     fitted = dict(zip(without[-1].terms_, without[-1].coef_))
-    assert without[-1].tied_terms_ == ["depthwise", "grouped", "autocast_gemm"]
-    assert fitted["depthwise"] == fitted["gemm"] == pytest.approx(rates["gemm"], rel=1e-6)
-    assert fitted["traffic"] == pytest.approx(rates["traffic"], rel=1e-6)
+    assert without[-1].tied_terms_ == ["grouped", "autocast_gemm"]
+    assert fitted["depthwise"] == 0.0
+    for name in ("gemm", "traffic", "launches", "parameters"):
+        assert fitted[name] == pytest.approx(rates[name], rel=1e-6), name
 
 
 def test_weights_count_networks_not_rows(rows):

@@ -361,14 +361,24 @@ MEMORY_PARTS = {
 }
 # Latency (ms): GEMM work with the output channels padded to whole tiles (the steps pruned
 # widths cause), bytes moved (every layer's, and the parameters' passes), kernel launches.
-# Depthwise and grouped convolutions run kernels of their own, whose cost per operation
-# differs from one device and library to the next (the TX2's depthwise layers cost nothing
-# beyond their neighbours' traffic; on the H200 a depthwise operation costs about a hundred
-# GEMM operations): each has a rate per operation of its own where the training networks
-# hold such layers (per operation, so that a 5x5 depthwise kernel costs more than a 3x3 one
-# on the same bytes), and otherwise the only other rate per operation, the GEMM's. A
-# depthwise layer's operations are counted as they are, not padded: its kernel does not
-# tile output channels as a GEMM does.
+# Depthwise and grouped convolutions run kernels of their own, whose cost differs from one
+# device and library to the next (the TX2's depthwise layers cost nothing beyond their
+# neighbours' traffic; on the H200 a depthwise operation costs about a hundred GEMM
+# operations). A grouped convolution is a GEMM per group: a rate per operation, where the
+# training networks hold such layers, else the GEMM's. A depthwise kernel is bound by the
+# bytes it moves, not its taps: with each family of the CPU zoo left out, a rate per byte
+# predicts convnext's 7x7 kernels and the 3x3 and 5x5 families from each other's (mean 18 %),
+# where a rate per operation put a 7x7 kernel at 49/9 of a 3x3's cost on the same bytes
+# (convnext +35 to +83 %, mean 25 %). Where no training network holds depthwise layers the
+# data cannot tell their rate, and it stays 0 (at the traffic rate, the TX2's mobilenetv2 left
+# out of a fit on the other three is predicted 26 % too slow; at the GEMM's rate per
+# operation, the tie before, within 11 %, about what 0 gives): such a prediction is marked
+# extrapolated, naming `conv_depthwise`.
+# The parameters' passes cost at least the layers' traffic at `PARAMETER_STREAM_FACTOR`, and
+# the `parameters` term adds a rate of their own where the data show more: a network whose
+# parameters do not stay in the device's caches streams them from memory at each of the
+# optimizer's passes too (the CPU zoo's parameter-heavy families: plain networks, wide and
+# bottleneck residual networks).
 # Under autocast that work runs in a 16-bit dtype, at a rate of its own (a GPU's tensor cores,
 # a CPU's bf16 instructions or their emulation): the GEMM term counts what runs in fp32 and
 # `autocast_gemm` the rest, at the GEMM rate until a profiled recipe with autocast shows its own.
@@ -379,9 +389,10 @@ _AUTOCAST_GEMM_WORK = Term("autocast_gemm", {_AUTOCAST_GEMM: 1.0}, "flops", tie=
 # The latency terms whose rates only runs under autocast show.
 AUTOCAST_TERMS = (_AUTOCAST_GEMM_WORK.name,)
 _PARAMETER_PASSES = {_PARAM_TRAFFIC: PARAMETER_STREAM_FACTOR, _CONV_WEIGHT_TRAFFIC: 1.0}
+_PARAMETER_STREAMS = Term("parameters", {_PARAM_TRAFFIC: 1.0}, "bytes")
 _LAUNCHES = Term("launches", {_LAYERS: 1.0}, "count")
 _GROUPED_WORK = Term("grouped", {group_column(_GROUPED, "padded_flops"): 1.0}, "flops", tie="gemm")
-_DEPTHWISE_WORK = Term("depthwise", {group_column(_DEPTHWISE, "flops"): 1.0}, "flops", tie="gemm")
+_DEPTHWISE_WORK = Term("depthwise", {group_column(_DEPTHWISE, "bytes"): 1.0}, "bytes")
 _LATENCY_TERMS = (
     _GEMM_WORK,
     Term("traffic", {
@@ -389,6 +400,7 @@ _LATENCY_TERMS = (
         **_PARAMETER_PASSES,
     }, "bytes"),
     _LAUNCHES,
+    _PARAMETER_STREAMS,
     _DEPTHWISE_WORK,
     _GROUPED_WORK,
     _AUTOCAST_GEMM_WORK,
@@ -410,6 +422,7 @@ _STREAM_LATENCY_TERMS = (
     }, "bytes"),
     Term("memory_bound_traffic", {group_column(group, "bytes"): 1.0 for group in MEMORY_BOUND_GROUPS}, "bytes"),
     _LAUNCHES,
+    _PARAMETER_STREAMS,
     _DEPTHWISE_WORK,
     _GROUPED_WORK,
     _AUTOCAST_GEMM_WORK,

@@ -63,8 +63,9 @@ __all__ = ["Fingerprint", "library_versions", "load_model", "load_models", "mode
 # method's fallback model (`fallback_`); 13: the device's PyTorch (`torch_version`); 14: depthwise
 # convolutions' latency per operation; 15: the estimator holds what a prediction reads (training
 # ranges, layer groups, recipes, networks, the method's choice), the header the fingerprint's
-# identity, and the hash covers both; 16: what profiling the training runs cost (`campaign_`)
-_FORMAT = 16
+# identity, and the hash covers both; 16: what profiling the training runs cost (`campaign_`);
+# 17: depthwise convolutions' latency per byte, the parameters' passes at a rate of their own
+_FORMAT = 17
 # Versions that must match for a stored model to be used: the estimator's internals
 # (scikit-learn) and the feature definitions (perf4sight).
 _PINNED = ("scikit-learn", "perf4sight")
