@@ -6,14 +6,19 @@ runs three times and its medians are compared with `perf4sight predict` from the
 of this CPU (`--models`, default `out/demo/fitted`). Prints each case and the mean absolute
 error for memory and latency.
 
+`--models` may be given more than once, to compare fits against the same loops in one run; a
+value `DIR@SRC` predicts with the perf4sight source folder SRC first on the path (another
+version's checkout, for its models stored in another format).
+
     make demo
-    .venv/bin/python benchmarks/plain_loop_agreement.py [--models out/demo/fitted]
+    .venv/bin/python benchmarks/plain_loop_agreement.py [--models out/demo/fitted [--models DIR@SRC]]
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import statistics
 import subprocess
 import sys
@@ -35,10 +40,12 @@ def _loop(net: str, bs: int, optimizer: str) -> tuple[float, float]:
     return statistics.median(r["mem_used_mib"] for r in runs), statistics.median(r["latency_ms"] for r in runs)
 
 
-def _predicted(models: Path, net: str, bs: int, optimizer: str) -> tuple[float, float]:
-    out = subprocess.run([str(PERF4SIGHT), "--quiet", "predict", "--models", str(models), "--net", net,
+def _predicted(models: str, net: str, bs: int, optimizer: str) -> tuple[float, float]:
+    folder, _, source = models.partition("@")
+    env = {**os.environ, "PYTHONPATH": source} if source else None
+    out = subprocess.run([str(PERF4SIGHT), "--quiet", "predict", "--models", folder, "--net", net,
                           "--input-size", "3,64,64", "--num-classes", "10", "--bs", str(bs),
-                          "--optimizer", optimizer, "--json"], capture_output=True, text=True, check=True).stdout
+                          "--optimizer", optimizer, "--json"], capture_output=True, text=True, check=True, env=env).stdout
     record = json.loads(out)
     record = record[0] if isinstance(record, list) else record
     return record["mem_used_mib"], record["latency_ms"]
@@ -46,20 +53,26 @@ def _predicted(models: Path, net: str, bs: int, optimizer: str) -> tuple[float, 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--models", type=Path, default=ROOT / "out" / "demo" / "fitted")
+    parser.add_argument("--models", action="append", help="fitted models' folder, or DIR@SRC (repeatable; "
+                        "default: out/demo/fitted)")
     args = parser.parse_args(argv)
-    if not args.models.is_dir():
-        print(f"no fitted models at {args.models}: run `make demo` first")
+    models = args.models or [str(ROOT / "out" / "demo" / "fitted")]
+    missing = [m for m in models if not Path(m.partition("@")[0]).is_dir()]
+    if missing:
+        print(f"no fitted models at {', '.join(missing)}: run `make demo` first")
         return 0
-    errors = []
+    errors: dict[str, list[tuple[float, float]]] = {m: [] for m in models}
     for net, bs, optimizer in CASES:
-        (loop_mem, loop_lat), (mem, lat) = _loop(net, bs, optimizer), _predicted(args.models, net, bs, optimizer)
-        errors.append((100 * (mem / loop_mem - 1), 100 * (lat / loop_lat - 1)))
-        print(f"{net:14} bs {bs:2} {optimizer:4} | memory: loop {loop_mem:6.1f} predicted {mem:6.1f} "
-              f"({errors[-1][0]:+5.1f} %) | latency: loop {loop_lat:6.1f} predicted {lat:6.1f} ({errors[-1][1]:+5.1f} %)",
-              flush=True)
-    print(f"mean |error|: memory {statistics.mean(abs(m) for m, _ in errors):.1f} %, "
-          f"latency {statistics.mean(abs(t) for _, t in errors):.1f} %")
+        loop_mem, loop_lat = _loop(net, bs, optimizer)
+        for m in models:
+            mem, lat = _predicted(m, net, bs, optimizer)
+            errors[m].append((100 * (mem / loop_mem - 1), 100 * (lat / loop_lat - 1)))
+            print(f"{net:14} bs {bs:2} {optimizer:4} | memory: loop {loop_mem:6.1f} predicted {mem:6.1f} "
+                  f"({errors[m][-1][0]:+5.1f} %) | latency: loop {loop_lat:6.1f} predicted {lat:6.1f} "
+                  f"({errors[m][-1][1]:+5.1f} %) | {m}", flush=True)
+    for m, found in errors.items():
+        print(f"mean |error|: memory {statistics.mean(abs(e) for e, _ in found):.1f} %, "
+              f"latency {statistics.mean(abs(t) for _, t in found):.1f} % | {m}")
     return 0
 
 
