@@ -4,6 +4,7 @@ and empties it. Each test has its own empty cache folder (conftest)."""
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import subprocess
@@ -77,6 +78,33 @@ def test_a_base_and_its_pruned_variant_read_back_what_was_recorded(
         _assert_same(_load(source), arch)
     assert recordings == ["resnet18"] * 3  # for each source, as each load starts afresh
     assert not Path(os.environ["PERF4SIGHT_CACHE_DIR"]).exists()
+
+
+# A new process loading a network by name: whether it imported torchvision, and what it got.
+_BY_NAME = """
+import hashlib, json, sys
+from perf4sight.architecture import Detail
+from perf4sight.networks import load_architecture
+arch = load_architecture(sys.argv[1], needs=Detail.LIFETIMES, input_size=(3, 32, 32), num_classes=10)
+print(json.dumps({"torchvision": "torchvision" in sys.modules, "name": arch.name,
+                  "arch": hashlib.sha256(repr((arch.layers, arch.lifetimes)).encode()).hexdigest()}))
+"""
+
+
+def test_a_cached_network_is_read_by_name_without_importing_torchvision(tmp_path: Path) -> None:
+    """torchvision's import (it loads `torch._dynamo`) takes longer than a cached query's work:
+    a network the cache holds is found by its name alone, and is the one recorded."""
+    env = {**os.environ, "PERF4SIGHT_CACHE_DIR": str(tmp_path / "cache")}
+
+    def load(name: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run([sys.executable, "-c", _BY_NAME, name], capture_output=True, text=True, env=env,
+                              timeout=120)
+
+    first, second = (json.loads(load("mobilenetv2").stdout) for _ in range(2))  # an alias, as users write it
+    assert first["torchvision"] and not second["torchvision"]
+    assert second["name"] == first["name"] == "mobilenetv2" and second["arch"] == first["arch"]
+    unknown = load("mobilenetv9")  # a name no entry holds is checked as before
+    assert unknown.returncode != 0 and "unknown network 'mobilenetv9'" in unknown.stderr
 
 
 def test_a_model_file_is_read_back_until_its_bytes_change(recordings: list[str], tmp_path: Path) -> None:

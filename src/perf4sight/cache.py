@@ -26,6 +26,7 @@ from __future__ import annotations
 import contextlib
 import functools
 import hashlib
+import importlib.metadata
 import io
 import json
 import os
@@ -42,7 +43,8 @@ from perf4sight.files import remove_stale_temporaries, replaced
 if TYPE_CHECKING:
     from perf4sight.architecture import Architecture
 
-__all__ = ["CacheInfo", "bound_bytes", "cache_dir", "cache_info", "cached_architecture", "clear_cache", "file_digest"]
+__all__ = ["CacheInfo", "bound_bytes", "cache_dir", "cache_info", "cached_architecture", "clear_cache", "file_digest",
+           "stored_architecture"]
 
 DIR_VARIABLE = "PERF4SIGHT_CACHE_DIR"
 SWITCH_VARIABLE = "PERF4SIGHT_CACHE"
@@ -137,21 +139,44 @@ def cached_architecture(key: Mapping[str, Any], make: Callable[[], Architecture]
     """The architecture stored under `key` (plain JSON values saying what determines it; the
     PyTorch and torchvision versions and perf4sight's code are added), else `make()`'s,
     stored under it. With the cache off, `make()`."""
-    folder = cache_dir()
-    if folder is None:
+    entry = _entry(key)
+    if entry is None:
         return make()
-    import torch
-    import torchvision
-
-    text = json.dumps({**key, "torch": torch.__version__, "torchvision": torchvision.__version__,
-                       "code": _code_digest()}, sort_keys=True)
-    path = folder / (hashlib.sha256(text.encode()).hexdigest() + _SUFFIX)
-    stored = _read(path, text)
+    stored = _read(*entry)
     if stored is not None:
         return stored
     arch = make()
-    _write(path, text, arch)
+    _write(*entry, arch)
     return arch
+
+
+def stored_architecture(key: Mapping[str, Any]) -> Architecture | None:
+    """The architecture stored under `key` (`cached_architecture`'s), or None: for a caller
+    that would rather check what makes it (a name, say) only where it must be made."""
+    entry = _entry(key)
+    return None if entry is None else _read(*entry)
+
+
+def _entry(key: Mapping[str, Any]) -> tuple[Path, str] | None:
+    """The file of `key`'s entry and the key as stored (with PyTorch's version, torchvision's
+    read from its metadata, and perf4sight's code); None with the cache off."""
+    folder = cache_dir()
+    if folder is None:
+        return None
+    import torch
+
+    text = json.dumps({**key, "torch": torch.__version__, "torchvision": _torchvision_version(),
+                       "code": _code_digest()}, sort_keys=True)
+    return folder / (hashlib.sha256(text.encode()).hexdigest() + _SUFFIX), text
+
+
+@functools.cache
+def _torchvision_version() -> str | None:
+    """torchvision's version from its installed metadata (importing it takes over a second)."""
+    try:
+        return importlib.metadata.version("torchvision")
+    except importlib.metadata.PackageNotFoundError:
+        return None
 
 
 def _read(path: Path, key: str) -> Architecture | None:

@@ -1,7 +1,9 @@
 """Torchvision classification networks by name, with the original tool's short names.
 
-The builders are looked up in `torchvision.models` when asked for (never at import);
-a few need arguments to be buildable without weights and prunable as one graph.
+The builders are looked up in `torchvision.models` when asked for (never at import: importing
+torchvision loads `torch._dynamo` too, more than a second, and a query whose network is in the
+disk cache needs neither); a few need arguments to be buildable without weights and prunable as
+one graph.
 """
 
 from __future__ import annotations
@@ -15,7 +17,6 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 import torch
-import torchvision
 from torch import nn
 
 from perf4sight.errors import NetworkError
@@ -25,6 +26,7 @@ __all__ = [
     "BUILDER_KWARGS",
     "DEFAULT_INPUT_SIZE",
     "known_networks",
+    "builder_call",
     "resolve_network",
     "is_torchvision_network",
     "is_classification_builder",
@@ -52,9 +54,16 @@ DEFAULT_INPUT_SIZE: tuple[int, int, int] = (3, 224, 224)
 _INPUT_SIZES: dict[str, tuple[int, int, int]] = {"inception_v3": (3, 299, 299)}
 
 
+def _models() -> types.ModuleType:
+    """`torchvision.models`, imported on first use."""
+    import torchvision.models
+
+    return torchvision.models
+
+
 @functools.cache
 def _classification_builders() -> frozenset[str]:
-    return frozenset(torchvision.models.list_models(module=torchvision.models))
+    return frozenset(_models().list_models(module=_models()))
 
 
 def known_networks() -> list[str]:
@@ -73,12 +82,19 @@ def is_torchvision_network(name: str) -> bool:
     return is_classification_builder(NETWORK_ALIASES.get(name, name))
 
 
+def builder_call(name: str) -> tuple[str, dict[str, Any]]:
+    """The builder name and keyword arguments a network name or alias would be built with,
+    unchecked (`resolve_network` checks the name: that needs torchvision)."""
+    builder = NETWORK_ALIASES.get(name, name)
+    return builder, dict(BUILDER_KWARGS.get(builder, {}))
+
+
 def resolve_network(name: str) -> tuple[str, dict[str, Any]]:
     """The torchvision builder name and keyword arguments for a network name or alias."""
-    builder = NETWORK_ALIASES.get(name, name)
+    builder, kwargs = builder_call(name)
     if not is_torchvision_network(builder):
         raise NetworkError(f"unknown network '{name}'; known networks: {', '.join(known_networks())}")
-    return builder, dict(BUILDER_KWARGS.get(builder, {}))
+    return builder, kwargs
 
 
 _PLAIN = (bool, int, float, str, type(None))
@@ -103,7 +119,7 @@ def builder_arguments(builder: str) -> frozenset[str]:
     `num_classes` (the spec's own key)."""
     if not is_classification_builder(builder):
         return frozenset()
-    function = torchvision.models.get_model_builder(builder)
+    function = _models().get_model_builder(builder)
     network_class = typing.get_type_hints(function).get("return")
     names = set()
     if isinstance(network_class, type):
@@ -183,7 +199,7 @@ def call_builder(
 ) -> nn.Module:
     """Call the torchvision builder named `builder` (no alias) on `device`; meta builds skip
     weight initialisation, as do CPU builds with `initialise=False`."""
-    factory = functools.partial(getattr(torchvision.models, builder), num_classes=num_classes, **kwargs)
+    factory = functools.partial(getattr(_models(), builder), num_classes=num_classes, **kwargs)
     device = torch.device(device)
     if device.type == "meta":
         return build_on_meta(factory)
