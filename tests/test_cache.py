@@ -18,7 +18,7 @@ from perf4sight.architecture import Architecture, Detail, lifetimes
 from perf4sight.cache import cache_dir, cache_info
 from perf4sight.config import NetworkDatasetSettings
 from perf4sight.features.replay import replay_features
-from perf4sight.networks import create_network_dataset, load_architecture
+from perf4sight.networks import create_network_dataset, load_architecture, registry
 from perf4sight.networks.spec import _base_architecture
 
 EXAMPLES = Path(__file__).resolve().parents[1] / "examples" / "model_files"
@@ -29,8 +29,10 @@ PERF4SIGHT = Path(sys.executable).with_name("perf4sight")
 
 @pytest.fixture
 def recordings(monkeypatch: pytest.MonkeyPatch) -> list[str]:
-    """The names of the networks recorded from now on (no base traced in this process before)."""
+    """The names of the networks recorded from now on (no base traced, nor torchvision's builders
+    listed, in this process before)."""
     _base_architecture.cache_clear()
+    registry._catalogue.cache_clear()
     recorded: list[str] = []
     original = lifetimes.record_timeline
 
@@ -67,7 +69,8 @@ def test_a_base_and_its_pruned_variant_read_back_what_was_recorded(
     ))
     variant = tmp_path / "specs" / "resnet18_50.json"
     made = {source: _load(source) for source in ("resnet18", variant)}
-    assert recordings == ["resnet18"] and cache_info().entries == 2  # the trace, and it with its recording
+    # torchvision's builders, the trace, and it with its recording
+    assert recordings == ["resnet18"] and cache_info().entries == 3
     read = {source: _load(source) for source in made}
     assert recordings == ["resnet18"]
     for source, arch in made.items():
@@ -93,7 +96,8 @@ print(json.dumps({"torchvision": "torchvision" in sys.modules, "name": arch.name
 
 def test_a_cached_network_is_read_by_name_without_importing_torchvision(tmp_path: Path) -> None:
     """torchvision's import (it loads `torch._dynamo`) takes longer than a cached query's work:
-    a network the cache holds is found by its name alone, and is the one recorded."""
+    a later process checks the name against the builders the cache lists and reads the network
+    it holds, the one recorded, without importing torchvision."""
     env = {**os.environ, "PERF4SIGHT_CACHE_DIR": str(tmp_path / "cache")}
 
     def load(name: str) -> subprocess.CompletedProcess[str]:

@@ -6,7 +6,8 @@ ResNet-50), and a process that predicts a network records its base again. The re
 and its arguments, or a model file's bytes), its input size and classes, the stages, the
 recipe, the PyTorch and torchvision that ran it and perf4sight's own code: keyed by all of
 them, it is stored once and read back in milliseconds by any later process, for the base and
-every pruned variant propagated from it.
+every pruned variant propagated from it. The list of torchvision's classification builders
+(which only importing torchvision, over a second, tells) is kept the same way (`cached_value`).
 
 An entry is one `.npz` file: the arrays of the lifetimes and, as a byte array, JSON of the
 key and the layers; read with `allow_pickle=False`, never unpickled. It is written whole
@@ -43,8 +44,8 @@ from perf4sight.files import remove_stale_temporaries, replaced
 if TYPE_CHECKING:
     from perf4sight.architecture import Architecture
 
-__all__ = ["CacheInfo", "bound_bytes", "cache_dir", "cache_info", "cached_architecture", "clear_cache", "file_digest",
-           "stored_architecture"]
+__all__ = ["CacheInfo", "bound_bytes", "cache_dir", "cache_info", "cached_architecture", "cached_value", "clear_cache",
+           "file_digest"]
 
 DIR_VARIABLE = "PERF4SIGHT_CACHE_DIR"
 SWITCH_VARIABLE = "PERF4SIGHT_CACHE"
@@ -139,22 +140,29 @@ def cached_architecture(key: Mapping[str, Any], make: Callable[[], Architecture]
     """The architecture stored under `key` (plain JSON values saying what determines it; the
     PyTorch and torchvision versions and perf4sight's code are added), else `make()`'s,
     stored under it. With the cache off, `make()`."""
+    return _cached(key, make, _to_plain, _from_plain)
+
+
+def cached_value(key: Mapping[str, Any], make: Callable[[], Any]) -> Any:
+    """`make()`'s value, plain JSON data, kept as `cached_architecture` keeps an architecture
+    (what torchvision's builders are, which only importing torchvision tells)."""
+    return _cached(key, make, lambda value: (value, {}), lambda value, arrays: value)
+
+
+def _cached(key: Mapping[str, Any], make: Callable[[], Any], encode: Callable[[Any], tuple[Any, dict[str, Any]]],
+            decode: Callable[[Any, dict[str, Any]], Any]) -> Any:
+    """The value stored under `key`, decoded from its plain part and arrays, else `make()`'s,
+    encoded and stored."""
     entry = _entry(key)
     if entry is None:
         return make()
-    stored = _read(*entry)
+    path, text = entry
+    stored = _read(path, text, decode)
     if stored is not None:
         return stored
-    arch = make()
-    _write(*entry, arch)
-    return arch
-
-
-def stored_architecture(key: Mapping[str, Any]) -> Architecture | None:
-    """The architecture stored under `key` (`cached_architecture`'s), or None: for a caller
-    that would rather check what makes it (a name, say) only where it must be made."""
-    entry = _entry(key)
-    return None if entry is None else _read(*entry)
+    value = make()
+    _write(path, text, *encode(value))
+    return value
 
 
 def _entry(key: Mapping[str, Any]) -> tuple[Path, str] | None:
@@ -179,8 +187,8 @@ def _torchvision_version() -> str | None:
         return None
 
 
-def _read(path: Path, key: str) -> Architecture | None:
-    """The entry at `path` if it is a whole one of `key`, else None."""
+def _read(path: Path, key: str, decode: Callable[[Any, dict[str, Any]], Any]) -> Any:
+    """The value of the entry at `path` if it is a whole one of `key`, else None."""
     import numpy as np
 
     try:
@@ -188,21 +196,21 @@ def _read(path: Path, key: str) -> Architecture | None:
             meta = json.loads(arrays[_META].tobytes().decode("utf-8"))
             if meta["key"] != key:
                 return None
-            arch = _from_plain(meta["arch"], {name: arrays[name] for name in arrays.files if name != _META})
+            value = decode(meta["value"], {name: arrays[name] for name in arrays.files if name != _META})
     except _UNREADABLE:
         return None
     with contextlib.suppress(OSError):  # a cache that is only readable is still read
         os.utime(path)  # read now: the last the bound drops
-    return arch
+    return value
 
 
-def _write(path: Path, key: str, arch: Architecture) -> None:
-    """Store `arch` under `key`, whole, then drop the entries read longest ago past the bound.
-    A cache that cannot be written (no permission, a full disk) is left as it is."""
+def _write(path: Path, key: str, plain: Any, arrays: dict[str, Any]) -> None:
+    """Store a value's plain part and arrays under `key`, whole, then drop the entries read
+    longest ago past the bound. A cache that cannot be written (no permission, a full disk)
+    is left as it is."""
     import numpy as np
 
-    plain, arrays = _to_plain(arch)
-    meta = np.frombuffer(json.dumps({"key": key, "arch": plain}).encode("utf-8"), dtype=np.uint8)
+    meta = np.frombuffer(json.dumps({"key": key, "value": plain}).encode("utf-8"), dtype=np.uint8)
     buffer = io.BytesIO()
     np.savez(buffer, **{_META: meta}, **arrays)
     try:

@@ -10,7 +10,6 @@ from __future__ import annotations
 import copy
 import dataclasses
 import functools
-import sys
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -20,7 +19,6 @@ from torch import nn
 
 from perf4sight.architecture import Architecture, Detail, check_classes, output_shape, trace_architecture, with_lifetimes
 from perf4sight.cache import cached_architecture, file_digest
-from perf4sight.device.definitions import input_size_problem
 from perf4sight.device.recipe import DEFAULT_RECIPE, Recipe, check_recipe
 from perf4sight.device.models import spec_shape
 from perf4sight.errors import NetworkError
@@ -29,7 +27,6 @@ from perf4sight.networks.model_file import build_from_file, is_model_file, split
 from perf4sight.networks.registry import (
     DEFAULT_INPUT_SIZE,
     build_torchvision,
-    builder_call,
     build_uninitialised,
     default_input_size,
     is_torchvision_network,
@@ -41,7 +38,6 @@ from perf4sight.networks.spec import (
     build_from_spec,
     read_spec,
     spec_architecture,
-    stored_torchvision_architecture,
     torchvision_architecture,
 )
 
@@ -107,12 +103,8 @@ def load_architecture(
             return dataclasses.replace(architecture_from_spec(spec), recipe=recipe)
         arch = spec_architecture(spec, lifetimes=stages, recipe=recipe)
         build = functools.partial(build_from_spec, spec, device="meta")
-    elif spec is None and not isinstance(source, nn.Module) and (
-            (stored := _stored_network(str(source), input_size, num_classes, stages, recipe)) is not None
-            or is_torchvision_network(str(source))):
+    elif spec is None and not isinstance(source, nn.Module) and is_torchvision_network(str(source)):
         name = str(source)
-        if stored is not None:
-            return dataclasses.replace(stored, name=name)
         network_builder, kwargs = resolve_network(name)
         size = check_input_size(input_size if input_size is not None else default_input_size(name))
         classes = num_classes if num_classes is not None else 1000
@@ -129,23 +121,6 @@ def load_architecture(
         key = _model_file_key(source, input_size, num_classes, stages, recipe) if spec is None else None
         return make() if key is None else cached_architecture(key, make)
     return with_lifetimes(arch, build, stages)
-
-
-def _stored_network(name: str, input_size: Sequence[int] | None, num_classes: int | None, stages: tuple[str, ...],
-                    recipe: Recipe) -> Architecture | None:
-    """A torchvision network's architecture that the disk cache holds, found by its name
-    without importing torchvision (whose names the name's check reads, and whose import takes
-    longer than a cached query's whole work); None for any other name, a size its check would
-    refuse, one not cached, or once torchvision is imported (the usual path then costs nothing
-    more, and keeps one traced architecture per process)."""
-    if ("torchvision" in sys.modules or is_model_file(name)
-            or input_size is not None and input_size_problem(input_size) is not None):
-        return None
-    builder, kwargs = builder_call(name)
-    return stored_torchvision_architecture(
-        builder, kwargs, num_classes=num_classes if num_classes is not None else 1000,
-        input_size=tuple(input_size) if input_size is not None else default_input_size(name), lifetimes=stages,
-        recipe=recipe)
 
 
 def _traced(source: Source, spec: dict[str, Any] | None, input_size: Sequence[int] | None,

@@ -1,9 +1,9 @@
 """Torchvision classification networks by name, with the original tool's short names.
 
-The builders are looked up in `torchvision.models` when asked for (never at import: importing
-torchvision loads `torch._dynamo` too, more than a second, and a query whose network is in the
-disk cache needs neither); a few need arguments to be buildable without weights and prunable as
-one graph.
+The builders are looked up in `torchvision.models` when asked for, never at import: importing
+torchvision loads `torch._dynamo` too, more than a second, and a query of a network the disk
+cache holds needs it for nothing (its builders' names and arguments are kept there too). A few
+builders need arguments to be buildable without weights and prunable as one graph.
 """
 
 from __future__ import annotations
@@ -19,6 +19,7 @@ from typing import Any
 import torch
 from torch import nn
 
+from perf4sight.cache import cached_value
 from perf4sight.errors import NetworkError
 
 __all__ = [
@@ -26,7 +27,6 @@ __all__ = [
     "BUILDER_KWARGS",
     "DEFAULT_INPUT_SIZE",
     "known_networks",
-    "builder_call",
     "resolve_network",
     "is_torchvision_network",
     "is_classification_builder",
@@ -62,8 +62,21 @@ def _models() -> types.ModuleType:
 
 
 @functools.cache
+def _catalogue() -> dict[str, list[str]]:
+    """Each torchvision classification builder with its architecture arguments
+    (`builder_arguments`): kept in the disk cache, which keys it by torchvision's version, so
+    that checking a name or a spec imports no torchvision once a process has listed them."""
+    return cached_value({"catalogue": "torchvision classification builders"}, _list_builders)
+
+
+def _list_builders() -> dict[str, list[str]]:
+    models = _models()
+    return {name: sorted(_plain_arguments(models.get_model_builder(name)))
+            for name in models.list_models(module=models)}
+
+
 def _classification_builders() -> frozenset[str]:
-    return frozenset(_models().list_models(module=_models()))
+    return frozenset(_catalogue())
 
 
 def known_networks() -> list[str]:
@@ -82,19 +95,12 @@ def is_torchvision_network(name: str) -> bool:
     return is_classification_builder(NETWORK_ALIASES.get(name, name))
 
 
-def builder_call(name: str) -> tuple[str, dict[str, Any]]:
-    """The builder name and keyword arguments a network name or alias would be built with,
-    unchecked (`resolve_network` checks the name: that needs torchvision)."""
-    builder = NETWORK_ALIASES.get(name, name)
-    return builder, dict(BUILDER_KWARGS.get(builder, {}))
-
-
 def resolve_network(name: str) -> tuple[str, dict[str, Any]]:
     """The torchvision builder name and keyword arguments for a network name or alias."""
-    builder, kwargs = builder_call(name)
+    builder = NETWORK_ALIASES.get(name, name)
     if not is_torchvision_network(builder):
         raise NetworkError(f"unknown network '{name}'; known networks: {', '.join(known_networks())}")
-    return builder, kwargs
+    return builder, dict(BUILDER_KWARGS.get(builder, {}))
 
 
 _PLAIN = (bool, int, float, str, type(None))
@@ -111,22 +117,23 @@ def _is_plain(parameter: inspect.Parameter, hints: dict[str, Any]) -> bool:
     return parameter.default is not inspect.Parameter.empty and isinstance(parameter.default, _PLAIN[:-1])
 
 
-@functools.cache
 def builder_arguments(builder: str) -> frozenset[str]:
     """The architecture arguments a classification builder passes to its network's class
     that take a plain value (`aux_logits`, `width_mult`, `dropout`, ...): those a spec's
     `torchvision_kwargs` may set; not `weights` (nothing is downloaded), `progress`, nor
     `num_classes` (the spec's own key)."""
-    if not is_classification_builder(builder):
-        return frozenset()
-    function = _models().get_model_builder(builder)
+    return frozenset(_catalogue().get(builder, ()))
+
+
+def _plain_arguments(function: Callable[..., nn.Module]) -> set[str]:
+    """`builder_arguments` of the builder `function`, read from its network class's signature."""
     network_class = typing.get_type_hints(function).get("return")
     names = set()
     if isinstance(network_class, type):
         hints = typing.get_type_hints(network_class.__init__)
         names = {name for name, parameter in inspect.signature(network_class.__init__).parameters.items()
                  if name != "self" and _is_plain(parameter, hints)}
-    return frozenset(names - {"num_classes"})
+    return names - {"num_classes"}
 
 
 def default_input_size(name: str) -> tuple[int, int, int]:

@@ -36,7 +36,7 @@ from perf4sight.architecture import (
     with_lifetimes,
 )
 from perf4sight.architecture.kinds import CONV2D, LINEAR, layer_kind, module_kind_name
-from perf4sight.cache import cached_architecture, file_digest, stored_architecture
+from perf4sight.cache import cached_architecture, file_digest
 from perf4sight.device.definitions import input_size_problem, is_positive_int, num_classes_problem
 from perf4sight.device.recipe import DEFAULT_RECIPE, Recipe
 from perf4sight.errors import NetworkError, clip
@@ -52,7 +52,6 @@ __all__ = [
     "architecture_from_spec",
     "spec_architecture",
     "torchvision_architecture",
-    "stored_torchvision_architecture",
     "spec_from_module",
     "spec_macs",
     "spec_text",
@@ -537,25 +536,6 @@ def torchvision_architecture(
                               lifetimes, recipe)
 
 
-def stored_torchvision_architecture(
-    builder: str, kwargs: dict[str, Any], *, num_classes: int, input_size: Sequence[int],
-    lifetimes: tuple[str, ...] = (), recipe: Recipe = DEFAULT_RECIPE,
-) -> Architecture | None:
-    """`torchvision_architecture`'s result where the disk cache holds it, else None: read
-    without building the network or importing torchvision (an entry is written only once the
-    name has been built)."""
-    return stored_architecture(_base_key(builder, json.dumps(kwargs, sort_keys=True), None, num_classes,
-                                         tuple(input_size), lifetimes, recipe))
-
-
-def _base_key(torchvision_name: str | None, kwargs_json: str, model_desc: str | None, num_classes: int,
-              input_size: tuple[int, ...], lifetimes: tuple[str, ...], recipe: Recipe) -> dict[str, Any]:
-    """What determines a base network's architecture (`perf4sight.cache`), but a model file's bytes."""
-    return {"base": torchvision_name, "kwargs": json.loads(kwargs_json), "model_desc": model_desc,
-            "num_classes": num_classes, "input_size": list(input_size), "lifetimes": list(lifetimes),
-            "recipe": list(recipe)}
-
-
 @functools.lru_cache(maxsize=32)
 def _base_architecture(
     torchvision_name: str | None, kwargs_json: str, model_desc: str | None, num_classes: int,
@@ -565,7 +545,9 @@ def _base_architecture(
     `lifetimes` recorded against that trace (the base built again on the meta device for
     each recording). Kept on disk too (`perf4sight.cache`), keyed by these arguments and a
     model file's bytes: a later process reads it back instead."""
-    key = _base_key(torchvision_name, kwargs_json, model_desc, num_classes, input_size, lifetimes, recipe)
+    key = {"base": torchvision_name, "kwargs": json.loads(kwargs_json), "model_desc": model_desc,
+           "num_classes": num_classes, "input_size": list(input_size), "lifetimes": list(lifetimes),
+           "recipe": list(recipe)}
     make = functools.partial(_traced_base, torchvision_name, kwargs_json, model_desc, num_classes, input_size,
                              lifetimes, recipe)
     if model_desc is not None:
