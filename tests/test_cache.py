@@ -165,6 +165,16 @@ def test_a_damaged_or_foreign_entry_is_recorded_again(recordings: list[str], dam
     assert len(recordings) == before + 2  # ... and stored whole again
 
 
+def test_torchvision_builders_are_listed_again_from_a_damaged_entry(recordings: list[str]) -> None:
+    names = registry.known_networks()  # listed and stored (the fixture cleared the process's list)
+    (entry,) = cache_dir().glob("*.npz")
+    entry.write_bytes(b"\x93NUMPY" + os.urandom(64))
+    registry._catalogue.cache_clear()  # as a new process would
+    assert registry.known_networks() == names and "aux_logits" in registry.builder_arguments("googlenet")
+    with np.load(entry, allow_pickle=False) as stored:  # and stored whole again
+        assert stored.files == ["meta"]
+
+
 def _entry_bytes(folder: Path) -> dict[Path, int]:
     return {path: path.stat().st_size for path in folder.glob("*.npz")}
 
