@@ -45,7 +45,8 @@ def _predicted(models: str, net: str, bs: int, optimizer: str) -> tuple[float, f
     env = {**os.environ, "PYTHONPATH": source} if source else None
     out = subprocess.run([str(PERF4SIGHT), "--quiet", "predict", "--models", folder, "--net", net,
                           "--input-size", "3,64,64", "--num-classes", "10", "--bs", str(bs),
-                          "--optimizer", optimizer, "--json"], capture_output=True, text=True, check=True, env=env).stdout
+                          "--optimizer", optimizer, "--json"],
+                         capture_output=True, text=True, check=True, env=env).stdout
     record = json.loads(out)
     record = record[0] if isinstance(record, list) else record
     return record["mem_used_mib"], record["latency_ms"]

@@ -113,12 +113,16 @@ def check_batch_sizes(values: Iterable[object], where: str, error: Type[Exceptio
     if not sizes:
         raise error("{}: empty list; expected positive integers".format(where))
     for value in sizes:
-        shown = clip(repr(value.item() if isinstance(value, numbers.Number) and hasattr(value, "item") else value))
         if not is_positive_int(value):
-            raise error("{}: expected positive integers, got {}".format(where, shown))
+            raise error("{}: expected positive integers, got {}".format(where, _shown(value)))
         if value > MAX_BATCH_SIZE:
-            raise error("{}: {} is above the largest batch size, {}".format(where, shown, MAX_BATCH_SIZE))
+            raise error("{}: {} is above the largest batch size, {}".format(where, _shown(value), MAX_BATCH_SIZE))
     return BatchSizes(int(value) for value in sizes)
+
+
+def _shown(value: object) -> str:
+    """`value` as a message shows it: a numpy scalar as the plain number it holds."""
+    return clip(repr(value.item() if isinstance(value, numbers.Number) and hasattr(value, "item") else value))
 
 
 def check_choices(where: str, values: Sequence[Any], allowed: Sequence[str],

@@ -11,8 +11,9 @@ line adds where it came from with `in_settings` (`config.ini: [profile] device =
 
 A check says why a value cannot be used in one convention: a `*_problem` function returns
 the one reason (a line) or None, a `*_problems` function every reason (a list, empty when
-there is none), and a `check_*` function raises the reason as the error its caller names. Values are checked at the entry point they came in by and passed inward as the
-checked record (`definitions.BatchSizes`, a `Recipe`, a `ProfileTest`).
+there is none), and a `check_*` function raises the reason as the error its caller names.
+Values are checked at the entry point they came in by and passed inward as the checked
+record (`definitions.BatchSizes`, a `Recipe`, a `ProfileTest`).
 """
 
 from contextlib import contextmanager

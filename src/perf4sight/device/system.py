@@ -82,7 +82,8 @@ def cpu_busy_s(cpus: Optional[Sequence[int]] = None) -> Optional[float]:
         with open("/proc/stat") as handle:
             for line in handle:  # a line per CPU, `cpuN ...`, after the total's `cpu ...`
                 fields = line.split()
-                if fields and fields[0].startswith("cpu") and fields[0] != "cpu" and (wanted is None or fields[0] in wanted):
+                cpu_line = fields and fields[0].startswith("cpu") and fields[0] != "cpu"
+                if cpu_line and (wanted is None or fields[0] in wanted):
                     ticks = dict(zip(_PROC_STAT_FIELDS, (int(f) for f in fields[1:])))
                     busy += sum(ticks.get(name, 0) for name in _BUSY) / _TICKS_PER_S
     except OSError:

@@ -49,7 +49,6 @@ def needs(detail: Detail) -> Callable[[Function], Function]:
     return declare
 
 
-
 def checked_batch_sizes(arch: Architecture, batch_sizes: Sequence[int]) -> BatchSizes:
     """`batch_sizes` asked of `arch`'s features, checked (`check_batch_sizes`): every feature
     set and the feature tables refuse the same input with the same message."""

@@ -238,7 +238,8 @@ def fingerprint_device(settings: FingerprintSettings) -> dict[str, Any]:
     `latency_ms`), to its MAPE in percent, row count and the same per network, its
     method, what profiling its training runs cost (`campaign`, `campaign_cost`) and `notes`
     (the warnings its evaluation gave: runs the models were fitted on, levels without a
-    log, logs read twice); it is printed as a table and, when `report` is set, written there as JSON with the per-row predictions (CSV) and a plot (PNG) beside it.
+    log, logs read twice); it is printed as a table and, when `report` is set, written there
+    as JSON with the per-row predictions (CSV) and a plot (PNG) beside it.
     """
     method = check_settings(settings)
     catalog = ArchitectureCatalog(settings.pruned_models_storedir)

@@ -75,19 +75,15 @@ def _list_builders() -> dict[str, list[str]]:
             for name in models.list_models(module=models)}
 
 
-def _classification_builders() -> frozenset[str]:
-    return frozenset(_catalogue())
-
-
 def known_networks() -> list[str]:
     """Every accepted network name: torchvision classification builders plus aliases."""
-    return sorted([*_classification_builders(), *NETWORK_ALIASES])
+    return sorted([*_catalogue(), *NETWORK_ALIASES])
 
 
 def is_classification_builder(name: str) -> bool:
     """True when `name` (no alias) is a torchvision classification builder: not any other
     attribute of `torchvision.models` (`list_models`, a detection builder, `__loader__`)."""
-    return name in _classification_builders()
+    return name in _catalogue()
 
 
 def is_torchvision_network(name: str) -> bool:

@@ -241,8 +241,8 @@ class _Dispatch:
             self.queue.appendleft((test, device.label))
         elif test is not None:
             reason = " ".join(str(exc).split())[:300]
-            self.journal.record(TestResult.crashed(test, f"device lost twice ({lost_on}, then {device.label}): {reason}"),
-                                device=device.label)
+            lost = TestResult.crashed(test, f"device lost twice ({lost_on}, then {device.label}): {reason}")
+            self.journal.record(lost, device=device.label)
         device.actor = None
         if device.replaced < REPLACEMENTS:
             device.replaced += 1
