@@ -28,6 +28,7 @@ from perf4sight.config import load_section
 from perf4sight.device.definitions import QUANTITIES
 from perf4sight.device.logs import architecture_name
 from perf4sight.fit import DEFAULT_METHOD, ArchitectureCatalog, mape_pct, read_logs
+from perf4sight.fit.logs import device_fresh_pages
 from perf4sight.profile.plan import time_tests
 from perf4sight.profile.selection import spread_tests
 from perf4sight.profile.test_config import network_models
@@ -71,7 +72,8 @@ def main(argv: list[str] | None = None) -> int:
     table: dict[tuple[str, str], float] = {}
     for target in QUANTITIES:
         logs = read_logs(nets, levels, [ZOO_DIR / target.kind], [target])
-        sets = method_datasets(DEFAULT_METHOD, logs, target.name, catalog, "training")
+        sets = method_datasets(DEFAULT_METHOD, logs, target.name, catalog, "training",
+                               fresh_pages_ms_per_mib=device_fresh_pages([ZOO_DIR / target.kind]))
         rows = next(iter(sets.values())).rows
         in_plan = np.array([(model, bs) in planned for model, bs in zip(rows["model"], rows["batch_size"])])
         for family, members in FAMILIES.items():

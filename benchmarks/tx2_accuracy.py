@@ -164,15 +164,18 @@ def candidates(method: str, target: str) -> tuple[str, ...]:
 
 
 def method_datasets(method: str, logs: pd.DataFrame, target: str, catalog: ArchitectureCatalog, stage: str,
-                    passed_only: bool = True, torch_version: str | None = None) -> dict[str, Dataset]:
+                    passed_only: bool = True, torch_version: str | None = None,
+                    fresh_pages_ms_per_mib: float | None = None) -> dict[str, Dataset]:
     """The runs of `logs` in the feature set of each method `method` fits (for `default`, those
-    that can describe every run, as fingerprinting leaves out `replay` where runs ran under autocast)."""
+    that can describe every run, as fingerprinting leaves out `replay` where runs ran under
+    autocast), on a device of `torch_version` and `fresh_pages_ms_per_mib` (`build_dataset`)."""
     fitted = candidates(method, target)
     if method == DEFAULT_METHOD:
         recipes = logged_recipes(logs[logs["passed"]] if passed_only else logs)
         fitted = tuple(m for m in fitted if method_problem(m, recipes) is None)
     return {m: build_dataset(logs, target=target, feature_set=METHODS[m].feature_set, stage=stage,
-                             catalog=catalog, passed_only=passed_only, torch_version=torch_version)
+                             catalog=catalog, passed_only=passed_only, torch_version=torch_version,
+                             fresh_pages_ms_per_mib=fresh_pages_ms_per_mib)
             for m in fitted}
 
 
@@ -193,7 +196,8 @@ def fit_chosen(method: str, trained_on: dict[str | None, dict[str, Dataset]], ta
     chosen = choices[version].chosen if choices[version] is not None else method
     data = trained_on[version][chosen]
     return chosen, version, CalibratedModel(chosen, target, data.stage, bound_quantile=bound_quantile,
-                                            torch_version=version).fit(data.rows, data.target)
+                                            torch_version=version,
+                                            fresh_pages_ms_per_mib=data.fresh_pages_ms_per_mib).fit(data.rows, data.target)
 
 
 def versions_of(data: Data, target: str) -> tuple[str | None, ...]:

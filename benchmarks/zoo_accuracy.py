@@ -27,6 +27,7 @@ import numpy as np
 from perf4sight import console
 from perf4sight.device.definitions import LATENCY, MEMORY, QUANTITIES
 from perf4sight.fit import DEFAULT_METHOD, METHODS, ArchitectureCatalog, mape_pct, read_logs
+from perf4sight.fit.logs import device_fresh_pages
 from tx2_accuracy import fit_chosen, method_datasets, profiled
 
 ZOO_DIR = Path(__file__).resolve().parent / "data" / "cpu_zoo"
@@ -57,7 +58,9 @@ def leave_family_out(method: str, logs_dir: Path, catalog: ArchitectureCatalog, 
     signed: dict[tuple[str, int], float] = {}
     for target in QUANTITIES:
         logs = read_logs(nets, levels, [logs_dir / target.kind], [target])
-        full = {None: method_datasets(method, logs, target.name, catalog, "training")}
+        fresh_pages = device_fresh_pages([logs_dir / target.kind])  # as fingerprinting reads it
+        full = {None: method_datasets(method, logs, target.name, catalog, "training",
+                                      fresh_pages_ms_per_mib=fresh_pages)}
         rows = next(iter(full[None].values())).rows
         for family, members in FAMILIES.items():
             held = rows["net"].isin(members).to_numpy()

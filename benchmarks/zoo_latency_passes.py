@@ -16,7 +16,7 @@ of `test_s`. Prints, for every pair of passes, the mean |difference| per test af
 factor (the floor a model's error against one campaign reads against), and each pass against the
 merged latency.
 
-    .venv/bin/python benchmarks/zoo_latency_passes.py --out /tmp/zoo_passes --passes 4
+    .venv/bin/python benchmarks/zoo_latency_passes.py --out /tmp/zoo_passes --passes 5
     cp -r /tmp/zoo_passes/latency /tmp/zoo_passes/environment-*.json benchmarks/data/cpu_zoo/
 """
 
@@ -125,7 +125,7 @@ def compared_pct(first: dict[tuple, float], second: dict[tuple, float]) -> float
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", type=Path, required=True, help="folder for the passes and the merged latency/")
-    parser.add_argument("--passes", type=int, default=4, help="campaigns to run (default: %(default)s)")
+    parser.add_argument("--passes", type=int, default=5, help="campaigns to run (default: %(default)s)")
     args = parser.parse_args(argv)
     if args.passes < 2:
         parser.error("--passes: at least 2, to merge and compare")

@@ -10,7 +10,7 @@ import pytest
 
 from perf4sight.architecture import Detail
 from perf4sight.device.recipe import Recipe
-from perf4sight.features import FEATURE_SETS, FEATURE_TERMS
+from perf4sight.features import FEATURE_TERMS, feature_table
 from perf4sight.features.network import LAYER_GROUPS, NETWORK_TERMS, STREAM_TERMS, group_column
 from perf4sight.features.terms import Role, Term, TermSet, report_only
 from perf4sight.fit.physical import term_design
@@ -20,9 +20,9 @@ from perf4sight.networks import load_architecture
 @pytest.fixture(scope="module")
 def tables():
     """Each feature set with terms, for torchvision's MobileNetV2 (depthwise, 1x1 and Linear
-    layers) at a small input."""
+    layers) at a small input, as a device that measured its fresh pages' cost computes them."""
     arch = load_architecture("mobilenet_v2", input_size=(3, 32, 32), num_classes=10, needs=Detail.LIFETIMES)
-    return {name: FEATURE_SETS[name](arch, [1, 3], "training") for name in FEATURE_TERMS}
+    return {name: feature_table(arch, [1, 3], name, "training", fresh_pages_ms_per_mib=0.25) for name in FEATURE_TERMS}
 
 
 @pytest.mark.parametrize(("feature_set", "terms"),
@@ -34,10 +34,10 @@ def test_every_term_weighs_columns_its_feature_set_computes(tables, feature_set,
         design = term_design(table, declared)
         assert design.shape == (2, len(declared)), kind
         # every term of this network holds something (it has every kind the terms weigh but
-        # grouped convolutions, and the default recipe computes nothing under autocast), and
-        # grows with the batch size or stays as it is
+        # grouped convolutions and weights above 32 MiB, and the default recipe computes nothing
+        # under autocast), and grows with the batch size or stays as it is
         held = {term.name for term, column in zip(declared, design.T) if column.any()}
-        assert held == {term.name for term in declared} - {"grouped", "autocast_gemm"}
+        assert held == {term.name for term in declared} - {"grouped", "autocast_gemm", "fresh_pages"}
         assert (design[1] >= design[0]).all()
     # the rest of the columns feed no model: the batch size, the amounts kept for reading
     # and the layer counts (the predictor's check of the training ranges and layer groups)
@@ -97,7 +97,7 @@ def test_autocast_moves_the_gemm_work_to_its_own_term(terms: TermSet) -> None:
     designs = {}
     for precision in ("fp32", "amp-bf16"):
         arch = load_architecture("resnet18", input_size=(3, 32, 32), num_classes=10, recipe=Recipe(precision=precision))
-        design = term_design(FEATURE_SETS["network"](arch, [2, 8], "training"), terms.latency)
+        design = term_design(feature_table(arch, [2, 8], "network", "training"), terms.latency)
         designs[precision] = dict(zip([term.name for term in terms.latency], design.T))
     assert (designs["fp32"]["gemm"] > 0).all() and not designs["fp32"]["autocast_gemm"].any()
     np.testing.assert_array_equal(designs["amp-bf16"]["autocast_gemm"], designs["fp32"]["gemm"])

@@ -32,7 +32,7 @@ def test_rows_of_several_networks_keep_the_query_order():
     table = FeatureTransformer("network").fit_transform(query)
     assert list(table.index) == list(range(5)) and table["batch_size"].tolist() == [8, 2, 1, 64, 8]
     for row, (arch, size) in enumerate(zip(query["architecture"], query["batch_size"])):
-        expected = FEATURE_SETS["network"](arch, [int(size)], "training").iloc[0]
+        expected = feature_table(arch, [int(size)], "network", "training").iloc[0]
         np.testing.assert_allclose(table.iloc[row].to_numpy(float), expected.to_numpy(float), rtol=1e-12)
 
 
@@ -99,4 +99,4 @@ def test_a_query_that_is_not_a_frame_of_architectures_is_refused():
     with pytest.raises(ValueError, match="feature_set 'forest' is not one of"):
         FeatureTransformer("forest").fit(queries(_arch(4), [1]))
     fitted = transformer.fit(queries(_arch(4), [1, 2]))
-    assert list(fitted.get_feature_names_out()) == list(FEATURE_SETS["network"](_arch(4), [1], "training").columns)
+    assert list(fitted.get_feature_names_out()) == list(feature_table(_arch(4), [1], "network", "training").columns)

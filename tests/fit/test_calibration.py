@@ -148,7 +148,7 @@ def test_the_model_is_a_scikit_learn_estimator(h200):
     train, _, model = h200
     params = model.get_params()
     assert set(params) == {"method", "target", "stage", "bound_quantile", "fallback", "torch_version",
-                           "torch_version_reason"}
+                           "torch_version_reason", "fresh_pages_ms_per_mib"}
     fresh = clone(model)
     assert fresh.get_params() == params and not hasattr(fresh, "regressor_")
     with pytest.raises(NotFittedError):

@@ -102,7 +102,7 @@ def test_latency_chooses_between_one_rate_and_a_rate_per_stream_of_bytes(latency
         assert choice.errors[method] == pytest.approx(held_out_errors(method, latency_dataset, "latency_ms")[0].mean())
     streams = fit_method("streams", latency_dataset.rows, latency_dataset.target, "latency_ms")[-1]
     assert set(streams.terms_) == {"gemm", "gemm_traffic", "memory_bound_traffic", "launches", "parameters",
-                                   "depthwise", "grouped", "autocast_gemm"}
+                                   "depthwise", "grouped", "autocast_gemm", "fresh_pages"}
 
 
 def test_a_model_with_more_rates_must_be_clearly_better_on_what_was_left_out():

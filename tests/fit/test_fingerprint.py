@@ -320,6 +320,21 @@ def test_the_device_s_pytorch_is_read_from_its_environment_record(h200_dir, tmp_
     assert load_model(settings.model_storedir, stage="training", target=MEMORY.name).torch_version == "2.1.0"
 
 
+def test_the_device_s_cost_of_fresh_pages_is_read_from_its_latest_environment_record_that_says(h200_dir, tmp_path):
+    logs = _logs_with_records(h200_dir, tmp_path, ["2.1.0", "2.1.0", "2.1.0"])
+    for day, cost in ((1, 0.5), (2, 0.25)):  # the third record, a GPU's, measures none
+        (logs / f"environment-202612{day:02d}T000000Z.json").write_text(
+            json.dumps({"torch": "2.1.0", "fresh_pages_ms_per_mib": cost}))
+    settings = _memory_settings(h200_dir, tmp_path, logs)
+    fingerprint_device(settings)
+    stored = load_model(settings.model_storedir, stage="training", target=MEMORY.name)
+    assert stored.fresh_pages_ms_per_mib == 0.25 and stored.regressor_[0].fresh_pages_ms_per_mib == 0.25
+    for record in logs.glob("environment-*.json"):
+        record.write_text(json.dumps({"torch": "2.1.0"}))
+    fingerprint_device(replace(settings, overwrite=True))
+    assert load_model(settings.model_storedir, stage="training", target=MEMORY.name).fresh_pages_ms_per_mib is None
+
+
 def test_logs_of_pytorch_versions_that_save_differently_are_refused(h200_dir, tmp_path):
     logs = _logs_with_records(h200_dir, tmp_path, ["1.8.0", "2.1.0"])
     with pytest.raises(ArgumentError, match=r"profiled with PyTorch 1\.8\.0 \(environment-20261201T000000Z\.json\) "
@@ -382,6 +397,8 @@ def test_where_nothing_says_the_device_s_pytorch_the_runs_do(tx2_dir, tmp_path, 
     ("{", "not valid JSON"),
     ('{"python": "3.6"}', "an environment record without a 'torch' version"),
     ('{"torch": "nightly"}', "torch 'nightly' is not a PyTorch version"),
+    ('{"torch": "2.1.0", "fresh_pages_ms_per_mib": -1}', "fresh_pages_ms_per_mib=-1, expected a number of milliseconds"),
+    ('{"torch": "2.1.0", "fresh_pages_ms_per_mib": "fast"}', "fresh_pages_ms_per_mib='fast', expected a number"),
 ])
 def test_a_broken_environment_record_is_one_error_naming_it(h200_dir, tmp_path, content, message):
     logs = _logs_with_records(h200_dir, tmp_path, [])

@@ -14,7 +14,7 @@ from sklearn.pipeline import Pipeline
 from torch import nn
 
 from perf4sight.device.recipe import Recipe
-from perf4sight.features import FEATURE_SETS
+from perf4sight.features import feature_table
 from perf4sight.features.network import NETWORK_TERMS
 from perf4sight.features.terms import Role
 from perf4sight.fit.physical import physical_steps
@@ -44,7 +44,7 @@ def rows() -> pd.DataFrame:
          (24, True, False), (28, False, False), (32, True, True), (40, False, True)]
     ):
         arch = load_architecture(_net(width, linear=linear, depthwise=depthwise), input_size=(3, 24, 24))
-        frames.append(FEATURE_SETS["network"](arch, BATCH_SIZES, "training").assign(net=index))
+        frames.append(feature_table(arch, BATCH_SIZES, "network", "training").assign(net=index))
     return pd.concat(frames, ignore_index=True)
 
 
@@ -140,7 +140,7 @@ def test_runs_under_autocast_give_the_16_bit_gemm_rate_its_own_value(rows):
                                                         (40, False, True)]):
         arch = load_architecture(_net(width, linear=linear, depthwise=depthwise), input_size=(3, 24, 24),
                                  recipe=Recipe(precision="amp-bf16"))
-        bf16.append(FEATURE_SETS["network"](arch, BATCH_SIZES, "training").assign(net=100 + index))
+        bf16.append(feature_table(arch, BATCH_SIZES, "network", "training").assign(net=100 + index))
     both = pd.concat([rows, *bf16], ignore_index=True)
     rates = {"gemm": 2e-9, "autocast_gemm": 6e-9, "traffic": 5e-9, "launches": 0.05, "depthwise": 4e-8}
     model = _model("latency_ms").fit(both.drop(columns="net"), _latency(both, 3.0, rates))

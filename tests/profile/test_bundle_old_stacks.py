@@ -109,6 +109,7 @@ def _check_layout(bundle: Path, log_dir: Path, stack: OldStack) -> list:
     records = [json.loads(p.read_text()) for p in log_dir.glob("environment-*.json")]  # one per run
     assert records and all(r["torch"].split("+")[0] == stack.torch_version for r in records)
     assert all(r["python"].startswith(stack.python_version + ".") for r in records)
+    assert all(r["fresh_pages_ms_per_mib"] >= 0 for r in records)  # the CPU's probe runs on the oldest stack too
     return tests
 
 

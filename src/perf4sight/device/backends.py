@@ -19,7 +19,8 @@ from typing import Any, Callable, Dict, List, NamedTuple, Optional, Tuple, Type,
 import torch
 from torch import nn
 
-from .environment import CLOCKS_LOCKED, DEVICE_NAME, POWER_MODE
+from .environment import CLOCKS_LOCKED, DEVICE_NAME, FRESH_PAGES_COST, POWER_MODE
+from .definitions import FRESH_PAGES_BYTES
 from .errors import ArgumentError
 from .recipe import PRECISIONS
 from .memory import PeakSampler, ResidentPeak, UnifiedMemoryMeter, release_free_memory
@@ -36,6 +37,7 @@ __all__ = [
     "DEVICE_TYPES",
     "backend_name",
     "clock_state",
+    "fresh_pages_ms_per_mib",
     "make_backend",
 ]
 
@@ -162,6 +164,7 @@ class CpuBackend(Backend):
         test counts what its first iteration initialises, as a training script's process would."""
         return {
             DEVICE_NAME: _cpu_model(),
+            FRESH_PAGES_COST: fresh_pages_ms_per_mib(),
             "torch_threads": torch.get_num_threads(),
             POWER_MODE: _read_first(Path("/sys/devices/system/cpu/cpu0/cpufreq/scaling_governor")),
             "resident_peak": "VmHWM" if self._resident.exact else "sampled RSS",
@@ -443,6 +446,30 @@ def _nvml_index(gpu_id: int) -> int:
 
 def _text(value: Union[bytes, str]) -> str:
     return value.decode() if isinstance(value, bytes) else value
+
+
+# The probe's tensors: twice the size above which every allocation is fresh pages.
+_PROBE_MIB = 2 * FRESH_PAGES_BYTES // BYTES_PER_MIB
+_PROBE_REPEATS = 5
+
+
+def fresh_pages_ms_per_mib() -> float:
+    """Milliseconds per MiB that a tensor above `FRESH_PAGES_BYTES` costs at each allocation on
+    the CPU beyond filling one kept from before: the median of a few allocations and fills of
+    `_PROBE_MIB` MiB, less the median of filling a kept tensor of that size (about 0.1 s)."""
+    elements = _PROBE_MIB * BYTES_PER_MIB // 4
+    kept = torch.empty(elements).fill_(0.0)
+
+    def median_ms(work: Callable[[], Any]) -> float:
+        times = []
+        for _ in range(_PROBE_REPEATS):
+            start = time.perf_counter()
+            work()
+            times.append(time.perf_counter() - start)
+        return sorted(times)[len(times) // 2] * 1e3
+
+    fresh = median_ms(lambda: torch.empty(elements).fill_(1.0))
+    return max(0.0, (fresh - median_ms(lambda: kept.fill_(1.0))) / _PROBE_MIB)
 
 
 def _read_first(path: Path) -> Optional[str]:

@@ -24,6 +24,7 @@ __all__ = [
     "TEST_VARIABLES",
     "DATASETS",
     "MAX_BATCH_SIZE",
+    "FRESH_PAGES_BYTES",
     "MAX_CLASSES",
     "MAX_INPUT_EXTENT",
     "dataset_load_options",
@@ -69,6 +70,11 @@ DATASETS: Dict[str, Optional[Tuple[Tuple[int, int, int], int]]] = {
 # Ceilings (README, "Checks and limits") of every number that enters from a config, a command
 # line or a file: far above any device's reach, low enough that no computation overflows.
 MAX_BATCH_SIZE = 2**20
+# The C library serves every allocation above this from a fresh mapping (glibc's largest dynamic
+# mmap threshold on 64-bit systems): PyTorch's CPU allocator keeps no cache, so on a CPU such a
+# tensor's pages are faulted in and zeroed again at each iteration (a GPU's caching allocator
+# keeps its blocks). What that costs per MiB is measured on the device (`backends`).
+FRESH_PAGES_BYTES = 32 << 20
 MAX_CLASSES = 10**7
 MAX_INPUT_EXTENT = 2**14
 

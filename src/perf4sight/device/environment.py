@@ -21,22 +21,27 @@ from .errors import LogFormatError
 from .files import write_text
 from .system import physical_cores, system_memory_mib
 
-__all__ = ["CLOCKS_LOCKED", "DEVICE_NAME", "POWER_MODE", "Environment", "environment_record", "write_environment"]
+__all__ = ["CLOCKS_LOCKED", "DEVICE_NAME", "FRESH_PAGES_COST", "POWER_MODE", "Environment", "environment_record",
+           "write_environment"]
 
 # The keys of a record that are read back (`Environment`): written here (PyTorch's version, the
 # host's name) and by the backends' `setup` (the device's name, power mode, clocks).
 TORCH, HOSTNAME, DEVICE_NAME, POWER_MODE, CLOCKS_LOCKED = "torch", "hostname", "device_name", "power_mode", "clocks_locked"
+# What a training tensor in fresh pages costs per MiB on the device (the CPU backend's probe,
+# `backends.fresh_pages_ms_per_mib`; absent where tensors come from a caching allocator).
+FRESH_PAGES_COST = "fresh_pages_ms_per_mib"
 
 
 class Environment(NamedTuple):
     """What is read back of an environment record: the PyTorch the device ran, the device's
-    name (the host's where its backend found none), its power mode and whether its clocks
-    were locked (None where not known)."""
+    name (the host's where its backend found none), its power mode, whether its clocks
+    were locked and what a tensor in fresh pages costs per MiB (None where not known)."""
 
     torch: str
     device: Optional[str]
     power_mode: Optional[str]
     clocks_locked: Optional[bool]
+    fresh_pages_ms_per_mib: Optional[float] = None
 
     @classmethod
     def of(cls, record: Any, where: str) -> "Environment":
@@ -45,8 +50,12 @@ class Environment(NamedTuple):
         if not isinstance(record, dict) or not isinstance(record.get(TORCH), str):
             raise LogFormatError("{}: an environment record without a '{}' version".format(where, TORCH))
         device = record.get(DEVICE_NAME) or record.get(HOSTNAME)
+        fresh = record.get(FRESH_PAGES_COST)
+        if fresh is not None and (isinstance(fresh, bool) or not isinstance(fresh, (int, float))
+                                  or not 0 <= fresh < float("inf")):
+            raise LogFormatError("{}: {}={!r}, expected a number of milliseconds >= 0".format(where, FRESH_PAGES_COST, fresh))
         return cls(record[TORCH], None if device is None else str(device), record.get(POWER_MODE),
-                   record.get(CLOCKS_LOCKED))
+                   record.get(CLOCKS_LOCKED), None if fresh is None else float(fresh))
 
 
 def environment_record(worker_facts: Dict[str, Any], settings: Dict[str, Any]) -> Dict[str, Any]:

@@ -22,12 +22,13 @@ from perf4sight.features.transform import (
     FeatureTransformer,
     feature_table,
     queries,
+    with_device_costs,
 )
 
 __all__ = [
     "ARCHITECTURE", "BATCH_SIZE", "FEATURE_SETS", "FEATURE_TERMS", "Extrapolation", "FeatureFunction",
     "FeatureTransformer", "TERM_SETS", "feature_table", "network_features", "paper_features", "queries",
-    "recipe_extrapolation", "replay_features",
+    "recipe_extrapolation", "replay_features", "with_device_costs",
 ]
 
 # The term sets each feature set declares for the physical models (`perf4sight.features.terms`):

@@ -26,14 +26,16 @@ from perf4sight.architecture import Architecture, Detail, Layer
 from perf4sight.architecture.kinds import (CONV2D, CONV_DEPTHWISE, CONV_GROUPED, GEMM_GROUPS, LINEAR_GROUP,
                                            MEMORY_BOUND_GROUPS, OTHER, gemm_flops, layer_group)
 from perf4sight.console import warn
+from perf4sight.device.definitions import FRESH_PAGES_BYTES
 from perf4sight.device.recipe import DEFAULT_RECIPE, OPTIMIZERS, PRECISIONS, Precision
 from perf4sight.errors import NetworkError
 from perf4sight.features.inputs import needs
 from perf4sight.features.terms import Role, Term, TermSet
 
 __all__ = [
-    "AUTOCAST_TERMS", "EXACT_COLUMNS", "LAYER_GROUPS", "MEMORY_PARTS", "NETWORK_TERMS", "STREAM_TERMS", "PARAMETER_STREAM_FACTOR", "gemm_flops", "network_features", "layer_group",
-    "networks_per_group", "group_column",
+    "AUTOCAST_TERMS", "EXACT_COLUMNS", "FRESH_PAGES", "FRESH_PAGES_MS", "LAYER_GROUPS", "MEMORY_PARTS", "NETWORK_TERMS",
+    "STREAM_TERMS", "PARAMETER_STREAM_FACTOR", "gemm_flops", "network_features", "layer_group", "networks_per_group",
+    "group_column",
 ]
 
 # The layer kinds' cost groups (`perf4sight.architecture.kinds`): depthwise and grouped
@@ -72,6 +74,12 @@ _AUTOCAST_GEMM = "autocast_padded_flops"
 _OUTPUTS = "output_bytes"
 _ACTIVATION_PEAK = "activation_peak_bytes"
 _LAYERS = "layers"
+# The gradients of trained weights above `FRESH_PAGES_BYTES`, each in fresh pages at every
+# iteration on a CPU; and their cost there, at the rate the device's profiler measured
+# (`perf4sight.device.backends.fresh_pages_ms_per_mib`; added by `feature_table`, 0 where
+# none was measured: a GPU's caching allocator keeps its blocks).
+FRESH_PAGES = "fresh_page_bytes"
+FRESH_PAGES_MS = "fresh_pages_ms"
 
 
 def networks_per_group(features: pd.DataFrame, nets: pd.Series) -> dict[str, int]:
@@ -168,6 +176,7 @@ def network_features(arch: Architecture, batch_sizes: Sequence[int], stage: str 
     big = kept[None, :] * batch
     rounded = np.where(big > _LARGE_ALLOC_BYTES, _round_up(big, _SEGMENT_BYTES), big).sum(axis=1)
     trained_params = [layer.params for layer in layers if layer.trained and training]
+    gradients = [_weight_elements(layer) * dtype for layer in layers if layer.trained and training]
 
     # the copies of the weights autograd keeps in autocast's dtype
     weight_copies = float(sum(layer.saved_param_bytes for layer in layers)) if training else 0.0
@@ -185,6 +194,7 @@ def network_features(arch: Architecture, batch_sizes: Sequence[int], stage: str 
         _OPTIMIZER_STATE: optimizer.state_buffers * trainable_bytes,
         # the optimizer's temporaries for one parameter at a time: the largest trained layer's
         _OPTIMIZER_TEMP: float(optimizer.temporaries * max(trained_params, default=0) * dtype),
+        FRESH_PAGES: float(sum(size for size in gradients if size > FRESH_PAGES_BYTES)),
         "buffer_bytes": float(arch.buffer_bytes),
         "input_bytes": bs * math.prod(arch.input_size) * dtype,
         _SAVED: bs * kept.sum() + saved_fixed,
@@ -239,6 +249,12 @@ def _layer_row(layer: Layer, group: str, training: bool, dtype: int, precision: 
         not layer.inplace,
         training and layer.backward,
     )
+
+
+def _weight_elements(layer: Layer) -> int:
+    """The elements of a layer's largest parameter, its weight: all but a bias of one value per
+    output channel."""
+    return layer.params - (layer.output[0] if layer.bias and layer.output else 0)
 
 
 def _layer_passes(layer: Layer, training: bool) -> float:
@@ -349,7 +365,7 @@ _MEMORY_TERMS = (
 # the recipe: a query beyond the training runs' range in them (Adam's state and its two
 # temporaries, say, after SGD's) extrapolates no fitted rate (a bigger network is still told
 # by its `param_bytes`).
-EXACT_COLUMNS = (_PARAM_STATE, _WEIGHT_COPIES, _GRADIENTS, _OPTIMIZER_STATE, _OPTIMIZER_TEMP)
+EXACT_COLUMNS = (_PARAM_STATE, _WEIGHT_COPIES, _GRADIENTS, _OPTIMIZER_STATE, _OPTIMIZER_TEMP, FRESH_PAGES, FRESH_PAGES_MS)
 # What a memory prediction is made of, for its breakdown: the exact amounts of the features
 # (the weights, with autocast's copies of them; the gradients; the optimizer's state) and what
 # autograd saves for the backward pass, the part of the fitted activations known exactly.
@@ -393,6 +409,10 @@ _PARAMETER_STREAMS = Term("parameters", {_PARAM_TRAFFIC: 1.0}, "bytes")
 _LAUNCHES = Term("launches", {_LAYERS: 1.0}, "count")
 _GROUPED_WORK = Term("grouped", {group_column(_GROUPED, "padded_flops"): 1.0}, "flops", tie="gemm")
 _DEPTHWISE_WORK = Term("depthwise", {group_column(_DEPTHWISE, "bytes"): 1.0}, "bytes")
+# A trained weight above `FRESH_PAGES_BYTES` gets its gradient in fresh pages at every
+# iteration on a CPU: their cost at the device's measured rate, as it is (no network of the
+# training data need hold such a weight; on the CPU zoo, alexnet, vgg11 and wide_resnet50_2).
+_FRESH_PAGE_COST = Term("fresh_pages", {FRESH_PAGES_MS: 1.0}, "ms", Role.EXACT)
 _LATENCY_TERMS = (
     _GEMM_WORK,
     Term("traffic", {
@@ -404,6 +424,7 @@ _LATENCY_TERMS = (
     _DEPTHWISE_WORK,
     _GROUPED_WORK,
     _AUTOCAST_GEMM_WORK,
+    _FRESH_PAGE_COST,
 )
 NETWORK_TERMS = TermSet("network", memory=_MEMORY_TERMS, latency=_LATENCY_TERMS)
 # The same latency model with the bytes moved split by the kernels that move them, each at a
@@ -426,5 +447,6 @@ _STREAM_LATENCY_TERMS = (
     _DEPTHWISE_WORK,
     _GROUPED_WORK,
     _AUTOCAST_GEMM_WORK,
+    _FRESH_PAGE_COST,
 )
 STREAM_TERMS = TermSet("streams", memory=_MEMORY_TERMS, latency=_STREAM_LATENCY_TERMS)

@@ -22,15 +22,17 @@ from perf4sight.architecture import Architecture, Detail, as_saved_by
 from perf4sight.architecture.derived import derived_values
 from perf4sight.device.definitions import BatchSizes
 from perf4sight.features.inputs import checked_batch_sizes
-from perf4sight.features.network import network_features
+from perf4sight.features.network import FRESH_PAGES, FRESH_PAGES_MS, network_features
 from perf4sight.features.paper import paper_features
 from perf4sight.features.replay import replay_features
 
-__all__ = ["ARCHITECTURE", "BATCH_SIZE", "FEATURE_SETS", "FeatureFunction", "FeatureTransformer", "feature_table", "queries"]
+__all__ = ["ARCHITECTURE", "BATCH_SIZE", "FEATURE_SETS", "FeatureFunction", "FeatureTransformer", "feature_table", "queries",
+           "with_device_costs"]
 
 # A query frame's columns: what a model is asked about.
 ARCHITECTURE = "architecture"
 BATCH_SIZE = "batch_size"
+_MIB = float(1 << 20)
 
 
 
@@ -57,15 +59,17 @@ def queries(arch: Architecture, batch_sizes: Sequence[int]) -> pd.DataFrame:
 
 
 def feature_table(arch: Architecture, batch_sizes: Sequence[int], feature_set: str, stage: str,
-                  torch_version: str | None = None) -> pd.DataFrame:
+                  torch_version: str | None = None, fresh_pages_ms_per_mib: float | None = None) -> pd.DataFrame:
     """`FEATURE_SETS[feature_set]` of `arch` as autograd on the device's PyTorch `torch_version`
     saves it (`as_saved_by`; None: the host's) at `batch_sizes` (one row each, in their order,
     index 0..n-1), computed for the batch sizes not asked for before and kept with it; the
-    same list of batch sizes asked again is the same table."""
+    same list of batch sizes asked again is the same table. A set with the gradients in fresh
+    pages (`FRESH_PAGES`) gets their cost on the device (`FRESH_PAGES_MS`) at the rate its
+    profiler measured, `fresh_pages_ms_per_mib` (None: none measured, no cost)."""
     sizes = checked_batch_sizes(arch, batch_sizes)
     arch = as_saved_by(arch, torch_version)
     kept = derived_values(arch)
-    asked = ("features", feature_set, stage, sizes)
+    asked = ("features", feature_set, stage, sizes, fresh_pages_ms_per_mib)
     if asked not in kept:
         key = ("features", feature_set, stage)
         table, rows = kept.get(key, (None, {}))  # every row computed so far, and each batch size's row
@@ -76,21 +80,33 @@ def feature_table(arch: Architecture, batch_sizes: Sequence[int], feature_set: s
             table = new if table is None else pd.concat([table, new], ignore_index=True)
             kept[key] = (table, rows)
         order = [rows[size] for size in sizes]
-        kept[asked] = table if order == list(range(len(table))) else table.iloc[order].reset_index(drop=True)
+        asked_rows = table if order == list(range(len(table))) else table.iloc[order].reset_index(drop=True)
+        kept[asked] = with_device_costs(asked_rows, fresh_pages_ms_per_mib)
     return kept[asked]
+
+
+def with_device_costs(table: pd.DataFrame, fresh_pages_ms_per_mib: float | None) -> pd.DataFrame:
+    """A feature set's table with what its amounts cost on the device, where the device's
+    profiler measured it: the gradients in fresh pages (`FRESH_PAGES`) at
+    `fresh_pages_ms_per_mib` (`FRESH_PAGES_MS`; 0 where None: not measured)."""
+    if FRESH_PAGES not in table.columns:
+        return table
+    return table.assign(**{FRESH_PAGES_MS: table[FRESH_PAGES] / _MIB * (fresh_pages_ms_per_mib or 0.0)})
 
 
 class FeatureTransformer(TransformerMixin, BaseEstimator, auto_wrap_output_keys=None):
     """A query frame (`architecture`, `batch_size` and any other columns, ignored) to the
     columns of `feature_set` for `stage`, one row per query, in the query's order; each
     architecture as autograd saves it on the device's PyTorch, `torch_version` (None: the
-    host's; `perf4sight.architecture.autograd`)."""
+    host's; `perf4sight.architecture.autograd`), and fresh pages at the device's measured
+    cost, `fresh_pages_ms_per_mib` (`feature_table`)."""
 
     def __init__(self, feature_set: str = "network", stage: str = "training",
-                 torch_version: str | None = None) -> None:
+                 torch_version: str | None = None, fresh_pages_ms_per_mib: float | None = None) -> None:
         self.feature_set = feature_set
         self.stage = stage
         self.torch_version = torch_version
+        self.fresh_pages_ms_per_mib = fresh_pages_ms_per_mib
 
     def fit(self, X: pd.DataFrame, y: Any = None) -> FeatureTransformer:  # noqa: N803 (scikit-learn's names)
         """Record the feature names (those the later steps are fitted on)."""
@@ -122,7 +138,7 @@ class FeatureTransformer(TransformerMixin, BaseEstimator, auto_wrap_output_keys=
     def _table(self, arch: Any, sizes: np.ndarray) -> pd.DataFrame:
         if not isinstance(arch, Architecture):
             raise ValueError(f"FeatureTransformer: '{ARCHITECTURE}' holds a {type(arch).__name__}, not an Architecture")
-        return feature_table(arch, sizes, self.feature_set, self.stage, self.torch_version)
+        return feature_table(arch, sizes, self.feature_set, self.stage, self.torch_version, self.fresh_pages_ms_per_mib)
 
     def get_feature_names_out(self, input_features: Any = None) -> np.ndarray:
         """The feature columns, as fitted."""

@@ -187,7 +187,9 @@ class CalibratedModel(BaseEstimator):
     frame, then the method's steps), its corrections per profiled family (`calibration_`)
     and, with `bound_quantile`, the memory bound (`bound_`, `held_out_ratio`'s), with what a
     prediction checks itself against: the training ranges, layer groups, recipes and
-    networks, and why its method and PyTorch were chosen. It is what skops stores, whole,
+    networks, and why its method and PyTorch were chosen; the device's PyTorch
+    (`torch_version`) and measured cost of fresh pages (`fresh_pages_ms_per_mib`) are its
+    features' (`make_regressor`). It is what skops stores, whole,
     and every prediction (a user's query, the fingerprint evaluation, the bound's refits) is
     its `predict`.
 
@@ -208,11 +210,13 @@ class CalibratedModel(BaseEstimator):
         "fallback": [StrOptions(set(METHODS)), None],
         "torch_version": [str, None],
         "torch_version_reason": [str, None],
+        "fresh_pages_ms_per_mib": [Interval(Real, 0, None, closed="left"), None],
     }
 
     def __init__(self, method: str = "physical", target: str = MEMORY.name, stage: str = "training",
                  bound_quantile: float | None = None, fallback: str | None = None,
-                 torch_version: str | None = None, torch_version_reason: str | None = None) -> None:
+                 torch_version: str | None = None, torch_version_reason: str | None = None,
+                 fresh_pages_ms_per_mib: float | None = None) -> None:
         self.method = method
         self.target = target
         self.stage = stage
@@ -220,6 +224,7 @@ class CalibratedModel(BaseEstimator):
         self.fallback = fallback
         self.torch_version = torch_version
         self.torch_version_reason = torch_version_reason
+        self.fresh_pages_ms_per_mib = fresh_pages_ms_per_mib
 
     @property
     def feature_set(self) -> str:
@@ -237,7 +242,8 @@ class CalibratedModel(BaseEstimator):
         the runs cost."""
         y = np.asarray(y, dtype=float)
         rows = query_rows(X)
-        self.regressor_ = fit_method(self.method, X, y, self.target, self.stage, self.torch_version)
+        self.regressor_ = fit_method(self.method, X, y, self.target, self.stage, self.torch_version,
+                                     self.fresh_pages_ms_per_mib)
         self.calibration_ = FamilyCalibration.of(rows, y, self.regressor_.predict(X))
         self.bound_ = None if self.bound_quantile is None else held_out_ratio(self, X, y, self.bound_quantile)
         self.fallback_ = None if self.fallback is None else clone(self).set_params(

@@ -59,7 +59,8 @@ def held_out_errors(method: str, dataset: Dataset, target: str) -> tuple[np.ndar
     left_out, groups = held_out_groups(dataset.rows)
     if groups.nunique() < 2:
         return np.empty(0), left_out
-    model = CalibratedModel(method, target, dataset.stage, torch_version=dataset.torch_version)
+    model = CalibratedModel(method, target, dataset.stage, torch_version=dataset.torch_version,
+                            fresh_pages_ms_per_mib=dataset.fresh_pages_ms_per_mib)
     errors = [mape_pct(dataset.target[out], fitted.predict(dataset.rows[out].reset_index(drop=True), calibrate=False))
               for _, out, fitted in leave_one_group_out(model, dataset.rows, dataset.target, groups)]
     return np.array(errors), left_out

@@ -111,6 +111,7 @@ class Dataset:
     rows: pd.DataFrame
     stage: str = "training"  # the stage the runs ran (the models' features are of it)
     torch_version: str | None = None  # the device's PyTorch (None: as the host's saves)
+    fresh_pages_ms_per_mib: float | None = None  # the device's measured cost of fresh pages (None: not measured)
 
     def __len__(self) -> int:
         return len(self.target)
@@ -128,6 +129,7 @@ class Dataset:
             rows=self.rows[mask].reset_index(drop=True),
             stage=self.stage,
             torch_version=self.torch_version,
+            fresh_pages_ms_per_mib=self.fresh_pages_ms_per_mib,
         )
 
 
@@ -171,10 +173,12 @@ def build_dataset(
     catalog: ArchitectureCatalog,
     passed_only: bool = True,
     torch_version: str | None = None,
+    fresh_pages_ms_per_mib: float | None = None,
 ) -> Dataset:
     """Join log rows (from `read_logs`) with their features, the architectures as autograd
-    saves them on the device's PyTorch, `torch_version`; rows without an architecture are
-    skipped with one warning that counts them, and none left is an error."""
+    saves them on the device's PyTorch, `torch_version`, fresh pages at the cost its profiler
+    measured, `fresh_pages_ms_per_mib`; rows without an architecture are skipped with one
+    warning that counts them, and none left is an error."""
     if passed_only:
         logs = logs[logs["passed"]]
     if "stage" in logs.columns:
@@ -191,7 +195,8 @@ def build_dataset(
             if arch is None:
                 missing.append((name, len(group)))
             else:
-                blocks.append(feature_table(arch, group["bs"].to_numpy(), feature_set, stage, torch_version))
+                blocks.append(feature_table(arch, group["bs"].to_numpy(), feature_set, stage, torch_version,
+                                            fresh_pages_ms_per_mib))
                 kept.append(group.assign(params=arch.params, family=family_key(arch), arch=[arch] * len(group)))
             bar.advance(name)
     if missing:
@@ -224,4 +229,5 @@ def build_dataset(
         }),
         stage=stage,
         torch_version=torch_version,
+        fresh_pages_ms_per_mib=fresh_pages_ms_per_mib,
     )

@@ -36,7 +36,7 @@ from perf4sight.fit.bound import BOUND_QUANTILE
 from perf4sight.fit.calibration import CalibratedModel
 from perf4sight.fit.choice import MethodChoice, choose_method, choose_torch_version, holds_copies
 from perf4sight.fit.dataset import ArchitectureCatalog, Dataset, build_dataset, logged_recipes, row_recipes
-from perf4sight.fit.logs import campaign_cost, find_logs, read_logs, recorded_environments
+from perf4sight.fit.logs import campaign_cost, device_fresh_pages, find_logs, read_logs, recorded_environments
 from perf4sight.fit.methods import DEFAULT_METHOD, METHODS, candidate_methods, method_problem, resolve_method
 from perf4sight.fit.report import print_report, summarise, write_report
 from perf4sight.fit.store import Fingerprint, load_model, model_folder_lock, save_models, stored_model_path
@@ -70,6 +70,7 @@ def _train(settings: FingerprintSettings, target: Quantity, method: str,
     dirs = _log_dirs(settings, target.kind, evaluation=False)
     logs = read_logs(settings.train_nets, settings.train_logs, dirs, [target])
     torch_version, reason = _device_torch(settings, dirs)
+    fresh_pages = device_fresh_pages(dirs)
     recipes = logged_recipes(logs[logs["passed"]])
     excluded = {candidate: problem for candidate in candidates
                 if (problem := method_problem(candidate, recipes)) is not None}
@@ -82,7 +83,8 @@ def _train(settings: FingerprintSettings, target: Quantity, method: str,
         datasets = {}
         for candidate in (c for c in candidates if c not in excluded):
             datasets[candidate] = build_dataset(logs, target=target.name, feature_set=METHODS[candidate].feature_set,
-                                                stage=settings.stage, catalog=catalog, torch_version=version)
+                                                stage=settings.stage, catalog=catalog, torch_version=version,
+                                                fresh_pages_ms_per_mib=fresh_pages)
             _check_positive(datasets[candidate], target)
         return datasets, choose_method(datasets, target.name, excluded) if method == DEFAULT_METHOD else None
 
@@ -97,7 +99,8 @@ def _train(settings: FingerprintSettings, target: Quantity, method: str,
     console.info(f"fitting the {target.kind} model ({method}) on {len(dataset)} rows")
     model = CalibratedModel(method, target.name, settings.stage,
                             bound_quantile=BOUND_QUANTILE if target == MEMORY else None, fallback=METHODS[method].fallback,
-                            torch_version=torch_version, torch_version_reason=reason)
+                            torch_version=torch_version, torch_version_reason=reason,
+                            fresh_pages_ms_per_mib=fresh_pages)
     bound = model.fit(dataset.rows, dataset.target, method_choice=choice.as_dict() if choice is not None else None,
                       campaign=campaign_cost(logs)).bound_
     if bound is not None:
@@ -177,7 +180,8 @@ def _evaluate(settings: FingerprintSettings, target: Quantity, model: Calibrated
             continue
         try:
             dataset = build_dataset(part, target=target.name, feature_set=feature_set, stage=settings.stage,
-                                    catalog=catalog, torch_version=model.torch_version)
+                                    catalog=catalog, torch_version=model.torch_version,
+                                    fresh_pages_ms_per_mib=model.fresh_pages_ms_per_mib)
         except DataNotFoundError as exc:  # none usable in this part: the other may have some
             missing = exc
             continue

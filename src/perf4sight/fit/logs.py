@@ -29,8 +29,8 @@ from perf4sight.device.recipe import RECIPE_COLUMNS
 from perf4sight.errors import DataNotFoundError, LogFormatError
 from perf4sight.files import read_json
 
-__all__ = ["REQUIRED_COLUMNS", "campaign_cost", "gt_log_path", "find_logs", "read_gt_log", "read_logs",
-           "recorded_environments"]
+__all__ = ["REQUIRED_COLUMNS", "campaign_cost", "device_fresh_pages", "gt_log_path", "find_logs", "read_gt_log",
+           "read_logs", "recorded_environments"]
 
 # The columns that tell one test from another, where the log has them (the recipe's always:
 # `read_gt` fills them): a second row with the same values is the same test measured again.
@@ -165,3 +165,12 @@ def recorded_environments(log_dirs: Sequence[str | Path]) -> dict[Path, Environm
                      key=lambda record: record.name)
     return {record: Environment.of(read_json(record, what="environment record", error=LogFormatError), str(record))
             for record in records}
+
+
+def device_fresh_pages(log_dirs: Sequence[str | Path]) -> float | None:
+    """What a tensor in fresh pages costs per MiB on the device behind `log_dirs`, as its
+    profiler measured it (the latest environment record that says); None where none says (a
+    GPU, or logs of a profiler that did not measure it)."""
+    measured = [environment.fresh_pages_ms_per_mib for environment in recorded_environments(log_dirs).values()
+                if environment.fresh_pages_ms_per_mib is not None]
+    return measured[-1] if measured else None

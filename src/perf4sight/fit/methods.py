@@ -147,16 +147,19 @@ def trusted_types() -> list[str]:
     return sorted({f"{cls.__module__}.{cls.__qualname__}" for cls in _TRUSTED} | set(_TRUSTED_SKLEARN))
 
 
-def make_regressor(method: str, target: str, stage: str = "training", torch_version: str | None = None) -> Pipeline:
+def make_regressor(method: str, target: str, stage: str = "training", torch_version: str | None = None,
+                   fresh_pages_ms_per_mib: float | None = None) -> Pipeline:
     """An unfitted regressor of `method` for `target` (`mem_used_mib`, `latency_ms`) and
-    `stage` on a device running PyTorch `torch_version` (None: the host's): the features of
-    the query frame, then the method's steps."""
+    `stage` on a device running PyTorch `torch_version` (None: the host's) whose profiler
+    measured `fresh_pages_ms_per_mib` (None: not measured): the features of the query frame,
+    then the method's steps."""
     spec = method_spec(method)
-    return Pipeline([("features", FeatureTransformer(spec.feature_set, stage, torch_version)), *spec.steps(target)])
+    features = FeatureTransformer(spec.feature_set, stage, torch_version, fresh_pages_ms_per_mib)
+    return Pipeline([("features", features), *spec.steps(target)])
 
 
 def fit_method(method: str, X: pd.DataFrame, y: Any, target: str, stage: str = "training",  # noqa: N803
-               torch_version: str | None = None) -> Pipeline:
+               torch_version: str | None = None, fresh_pages_ms_per_mib: float | None = None) -> Pipeline:
     """A regressor of `method` fitted on the query frame `X` (with each row's network,
     `net`) and targets `y`.
 
@@ -164,7 +167,7 @@ def fit_method(method: str, X: pd.DataFrame, y: Any, target: str, stage: str = "
     user asks about is a new one, so each profiled network counts as much as any other,
     whatever number of runs it passed.
     """
-    regressor = make_regressor(method, target, stage, torch_version)
+    regressor = make_regressor(method, target, stage, torch_version, fresh_pages_ms_per_mib)
     name, last = regressor.steps[-1]
     if has_fit_parameter(last, "sample_weight"):
         return regressor.fit(X, y, **{f"{name}__sample_weight": network_weights(X["net"])})

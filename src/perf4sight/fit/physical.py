@@ -324,13 +324,16 @@ class LatencySolver(RegressorMixin, BaseEstimator):
     """Latency as a fixed cost plus a non-negative rate per term, from term amounts.
 
     `terms` names X's columns; `ties` pairs (term, fitted term): a term that no training row
-    holds takes its tie's rate (`tied_terms_` names those). Fitted: `intercept_`, `coef_`
-    (one per term, named by `terms_`).
+    holds takes its tie's rate (`tied_terms_` names those); `exact` names terms whose amounts
+    are milliseconds known before the fit (a cost the device measured), added as they are.
+    Fitted: `intercept_`, `coef_` (one per term, named by `terms_`; 1 for an exact term).
     """
 
-    def __init__(self, terms: tuple[str, ...] | None = None, ties: tuple[tuple[str, str], ...] = ()) -> None:
+    def __init__(self, terms: tuple[str, ...] | None = None, ties: tuple[tuple[str, str], ...] = (),
+                 exact: tuple[str, ...] = ()) -> None:
         self.terms = terms
         self.ties = ties
+        self.exact = exact
 
     def __sklearn_tags__(self) -> Any:
         tags = super().__sklearn_tags__()
@@ -339,25 +342,29 @@ class LatencySolver(RegressorMixin, BaseEstimator):
         return tags
 
     def fit(self, X: Any, y: Any, sample_weight: Any = None) -> LatencySolver:  # noqa: N803
-        """Non-negative least squares on relative error, columns scaled for conditioning."""
+        """Non-negative least squares on relative error, columns scaled for conditioning; the
+        exact terms' milliseconds taken off the targets first."""
         X, y, root = _checked_fit_data(self, X, y, sample_weight)  # noqa: N806
         terms = _term_names(self, X.shape[1])
         ties = dict(self.ties)
-        unknown = sorted({*ties, *ties.values()} - set(terms))
+        unknown = sorted({*ties, *ties.values(), *self.exact} - set(terms))
         if unknown:
-            raise ValueError(f"LatencySolver: ties name unknown terms: {', '.join(unknown)}")
+            raise ValueError(f"LatencySolver: ties or exact terms name unknown terms: {', '.join(unknown)}")
         absent = ~X.any(axis=0)
         tied = [i for i, name in enumerate(terms) if name in ties and absent[i]]
+        exact = np.isin(terms, list(self.exact))
         parameters = _Parameters(intercept=None, coef=len(terms))
-        fitted = parameters.vector(intercept=True, coef=~np.isin(np.arange(len(terms)), tied)).astype(bool)
+        fitted = parameters.vector(intercept=True, coef=~np.isin(np.arange(len(terms)), tied) & ~exact).astype(bool)
         full = np.column_stack([np.ones(len(y)), X])[:, fitted]
         scale = np.abs(full).max(axis=0)
         scale[scale == 0] = 1.0
-        solution, _ = nnls(full / scale * (root / y)[:, None], root)
+        known = X[:, exact].sum(axis=1)
+        solution, _ = nnls(full / scale * (root / y)[:, None], root * (1 - known / y))
         coefficients = np.zeros(parameters.size)
         coefficients[fitted] = solution / scale
         named = parameters.named(coefficients)
         coef = named["coef"]
+        coef[exact] = 1.0
         for i in tied:
             coef[i] = coef[terms.index(ties[terms[i]])]
         self.terms_ = np.array(terms)
@@ -422,7 +429,8 @@ class TermDesign(TransformerMixin, BaseEstimator, auto_wrap_output_keys=None):
         names = tuple(term.name for term in terms)
         if self.target == MEMORY.name:
             return MemorySolver(terms=names, roles=tuple(term.role.value for term in terms))
-        return LatencySolver(terms=names, ties=tuple((term.name, term.tie) for term in terms if term.tie))
+        return LatencySolver(terms=names, ties=tuple((term.name, term.tie) for term in terms if term.tie),
+                             exact=tuple(term.name for term in terms if term.role is Role.EXACT))
 
 
 def _quantity(target: str) -> Quantity:

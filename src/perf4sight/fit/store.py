@@ -45,7 +45,7 @@ from perf4sight.cache import cached_architecture
 from perf4sight.device.recipe import Recipe
 from perf4sight.device.definitions import QUANTITIES
 from perf4sight.errors import DataNotFoundError, FittedModelError, clip
-from perf4sight.features import FEATURE_SETS
+from perf4sight.features import FEATURE_SETS, with_device_costs
 from perf4sight.fit.calibration import CalibratedModel, FamilyCalibration
 from perf4sight.fit.methods import METHODS, make_regressor, trusted_types
 from perf4sight.device.lock import FolderLock
@@ -64,8 +64,9 @@ __all__ = ["Fingerprint", "library_versions", "load_model", "load_models", "mode
 # convolutions' latency per operation; 15: the estimator holds what a prediction reads (training
 # ranges, layer groups, recipes, networks, the method's choice), the header the fingerprint's
 # identity, and the hash covers both; 16: what profiling the training runs cost (`campaign_`);
-# 17: depthwise convolutions' latency per byte, the parameters' passes at a rate of their own
-_FORMAT = 17
+# 17: depthwise convolutions' latency per byte, the parameters' passes at a rate of their own;
+# 18: gradients in fresh pages at the device's measured cost (`fresh_pages_ms_per_mib`)
+_FORMAT = 18
 # Versions that must match for a stored model to be used: the estimator's internals
 # (scikit-learn) and the feature definitions (perf4sight).
 _PINNED = ("scikit-learn", "perf4sight")
@@ -171,6 +172,7 @@ class _Content(_Strict):
     method_choice_: _MethodChoice | None
     torch_version: Annotated[str, StringConstraints(pattern=r"^\d+\.\d+")] | None
     torch_version_reason: str | None
+    fresh_pages_ms_per_mib: Annotated[_Finite, Field(ge=0)] | None
 
 
 def _check_header(header: Any, meta_path: Path) -> None:
@@ -242,14 +244,15 @@ def _feature_probe(feature_set: str, stage: str) -> tuple[tuple[float, ...], ...
 
 @cache
 def _probe_features(features_of: Callable[..., pd.DataFrame], stage: str) -> pd.DataFrame:
-    """The reference network's feature table, computed once per feature function and stage
+    """The reference network's feature table with the device's costs priced (at none: the
+    columns a model's features step computes), computed once per feature function and stage
     in a process (a predictor loads two models of one feature set); its architecture is kept
     on disk (`perf4sight.cache`: a module is not keyed by the loader, but this one is defined
     here, in perf4sight's own source), so that loading a model records nothing again."""
     key = {"reference network": list(_PROBE_INPUT), "needs": features_of.needs.name, "stage": stage}
     arch = cached_architecture(key, lambda: load_architecture(_probe_network(), input_size=_PROBE_INPUT,
                                                               needs=features_of.needs, stage=stage))
-    return features_of(arch, _PROBE_BATCH_SIZES, stage)
+    return with_device_costs(features_of(arch, _PROBE_BATCH_SIZES, stage), None)
 
 
 def _describe(regressor: Pipeline) -> str:
@@ -377,8 +380,9 @@ def _load(storedir: str | Path, *, stage: str, target: str) -> tuple[CalibratedM
         if fallback is not None:
             raise FittedModelError(f"{path}: holds a fallback model; method '{method}' has none")
     elif type(fallback) is not CalibratedModel or fallback.method != expected.fallback \
-            or fallback.torch_version != estimator.torch_version:
-        raise FittedModelError(f"{path}: its fallback is not a '{expected.fallback}' model of the same PyTorch; "
+            or fallback.torch_version != estimator.torch_version \
+            or fallback.fresh_pages_ms_per_mib != estimator.fresh_pages_ms_per_mib:
+        raise FittedModelError(f"{path}: its fallback is not a '{expected.fallback}' model of the same device; "
                                "fingerprint again to refit")
     else:
         _check_content(fallback, expected.fallback, stage, target, path)
@@ -388,12 +392,17 @@ def _load(storedir: str | Path, *, stage: str, target: str) -> tuple[CalibratedM
 
 def _check_content(estimator: CalibratedModel, method: str, stage: str, target: str, path: Path) -> None:
     """Refuse a stored model (or fallback) whose regressor is not `method`'s for its own
-    PyTorch (`torch_version`), or whose fitted attributes are not what a fit makes."""
+    device (`torch_version`, `fresh_pages_ms_per_mib`), or whose fitted attributes are not what
+    a fit makes."""
     torch_version = getattr(estimator, "torch_version", "missing")
     if torch_version is not None and type(torch_version) is not str:
         raise FittedModelError(f"{path}: torch_version {clip(repr(torch_version))} is not a PyTorch version; "
                                "fingerprint again to refit")
-    problem = _regressor_problem(estimator, make_regressor(method, target, stage, torch_version), method)
+    fresh_pages = getattr(estimator, "fresh_pages_ms_per_mib", "missing")
+    if fresh_pages is not None and (type(fresh_pages) is not float or not 0 <= fresh_pages < float("inf")):
+        raise FittedModelError(f"{path}: fresh_pages_ms_per_mib {clip(repr(fresh_pages))} is not a cost in ms; "
+                               "fingerprint again to refit")
+    problem = _regressor_problem(estimator, make_regressor(method, target, stage, torch_version, fresh_pages), method)
     if problem:
         raise FittedModelError(f"{path}: {problem}")
     calibration = getattr(estimator, "calibration_", None)
@@ -416,9 +425,12 @@ def _regressor_problem(estimator: Any, wanted: Pipeline, method: str) -> str | N
             regressor if type(estimator) is CalibratedModel else estimator).__name__
         return f"holds {clip(held)}; method '{method}' is {_describe(wanted)} in a {CalibratedModel.__name__}"
     for (name, step), (_, want) in zip(regressor.steps, wanted.steps):
-        if step.get_params(deep=False) != want.get_params(deep=False):
-            return (f"its step '{name}' has parameters {clip(repr(step.get_params(deep=False)))}, method '{method}' "
-                    f"has {clip(repr(want.get_params(deep=False)))}; fingerprint again to refit")
+        held, wants = step.get_params(deep=False), want.get_params(deep=False)
+        differ = sorted(key for key in {*held, *wants} if held.get(key, "missing") != wants.get(key, "missing"))
+        if differ:
+            return (f"its step '{name}' has {clip(', '.join(f'{key}={held.get(key)!r}' for key in differ))}, "
+                    f"method '{method}' has {clip(', '.join(f'{key}={wants.get(key)!r}' for key in differ))}; "
+                    "fingerprint again to refit")
     return None
 
 
