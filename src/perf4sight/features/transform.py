@@ -21,6 +21,7 @@ from sklearn.utils.validation import check_is_fitted
 from perf4sight.architecture import Architecture, Detail, as_saved_by
 from perf4sight.architecture.derived import derived_values
 from perf4sight.device.definitions import BatchSizes
+from perf4sight.device.system import BYTES_PER_MIB
 from perf4sight.features.inputs import checked_batch_sizes
 from perf4sight.features.network import FRESH_PAGES, FRESH_PAGES_MS, network_features
 from perf4sight.features.paper import paper_features
@@ -32,7 +33,6 @@ __all__ = ["ARCHITECTURE", "BATCH_SIZE", "FEATURE_SETS", "FeatureFunction", "Fea
 # A query frame's columns: what a model is asked about.
 ARCHITECTURE = "architecture"
 BATCH_SIZE = "batch_size"
-_MIB = float(1 << 20)
 
 
 
@@ -91,7 +91,7 @@ def with_device_costs(table: pd.DataFrame, fresh_pages_ms_per_mib: float | None)
     `fresh_pages_ms_per_mib` (`FRESH_PAGES_MS`; 0 where None: not measured)."""
     if FRESH_PAGES not in table.columns:
         return table
-    return table.assign(**{FRESH_PAGES_MS: table[FRESH_PAGES] / _MIB * (fresh_pages_ms_per_mib or 0.0)})
+    return table.assign(**{FRESH_PAGES_MS: table[FRESH_PAGES] / BYTES_PER_MIB * (fresh_pages_ms_per_mib or 0.0)})
 
 
 class FeatureTransformer(TransformerMixin, BaseEstimator, auto_wrap_output_keys=None):
