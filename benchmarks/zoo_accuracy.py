@@ -12,7 +12,8 @@ latency error lies: per family and batch size, the mean signed error.
     .venv/bin/python benchmarks/zoo_accuracy.py [--method physical --method ...]
 
 The logs and specs are `benchmarks/data/cpu_zoo/` (made by `perf4sight run --config
-examples/cpu_zoo.ini`; `--logs` for another folder of the same layout).
+examples/cpu_zoo.ini`; `--logs` for another folder of the same layout); `--memory-logs
+benchmarks/data/cpu_zoo-rerun` judges memory on a second campaign of the same memory tests.
 """
 
 from __future__ import annotations
@@ -49,16 +50,17 @@ FAMILIES = {
 
 
 def leave_family_out(method: str, logs_dir: Path, catalog: ArchitectureCatalog, nets: tuple[str, ...],
-                     levels: tuple[int, ...]) -> tuple[dict[str, dict[str, float]], dict[str, dict[str, str]],
-                                                        dict[tuple[str, int], float]]:
+                     levels: tuple[int, ...], memory_dir: Path | None = None
+                     ) -> tuple[dict[str, dict[str, float]], dict[str, dict[str, str]], dict[tuple[str, int], float]]:
     """MAPE per family and target, the method fitted for each, and the latency's mean signed
-    error (%) per (family, batch size)."""
+    error (%) per (family, batch size); the memory logs from `memory_dir` (default `logs_dir`)."""
     results: dict[str, dict[str, float]] = {}
     chosen_methods: dict[str, dict[str, str]] = {}
     signed: dict[tuple[str, int], float] = {}
     for target in QUANTITIES:
-        logs = read_logs(nets, levels, [logs_dir / target.kind], [target])
-        fresh_pages = device_fresh_pages([logs_dir / target.kind])  # as fingerprinting reads it
+        folder = (memory_dir or logs_dir) if target is MEMORY else logs_dir
+        logs = read_logs(nets, levels, [folder / target.kind], [target])
+        fresh_pages = device_fresh_pages([folder / target.kind])  # as fingerprinting reads it
         full = {None: method_datasets(method, logs, target.name, catalog, "training",
                                       fresh_pages_ms_per_mib=fresh_pages)}
         rows = next(iter(full[None].values())).rows
@@ -84,6 +86,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--method", action="append", choices=sorted([*METHODS, DEFAULT_METHOD]),
                         help="method to evaluate (repeatable); default: every method, then 'default'")
     parser.add_argument("--logs", type=Path, default=ZOO_DIR, help="folder with memory/, latency/ and models/")
+    parser.add_argument("--memory-logs", type=Path, help="folder whose memory/ holds another campaign of the same "
+                        "memory tests (benchmarks/data/cpu_zoo-rerun); default: --logs")
     args = parser.parse_args(argv)
     console.set_quiet(True)
     nets, levels = profiled(args.logs)
@@ -97,7 +101,7 @@ def main(argv: list[str] | None = None) -> int:
     summary = []
     for method in args.method or [*METHODS, DEFAULT_METHOD]:
         start = time.perf_counter()
-        results, chosen, signed = leave_family_out(method, args.logs, catalog, nets, levels)
+        results, chosen, signed = leave_family_out(method, args.logs, catalog, nets, levels, args.memory_logs)
         seconds = time.perf_counter() - start
         rows = [(family, ", ".join(n for n in FAMILIES[family] if n in nets), r[MEMORY.name], r[LATENCY.name],
                  chosen[family][MEMORY.name], chosen[family][LATENCY.name]) for family, r in results.items()]

@@ -13,7 +13,9 @@ import pytest
 
 import perf4sight.device
 from perf4sight.device import system
-from perf4sight.device.backends import clock_state
+from perf4sight.device.backends import CpuBackend, clock_state
+from perf4sight.device.environment import FRESH_PAGES_COST
+from perf4sight.device.worker import WorkerProcess
 from old_stacks import StackUnavailable, find_interpreter
 
 DEVICE = Path(perf4sight.device.__file__).parent
@@ -110,3 +112,17 @@ def test_clocks_locked_as_jetson_clocks_leaves_them(tmp_path: Path) -> None:
     (gpu / "min_freq").write_text("114750000\n")
     assert clock_state(tmp_path)["clocks_locked"] is False
     assert clock_state(tmp_path / "nothing")["clocks_locked"] is None
+
+
+def test_a_restarted_worker_keeps_its_first_start_facts_and_skips_the_probes() -> None:
+    """Each memory test restarts the worker; the CPU's fresh-pages probe runs at the first only."""
+    assert FRESH_PAGES_COST in CpuBackend().setup()
+    assert FRESH_PAGES_COST not in CpuBackend().setup(measure=False)
+    worker = WorkerProcess("cpu")
+    try:
+        first = worker.start()
+        assert first[FRESH_PAGES_COST] >= 0 and worker.options == {"device": "cpu", "gpu_id": 0, "loader": None}
+        worker.stop()
+        assert worker.start() is first and worker.alive
+    finally:
+        worker.stop()

@@ -2,7 +2,8 @@
 
 A backend lives in the worker process. `setup()` runs once per worker, before any test:
 it initialises the device and primes it (thread pools, CUDA context, cuDNN/cuBLAS
-handles) so that the first test pays no more start-up cost than the later ones.
+handles) so that the first test pays no more start-up cost than the later ones, and
+measures what only the environment record reads where asked (a campaign's first worker).
 `memory_begin()` runs before a memory test's model is built and `memory_end()` after its
 iterations; `release()` after every test.
 """
@@ -116,8 +117,9 @@ class Backend:
     def device(self) -> torch.device:
         raise NotImplementedError
 
-    def setup(self) -> Dict[str, Any]:
-        """Initialise and prime the device; returns facts for the environment record."""
+    def setup(self, measure: bool = True) -> Dict[str, Any]:
+        """Initialise and prime the device; returns facts for the environment record, with
+        `measure` the device's probes too (a restarted worker's facts are the first one's)."""
         raise NotImplementedError
 
     def synchronize(self) -> None:
@@ -159,16 +161,18 @@ class CpuBackend(Backend):
     def device(self) -> torch.device:
         return torch.device("cpu")
 
-    def setup(self) -> Dict[str, Any]:
+    def setup(self, measure: bool = True) -> Dict[str, Any]:
         """Nothing to prime: a test's warm-up iterations start the thread pools, and a memory
         test counts what its first iteration initialises, as a training script's process would."""
-        return {
+        facts = {
             DEVICE_NAME: _cpu_model(),
-            FRESH_PAGES_COST: fresh_pages_ms_per_mib(),
             "torch_threads": torch.get_num_threads(),
             POWER_MODE: _read_first(Path("/sys/devices/system/cpu/cpu0/cpufreq/scaling_governor")),
             "resident_peak": "VmHWM" if self._resident.exact else "sampled RSS",
         }
+        if measure:
+            facts[FRESH_PAGES_COST] = fresh_pages_ms_per_mib()
+        return facts
 
     def memory_begin(self) -> None:
         self.release()
@@ -312,7 +316,7 @@ class CudaBackend(_TorchCudaBackend):
         self._sampler: Optional[PeakSampler] = None
         self._idle = (0.0, 0.0, 0.0)
 
-    def setup(self) -> Dict[str, Any]:
+    def setup(self, measure: bool = True) -> Dict[str, Any]:
         self._check_cuda()
         self._memory = _DeviceMemory(self.gpu_id)
         facts = self._init_cuda(self._memory.used_mib)
@@ -349,7 +353,7 @@ class JetsonBackend(_TorchCudaBackend):
         super().__init__(**kwargs)
         self._meter = UnifiedMemoryMeter()
 
-    def setup(self) -> Dict[str, Any]:
+    def setup(self, measure: bool = True) -> Dict[str, Any]:
         self._check_cuda()
         facts = self._init_cuda(self._meter.used_mib)
         facts[POWER_MODE] = _nvpmodel_mode()

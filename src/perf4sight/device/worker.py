@@ -73,7 +73,8 @@ class WorkerProcess:
         return self._proc is not None and self._proc.poll() is None
 
     def start(self) -> Dict[str, Any]:
-        """Start the worker and wait until its device is ready; returns its facts.
+        """Start the worker and wait until its device is ready; returns its facts, those of its
+        first start (a restart, as for each memory test, skips the device's probes).
 
         A worker that dies or hangs before its first test is no test's failure and would
         fail the same way for every test, so it is an ArgumentError naming the likely key.
@@ -83,7 +84,7 @@ class WorkerProcess:
         try:
             self._proc = subprocess.Popen(
                 [sys.executable, "-c", _ENTRY,
-                 "--options", json.dumps(self.options), "--result-fd", str(write_fd)],
+                 "--options", json.dumps(dict(self.options, measure=not self.facts)), "--result-fd", str(write_fd)],
                 stdin=subprocess.PIPE, stdout=log, stderr=log, pass_fds=(write_fd,),
             )
         finally:
@@ -100,7 +101,7 @@ class WorkerProcess:
         if "fatal" in reply:
             self.stop()
             raise ArgumentError(reply["fatal"])
-        self.facts = reply["facts"]
+        self.facts = self.facts or reply["facts"]
         return self.facts
 
     def run(self, test: ProfileTest, *, iterations: int, warmup: int) -> "TestOutcome":
@@ -247,7 +248,7 @@ def main(argv: Optional[List[str]] = None) -> int:
         try:
             load = import_loader(options.get("loader"))
             backend = make_backend(options["device"], gpu_id=options["gpu_id"])
-            facts = backend.setup()
+            facts = backend.setup(measure=options["measure"])
         except Perf4sightError as exc:
             results.write(json.dumps({"fatal": str(exc)}) + "\n")
             return 2
