@@ -5,7 +5,9 @@ themselves. Run as a script, it trains a torchvision network on random data, as 
 script would, and prints one JSON line:
 
 - `latency_ms`: the mean wall time of the timed iterations (zero_grad, forward, loss,
-  backward, step; on a GPU, up to the device's end of the step);
+  backward, step; on a GPU, up to the device's end of the step; with `--zero-grad after-loss`,
+  forward, loss, zero_grad, backward, step: the order of scripts that hold the last step's
+  gradients through the forward pass);
 - `mem_used_mib`: on the CPU, the process's peak resident memory (VmHWM, reset after the
   imports) minus its resident memory just before the model is built; on a GPU, the peak of
   the device's used memory (NVML, sampled every millisecond) minus its value before the
@@ -65,8 +67,11 @@ class _GpuUsed:
         self.peak = max(self.peak, self.read())
 
 
+ZERO_GRAD = ("first", "after-loss")  # where a step clears the gradients (to None, PyTorch 2's default)
+
+
 def train(network: str, bs: int, size: int, classes: int, optimizer: str, device: str,
-          iterations: int, warmup: int) -> dict:
+          iterations: int, warmup: int, zero_grad: str = "first") -> dict:
     """Train `network` for `warmup + iterations` steps; the timed steps' mean and the peak memory."""
     gpu = device == "cuda"
     if gpu:
@@ -85,9 +90,14 @@ def train(network: str, bs: int, size: int, classes: int, optimizer: str, device
         labels = torch.randint(0, classes, (bs,), device=device)
         for i in range(warmup + iterations):
             start = time.perf_counter()
-            step.zero_grad(set_to_none=True)
-            loss_fn(model(inputs), labels).backward()
+            if zero_grad == "first":
+                step.zero_grad(set_to_none=True)
+            loss = loss_fn(model(inputs), labels)
+            if zero_grad == "after-loss":
+                step.zero_grad(set_to_none=True)
+            loss.backward()
             step.step()
+            del loss
             if gpu:
                 torch.cuda.synchronize()
             if i >= warmup:
@@ -106,9 +116,11 @@ def main() -> None:
     parser.add_argument("--device", choices=["cpu", "cuda"], default="cpu")
     parser.add_argument("--iterations", type=int, default=5)
     parser.add_argument("--warmup", type=int, default=1)
+    parser.add_argument("--zero-grad", choices=ZERO_GRAD, default="first",
+                        help="clear the gradients before the forward pass, or after the loss")
     args = parser.parse_args()
     print(json.dumps(train(args.network, args.bs, args.size, args.classes, args.optimizer, args.device,
-                           args.iterations, args.warmup)))
+                           args.iterations, args.warmup, args.zero_grad)))
 
 
 if __name__ == "__main__":

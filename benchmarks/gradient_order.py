@@ -1,0 +1,86 @@
+"""Where a training step clears the gradients, and what the profiler's memory reading is then.
+
+`optimizer.zero_grad()` sets the gradients to None on PyTorch 2. A script that calls it first
+(zero_grad, forward, loss, backward, step) frees the last step's gradients before the forward
+pass; one that calls it after the loss (forward, loss, zero_grad, backward, step, as the
+profiler's `iteration` does) holds them through it. Their peaks differ by up to the gradients'
+size: little where the activations dominate, most where the parameters do.
+
+For each case (a CPU zoo network at level 0, 3x64x64, 10 classes, SGD with momentum), each of
+`--rounds` rounds runs the profiler's memory test of the zoo's spec (a worker of its own) and
+`tests/reference_loop.py` in both orders (a process each); prints the medians and the
+profiler's reading against each loop.
+
+    .venv/bin/python benchmarks/gradient_order.py [--rounds 3]
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import io
+import json
+import statistics
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+from perf4sight import console
+from perf4sight.device.recipe import Recipe
+from perf4sight.profile import ProfileTest, profile_campaign
+from zoo_accuracy import ZOO_DIR
+
+ROOT = Path(__file__).resolve().parents[1]
+REFERENCE = ROOT / "tests" / "reference_loop.py"
+sys.path.insert(0, str(REFERENCE.parent))
+from reference_loop import ZERO_GRAD  # noqa: E402 (the loop's own script, beside the tests)
+
+CASES = (("resnet18", 16), ("mobilenet_v2", 32), ("resnet34", 2), ("resnet34", 32), ("convnext_tiny", 2),
+         ("convnext_tiny", 32), ("vgg11", 2))
+ITERATIONS, WARMUP = 3, 1  # the zoo's memory tests'
+
+
+def _profiler_mib(net: str, bs: int, log_dir: Path) -> float:
+    test = ProfileTest("memory", bs, "spec", net, "training", str(ZOO_DIR / "models" / f"{net}_0.json"), Recipe())
+    with contextlib.redirect_stdout(io.StringIO()):  # the campaign's summary table, one per test
+        summary = profile_campaign([test], log_dir=log_dir, save=False, iterations=ITERATIONS, warmup=WARMUP)
+    (result,) = summary.results
+    if not result.passed:
+        raise SystemExit(f"{net} bs {bs}: the profiler's memory test failed: {result.outcome}")
+    return result.outcome.memory.mem_used
+
+
+def _loop_mib(net: str, bs: int, zero_grad: str) -> float:
+    done = subprocess.run([sys.executable, str(REFERENCE), "--network", net, "--bs", str(bs), "--size", "64",
+                           "--classes", "10", "--iterations", str(ITERATIONS), "--warmup", str(WARMUP),
+                           "--zero-grad", zero_grad], capture_output=True, text=True, check=True)
+    return json.loads(done.stdout)["mem_used_mib"]
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--rounds", type=int, default=3, help="rounds per case; medians are printed")
+    args = parser.parse_args(argv)
+    console.set_quiet(True)
+    rows = []
+    with tempfile.TemporaryDirectory() as tmp:
+        for net, bs in CASES:
+            readings: dict[str, list[float]] = {"profiler": [], **{order: [] for order in ZERO_GRAD}}
+            for _ in range(args.rounds):
+                readings["profiler"].append(_profiler_mib(net, bs, Path(tmp)))
+                for order in ZERO_GRAD:
+                    readings[order].append(_loop_mib(net, bs, order))
+            median = {key: statistics.median(values) for key, values in readings.items()}
+            rows.append((f"{net} bs {bs}", median["profiler"], *(median[order] for order in ZERO_GRAD),
+                         *(100 * (median["profiler"] / median[order] - 1) for order in ZERO_GRAD)))
+            print(net, bs, {key: [round(v, 1) for v in values] for key, values in readings.items()}, flush=True)
+    console.print_table(f"memory (MiB), median of {args.rounds} rounds: the profiler against a plain loop "
+                        "clearing the gradients first or after the loss",
+                        ("case", "profiler", *(f"loop, zero_grad {order}" for order in ZERO_GRAD),
+                         *(f"profiler vs {order} %" for order in ZERO_GRAD)), rows)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
