@@ -1,10 +1,13 @@
 """The profiler against a plain training loop (`reference_loop.py`, which imports nothing of
 perf4sight): what `profile run` records must be what a user's own script sees on the device.
 
-Both run the same networks, batch sizes and recipes, one after the other in each round: the
-median over rounds of their memory ratio must lie within 10 % of 1, and the ratio of their
-fastest rounds' latencies within 15 %. Timing needs the machine
-to itself, so these tests are marked `serial`: `make test` runs them after the others.
+Both run the same networks, batch sizes and recipes, one after the other in each round (which
+goes first alternates): the median over rounds of the profiler's reading over the plain loop's
+in the same round must lie within 10 % of 1 for memory and within 15 % for latency. A round's two
+readings are a minute apart at most, so the drift of a shared machine's speed over minutes
+mostly cancels in their ratio, and the median passes over a round that a spell of load disturbed
+on one side. Timing needs the machine to itself, so these tests are marked `serial`: `make test`
+runs them after the others.
 """
 
 from __future__ import annotations
@@ -71,26 +74,30 @@ def _tests(models: Path) -> list[ProfileTest]:
 
 
 def _agreement(tmp_path: Path, device: str) -> list[str]:
-    """Per case: memory, the median over rounds of the profiler's reading over the plain loop's
-    in the same round; latency, the fastest round of each (other processes only ever add
-    time: a spell of load, such as the end of the parallel suite, slows whichever ran in it).
-    The lines that miss a tolerance."""
+    """Per case and quantity, the median over rounds of the profiler's reading over the plain
+    loop's in the same round; the lines that miss a tolerance."""
     tests = _tests(tmp_path / "models")
     figures: dict[Case, dict[str, list[float]]] = {case: {} for case in CASES}
-    for _ in range(ROUNDS):
+
+    def profiled() -> list:
+        return profile_campaign(tests, log_dir=tmp_path / "logs", device=device, save=False,
+                                iterations=ITERATIONS, warmup=WARMUP).results
+
+    for round_number in range(ROUNDS):
+        results = profiled() if round_number % 2 else None
         references = {case: _reference(case, device) for case in CASES}
-        summary = profile_campaign(tests, log_dir=tmp_path / "logs", device=device, save=False,
-                                   iterations=ITERATIONS, warmup=WARMUP)
-        for case, (memory, latency) in zip(CASES, zip(summary.results[::2], summary.results[1::2])):
+        results = results if results is not None else profiled()
+        for case, (memory, latency) in zip(CASES, zip(results[::2], results[1::2])):
             assert memory.passed and latency.passed, (memory, latency)
             rounds = figures[case]
             rounds.setdefault("memory ratio", []).append(memory.outcome.memory.mem_used / references[case]["mem_used_mib"])
+            rounds.setdefault("latency ratio", []).append(latency.latency_ms / references[case]["latency_ms"])
             rounds.setdefault("profiler latency_ms", []).append(latency.latency_ms)
             rounds.setdefault("plain loop latency_ms", []).append(references[case]["latency_ms"])
     misses = []
     for case, rounds in figures.items():
         ratios = {"mem_used_mib": statistics.median(rounds["memory ratio"]),
-                  "latency_ms": min(rounds["profiler latency_ms"]) / min(rounds["plain loop latency_ms"])}
+                  "latency_ms": statistics.median(rounds["latency ratio"])}
         print(device, case, {key: round(value, 3) for key, value in ratios.items()},
               {key: [round(v, 3) for v in values] for key, values in rounds.items()})  # the figures, with -s
         for key, tolerance in (("mem_used_mib", MEMORY_TOLERANCE), ("latency_ms", LATENCY_TOLERANCE)):
