@@ -5,8 +5,9 @@ from a fresh mapping (always above 32 MiB, its largest dynamic mmap threshold), 
 the kernel faults in and zeroes at first touch. For each size this times allocating a tensor
 and filling it, against filling one kept from before (median of repeats; the difference per
 MiB is the fresh pages' cost), then lists the allocations of 8 MiB or more in one training
-iteration of a Linear layer of 9216 x 4096 (alexnet's first; SGD with momentum, batch size 8,
-after three iterations), each with the time of the operation that made it.
+iteration of a Linear layer of 9216 x 4096 (alexnet's first; the default recipe's SGD with
+momentum and weight decay, batch size 8, after three iterations), each with the time of the
+operation that made it.
 
     .venv/bin/python benchmarks/fresh_pages.py
 """
@@ -20,6 +21,8 @@ from collections.abc import Callable
 
 import torch
 from torch.profiler import ProfilerActivity, profile
+
+from perf4sight.device.workload import SGD_OPTIONS
 
 _MIB = 1 << 20
 SIZES_MIB = (1, 2, 4, 8, 16, 32, 64, 128, 400)
@@ -46,7 +49,7 @@ def fresh_cost(mib: int) -> tuple[float, float]:
 def linear_allocations() -> list[tuple[str, float, float]]:
     """(operation, MiB, ms) of the allocations of 8 MiB or more in one training iteration."""
     model = torch.nn.Sequential(torch.nn.Linear(9216, 4096), torch.nn.ReLU(), torch.nn.Linear(4096, 10))
-    optimizer = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
+    optimizer = torch.optim.SGD(model.parameters(), **SGD_OPTIONS, foreach=False)  # as the profiler steps
     inputs, labels = torch.randn(8, 9216), torch.randint(0, 10, (8,))
     loss = torch.nn.CrossEntropyLoss()
 

@@ -76,20 +76,23 @@ def test_gemm_flops_by_hand(tiny_arch):
     assert table.loc[1, "linear_padded_flops"] == 3 * 2 * 64 * 16
 
 
-def test_a_trained_weight_above_32_mib_has_its_gradient_in_fresh_pages_and_their_cost_at_the_measured_rate():
-    """alexnet's first Linear layer (9216 x 4096: 144 MiB of weight) gets its gradient in fresh
-    pages at every iteration, not its bias nor the 16 MiB second layer, and not in inference or
-    where it is not trained; `feature_table` prices them at the device's measured rate."""
+def test_a_trained_weight_above_32_mib_has_its_gradient_and_step_temporaries_in_fresh_pages_at_the_measured_rate():
+    """alexnet's first Linear layer (9216 x 4096: 144 MiB of weight) gets its gradient and the
+    optimizer's temporaries of its size (SGD's decayed gradient; Adam's two) in fresh pages at
+    every iteration, not its bias nor the 16 MiB second layer, and not in inference or where it
+    is not trained; `feature_table` prices them at the device's measured rate."""
     model = nn.Sequential(nn.Flatten(), nn.Linear(9216, 4096), nn.ReLU(), nn.Linear(4096, 1024), nn.Linear(1024, 10))
     arch = trace_architecture(model, (9216, 1, 1))
     weight = 9216 * 4096 * 4
-    assert (network_features(arch, [1, 8], "training")[FRESH_PAGES] == weight).all()
+    assert (network_features(arch, [1, 8], "training")[FRESH_PAGES] == 2 * weight).all()
+    adam = trace_architecture(model, (9216, 1, 1), recipe=Recipe(optimizer="adam"))
+    assert network_features(adam, [1], "training")[FRESH_PAGES].iloc[0] == 3 * weight
     assert network_features(arch, [1], "inference")[FRESH_PAGES].iloc[0] == 0
     frozen = trace_architecture(model, (9216, 1, 1), recipe=Recipe(trainable="3"))  # from layer '3' on: not the big one
     assert network_features(frozen, [1], "training")[FRESH_PAGES].iloc[0] == 0
     assert (feature_table(arch, [1, 8], "network", "training")[FRESH_PAGES_MS] == 0).all()  # nothing measured
     priced = feature_table(arch, [1, 8], "network", "training", fresh_pages_ms_per_mib=0.25)
-    assert priced[FRESH_PAGES_MS].tolist() == [0.25 * 144] * 2
+    assert priced[FRESH_PAGES_MS].tolist() == [0.25 * 2 * 144] * 2
 
 
 @pytest.mark.parametrize(("kernel", "size", "stride"), [(3, 16, 1), (7, 4, 1), (5, 7, 2), (7, 2, 1)])

@@ -74,8 +74,10 @@ _AUTOCAST_GEMM = "autocast_padded_flops"
 _OUTPUTS = "output_bytes"
 _ACTIVATION_PEAK = "activation_peak_bytes"
 _LAYERS = "layers"
-# The gradients of trained weights above `FRESH_PAGES_BYTES`, each in fresh pages at every
-# iteration on a CPU; and their cost there, at the rate the device's profiler measured
+# What is allocated at every iteration for each trained weight above `FRESH_PAGES_BYTES`, each
+# in fresh pages on a CPU: its gradient, and the optimizer's temporaries of its size (SGD's
+# decayed gradient, Adam's two for the denominator; one parameter at a time, each allocated
+# anew); and their cost there, at the rate the device's profiler measured
 # (`perf4sight.device.backends.fresh_pages_ms_per_mib`; added by `feature_table`, 0 where
 # none was measured: a GPU's caching allocator keeps its blocks).
 FRESH_PAGES = "fresh_page_bytes"
@@ -194,7 +196,7 @@ def network_features(arch: Architecture, batch_sizes: Sequence[int], stage: str 
         _OPTIMIZER_STATE: optimizer.state_buffers * trainable_bytes,
         # the optimizer's temporaries for one parameter at a time: the largest trained layer's
         _OPTIMIZER_TEMP: float(optimizer.temporaries * max(trained_params, default=0) * dtype),
-        FRESH_PAGES: float(sum(size for size in gradients if size > FRESH_PAGES_BYTES)),
+        FRESH_PAGES: float((1 + optimizer.temporaries) * sum(size for size in gradients if size > FRESH_PAGES_BYTES)),
         "buffer_bytes": float(arch.buffer_bytes),
         "input_bytes": bs * math.prod(arch.input_size) * dtype,
         _SAVED: bs * kept.sum() + saved_fixed,
@@ -409,9 +411,10 @@ _PARAMETER_STREAMS = Term("parameters", {_PARAM_TRAFFIC: 1.0}, "bytes")
 _LAUNCHES = Term("launches", {_LAYERS: 1.0}, "count")
 _GROUPED_WORK = Term("grouped", {group_column(_GROUPED, "padded_flops"): 1.0}, "flops", tie="gemm")
 _DEPTHWISE_WORK = Term("depthwise", {group_column(_DEPTHWISE, "bytes"): 1.0}, "bytes")
-# A trained weight above `FRESH_PAGES_BYTES` gets its gradient in fresh pages at every
-# iteration on a CPU: their cost at the device's measured rate, as it is (no network of the
-# training data need hold such a weight; on the CPU zoo, alexnet, vgg11 and wide_resnet50_2).
+# A trained weight above `FRESH_PAGES_BYTES` gets its gradient and the optimizer's temporaries
+# in fresh pages at every iteration on a CPU: their cost at the device's measured rate, as it is
+# (no network of the training data need hold such a weight; on the CPU zoo, alexnet, vgg11 and
+# wide_resnet50_2).
 _FRESH_PAGE_COST = Term("fresh_pages", {FRESH_PAGES_MS: 1.0}, "ms", Role.EXACT)
 _LATENCY_TERMS = (
     _GEMM_WORK,

@@ -65,8 +65,9 @@ __all__ = ["Fingerprint", "library_versions", "load_model", "load_models", "mode
 # ranges, layer groups, recipes, networks, the method's choice), the header the fingerprint's
 # identity, and the hash covers both; 16: what profiling the training runs cost (`campaign_`);
 # 17: depthwise convolutions' latency per byte, the parameters' passes at a rate of their own;
-# 18: gradients in fresh pages at the device's measured cost (`fresh_pages_ms_per_mib`)
-_FORMAT = 18
+# 18: gradients in fresh pages at the device's measured cost (`fresh_pages_ms_per_mib`); 19: the
+# optimizer's temporaries of large weights in fresh pages too
+_FORMAT = 19
 # Versions that must match for a stored model to be used: the estimator's internals
 # (scikit-learn) and the feature definitions (perf4sight).
 _PINNED = ("scikit-learn", "perf4sight")
