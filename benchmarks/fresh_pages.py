@@ -4,7 +4,8 @@ PyTorch's CPU allocator keeps no cache: each tensor is glibc's, and glibc serves
 from a fresh mapping (always above 32 MiB, its largest dynamic mmap threshold), whose pages
 the kernel faults in and zeroes at first touch. For each size this times allocating a tensor
 and filling it, against filling one kept from before (median of repeats; the difference per
-MiB is the fresh pages' cost), then lists the allocations of 8 MiB or more in one training
+MiB is the fresh pages' cost; `backends.fresh_and_kept_fill_ms`, what the CPU's probe runs at
+64 MiB), then lists the allocations of 8 MiB or more in one training
 iteration of a Linear layer of 9216 x 4096 (alexnet's first; the default recipe's SGD with
 momentum and weight decay, batch size 8, after three iterations), each with the time of the
 operation that made it.
@@ -14,42 +15,23 @@ operation that made it.
 
 from __future__ import annotations
 
-import statistics
 import sys
-import time
-from collections.abc import Callable
 
 import torch
 from torch.profiler import ProfilerActivity, profile
 
-from perf4sight.device.workload import SGD_OPTIONS
+from perf4sight.device.backends import fresh_and_kept_fill_ms
+from perf4sight.device.recipe import DEFAULT_RECIPE
+from perf4sight.device.system import BYTES_PER_MIB as _MIB
+from perf4sight.device.workload import make_optimizer
 
-_MIB = 1 << 20
 SIZES_MIB = (1, 2, 4, 8, 16, 32, 64, 128, 400)
-
-
-def median_ms(work: Callable[[], object], repeats: int) -> float:
-    times = []
-    for _ in range(repeats):
-        start = time.perf_counter()
-        work()
-        times.append(time.perf_counter() - start)
-    return 1e3 * statistics.median(times)
-
-
-def fresh_cost(mib: int) -> tuple[float, float]:
-    """Milliseconds to allocate and fill `mib` MiB afresh, and to fill a kept tensor."""
-    elements = mib * _MIB // 4
-    repeats = max(5, 200 // mib)
-    kept = torch.empty(elements)
-    return (median_ms(lambda: torch.empty(elements).fill_(1.0), repeats),
-            median_ms(lambda: kept.fill_(1.0), repeats))
 
 
 def linear_allocations() -> list[tuple[str, float, float]]:
     """(operation, MiB, ms) of the allocations of 8 MiB or more in one training iteration."""
     model = torch.nn.Sequential(torch.nn.Linear(9216, 4096), torch.nn.ReLU(), torch.nn.Linear(4096, 10))
-    optimizer = torch.optim.SGD(model.parameters(), **SGD_OPTIONS, foreach=False)  # as the profiler steps
+    optimizer = make_optimizer(model.parameters(), DEFAULT_RECIPE)  # as the profiler steps
     inputs, labels = torch.randn(8, 9216), torch.randint(0, 10, (8,))
     loss = torch.nn.CrossEntropyLoss()
 
@@ -69,7 +51,7 @@ def main() -> int:
     torch.set_num_threads(2)
     print("size MiB | fresh + fill ms | kept fill ms | fresh pages ms/MiB")
     for mib in SIZES_MIB:
-        fresh, kept = fresh_cost(mib)
+        fresh, kept = fresh_and_kept_fill_ms(mib, repeats=max(5, 200 // mib))
         print(f"{mib:8d} | {fresh:15.3f} | {kept:12.3f} | {(fresh - kept) / mib:.3f}")
     print("allocations of 8 MiB or more in one iteration of Linear(9216, 4096) (its weight: 144 MiB):")
     for name, mib, ms in linear_allocations():

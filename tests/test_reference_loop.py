@@ -84,9 +84,12 @@ def _agreement(tmp_path: Path, device: str) -> list[str]:
                                 iterations=ITERATIONS, warmup=WARMUP).results
 
     for round_number in range(ROUNDS):
-        results = profiled() if round_number % 2 else None
+        profiler_first = round_number % 2 == 1
+        if profiler_first:
+            results = profiled()
         references = {case: _reference(case, device) for case in CASES}
-        results = results if results is not None else profiled()
+        if not profiler_first:
+            results = profiled()
         for case, (memory, latency) in zip(CASES, zip(results[::2], results[1::2])):
             assert memory.passed and latency.passed, (memory, latency)
             rounds = figures[case]

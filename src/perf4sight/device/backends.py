@@ -12,6 +12,7 @@ import os
 import platform
 import re
 import shutil
+import statistics
 import subprocess
 import time
 from pathlib import Path
@@ -38,6 +39,7 @@ __all__ = [
     "DEVICE_TYPES",
     "backend_name",
     "clock_state",
+    "fresh_and_kept_fill_ms",
     "fresh_pages_ms_per_mib",
     "make_backend",
 ]
@@ -457,23 +459,29 @@ _PROBE_MIB = 2 * FRESH_PAGES_BYTES // BYTES_PER_MIB
 _PROBE_REPEATS = 5
 
 
-def fresh_pages_ms_per_mib() -> float:
-    """Milliseconds per MiB that a tensor above `FRESH_PAGES_BYTES` costs at each allocation on
-    the CPU beyond filling one kept from before: the median of a few allocations and fills of
-    `_PROBE_MIB` MiB, less the median of filling a kept tensor of that size (about 0.1 s)."""
-    elements = _PROBE_MIB * BYTES_PER_MIB // 4
+def fresh_and_kept_fill_ms(mib: int, repeats: int) -> Tuple[float, float]:
+    """Median milliseconds, over `repeats`, to allocate a CPU tensor of `mib` MiB afresh and
+    fill it, and to fill one of that size kept from before (its pages already touched)."""
+    elements = mib * BYTES_PER_MIB // 4
     kept = torch.empty(elements).fill_(0.0)
 
     def median_ms(work: Callable[[], Any]) -> float:
         times = []
-        for _ in range(_PROBE_REPEATS):
+        for _ in range(repeats):
             start = time.perf_counter()
             work()
             times.append(time.perf_counter() - start)
-        return sorted(times)[len(times) // 2] * 1e3
+        return statistics.median(times) * 1e3
 
-    fresh = median_ms(lambda: torch.empty(elements).fill_(1.0))
-    return max(0.0, (fresh - median_ms(lambda: kept.fill_(1.0))) / _PROBE_MIB)
+    return median_ms(lambda: torch.empty(elements).fill_(1.0)), median_ms(lambda: kept.fill_(1.0))
+
+
+def fresh_pages_ms_per_mib() -> float:
+    """Milliseconds per MiB that a tensor above `FRESH_PAGES_BYTES` costs at each allocation on
+    the CPU beyond filling one kept from before (`fresh_and_kept_fill_ms` at `_PROBE_MIB`
+    MiB; about 0.1 s)."""
+    fresh, kept = fresh_and_kept_fill_ms(_PROBE_MIB, _PROBE_REPEATS)
+    return max(0.0, (fresh - kept) / _PROBE_MIB)
 
 
 def _read_first(path: Path) -> Optional[str]:
