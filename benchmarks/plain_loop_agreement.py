@@ -3,8 +3,9 @@
 For each case (a torchvision network, batch size and optimizer, at 3x64x64 and 10 classes, as
 `make demo` profiles), `tests/reference_loop.py` (a training loop written without perf4sight)
 runs three times and its medians are compared with `perf4sight predict` from the fitted models
-of this CPU (`--models`, default `out/demo/fitted`). Prints each case and the mean absolute
-error for memory and latency.
+of this CPU (`--models`, default `out/demo/fitted`). Prints each case (marked `extrapolated`
+where the prediction is), and the mean absolute error for memory and latency, over all cases
+and over those not extrapolated.
 
 `--models` may be given more than once, to compare fits against the same loops in one run; a
 value `DIR@SRC` predicts with the perf4sight source folder SRC first on the path (another
@@ -40,7 +41,7 @@ def _loop(net: str, bs: int, optimizer: str) -> tuple[float, float]:
     return statistics.median(r["mem_used_mib"] for r in runs), statistics.median(r["latency_ms"] for r in runs)
 
 
-def _predicted(models: str, net: str, bs: int, optimizer: str) -> tuple[float, float]:
+def _predicted(models: str, net: str, bs: int, optimizer: str) -> tuple[float, float, bool]:
     folder, _, source = models.partition("@")
     env = {**os.environ, "PYTHONPATH": source} if source else None
     out = subprocess.run([str(PERF4SIGHT), "--quiet", "predict", "--models", folder, "--net", net,
@@ -49,7 +50,7 @@ def _predicted(models: str, net: str, bs: int, optimizer: str) -> tuple[float, f
                          capture_output=True, text=True, check=True, env=env).stdout
     record = json.loads(out)
     record = record[0] if isinstance(record, list) else record
-    return record["mem_used_mib"], record["latency_ms"]
+    return record["mem_used_mib"], record["latency_ms"], bool(record["extrapolated"])
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -62,18 +63,20 @@ def main(argv: list[str] | None = None) -> int:
     if missing:
         print(f"no fitted models at {', '.join(missing)}: run `make demo` first")
         return 0
-    errors: dict[str, list[tuple[float, float]]] = {m: [] for m in models}
+    errors: dict[str, list[tuple[float, float, bool]]] = {m: [] for m in models}
     for net, bs, optimizer in CASES:
         loop_mem, loop_lat = _loop(net, bs, optimizer)
         for m in models:
-            mem, lat = _predicted(m, net, bs, optimizer)
-            errors[m].append((100 * (mem / loop_mem - 1), 100 * (lat / loop_lat - 1)))
+            mem, lat, extrapolated = _predicted(m, net, bs, optimizer)
+            errors[m].append((100 * (mem / loop_mem - 1), 100 * (lat / loop_lat - 1), extrapolated))
             print(f"{net:14} bs {bs:2} {optimizer:4} | memory: loop {loop_mem:6.1f} predicted {mem:6.1f} "
                   f"({errors[m][-1][0]:+5.1f} %) | latency: loop {loop_lat:6.1f} predicted {lat:6.1f} "
-                  f"({errors[m][-1][1]:+5.1f} %) | {m}", flush=True)
+                  f"({errors[m][-1][1]:+5.1f} %){' extrapolated' if extrapolated else ''} | {m}", flush=True)
     for m, found in errors.items():
-        print(f"mean |error|: memory {statistics.mean(abs(e) for e, _ in found):.1f} %, "
-              f"latency {statistics.mean(abs(t) for _, t in found):.1f} % | {m}")
+        for label, cases in (("all cases", found), ("not extrapolated", [e for e in found if not e[2]])):
+            if cases:
+                print(f"mean |error|, {label}: memory {statistics.mean(abs(e[0]) for e in cases):.1f} %, "
+                      f"latency {statistics.mean(abs(e[1]) for e in cases):.1f} % | {m}")
     return 0
 
 

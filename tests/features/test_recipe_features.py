@@ -242,14 +242,17 @@ def test_spec_variants_follow_the_recipe(pruned_spec):
     assert family_key(propagated) != family_key(load_architecture(str(pruned_spec)))
 
 
-def test_recipe_extrapolation_names_half_precision_rates():
+def test_recipe_extrapolation_names_half_precision_rates_and_unprofiled_optimizers():
     default = Recipe()
     assert recipe_extrapolation(default, [default]) == []
-    assert recipe_extrapolation(Recipe(optimizer="adam", trainable="classifier", checkpoint_segments=4), [default]) == []
+    assert recipe_extrapolation(Recipe(trainable="classifier", checkpoint_segments=4), [default]) == []
     found = recipe_extrapolation(Recipe(precision="amp-bf16", optimizer="adam"), [default])
-    assert [item.calibrate for item in found] == [Recipe(precision="amp-bf16")]
+    assert [item.calibrate for item in found] == [Recipe(precision="amp-bf16"), Recipe(optimizer="adam")]
     assert found[0].terms == ("autocast_gemm",) and "amp-bf16" in str(found[0])
-    assert recipe_extrapolation(Recipe(precision="amp-bf16"), [default, Recipe(precision="amp-bf16", optimizer="adamw")]) == []
+    assert set(found[1].terms) == {"traffic", "gemm_traffic", "parameters"}
+    assert str(found[1]).startswith("adam: its step was never timed, priced per pass as sgd's")
+    assert recipe_extrapolation(Recipe(precision="amp-bf16", optimizer="adamw"),
+                                [default, Recipe(precision="amp-bf16", optimizer="adamw")]) == []
 
 
 @pytest.mark.parametrize("recipe, words", [

@@ -34,7 +34,7 @@ from perf4sight.features.terms import Role, Term, TermSet
 
 __all__ = [
     "AUTOCAST_TERMS", "EXACT_COLUMNS", "FRESH_PAGES", "FRESH_PAGES_MS", "LAYER_GROUPS", "MEMORY_PARTS", "NETWORK_TERMS",
-    "STREAM_TERMS", "PARAMETER_STREAM_FACTOR", "gemm_flops", "network_features", "layer_group", "networks_per_group",
+    "STEP_TERMS", "STREAM_TERMS", "PARAMETER_STREAM_FACTOR", "gemm_flops", "network_features", "layer_group", "networks_per_group",
     "group_column",
 ]
 
@@ -453,3 +453,6 @@ _STREAM_LATENCY_TERMS = (
     _FRESH_PAGE_COST,
 )
 STREAM_TERMS = TermSet("streams", memory=_MEMORY_TERMS, latency=_STREAM_LATENCY_TERMS)
+# The latency terms whose rates price the optimizer's passes over the parameters, in either term set.
+STEP_TERMS = tuple(dict.fromkeys(term.name for term in (*_LATENCY_TERMS, *_STREAM_LATENCY_TERMS)
+                                 if _PARAM_TRAFFIC in term.columns))

@@ -4,10 +4,14 @@ The features follow a recipe exactly where its effect is an amount: bytes kept (
 optimizer state, what autograd saves in autocast's dtype), bytes moved (the optimizer's
 passes, half the bytes under autocast), operations done (recomputed forward passes, the
 gradients a frozen layer skips). The fitted coefficients are the device's rates and
-scales, so a device fingerprinted under one recipe predicts the others. What no amount can
-carry is a rate the profiled runs never exercised: the arithmetic of half-precision
-kernels (tensor cores, AMX, or a CPU that emulates bf16 slower than fp32) runs at rates of
-its own, which runs in fp32 do not show.
+scales, so a device fingerprinted under one recipe predicts the others' memory. What no
+amount can carry is a rate the profiled runs never exercised: the arithmetic of
+half-precision kernels (tensor cores, AMX, or a CPU that emulates bf16 slower than fp32),
+and an optimizer's step, priced by its passes at the rates of the optimizers profiled: a
+pass of Adam's (a square root, a division, one parameter at a time) costs more than one of
+SGD's, and on a CPU the C library may hand its temporaries' pages back to the system after
+each parameter's step, to fault them in again at the next (BENCHMARKS.md, "An optimizer
+never profiled").
 """
 
 from __future__ import annotations
@@ -16,7 +20,7 @@ from collections.abc import Iterable
 from typing import NamedTuple
 
 from perf4sight.device.recipe import DEFAULT_RECIPE, PRECISIONS, Recipe
-from perf4sight.features.network import AUTOCAST_TERMS, NETWORK_TERMS, STREAM_TERMS
+from perf4sight.features.network import AUTOCAST_TERMS, NETWORK_TERMS, STEP_TERMS, STREAM_TERMS
 from perf4sight.features.terms import Role
 
 __all__ = ["Extrapolation", "recipe_extrapolation"]
@@ -43,15 +47,24 @@ class Extrapolation(NamedTuple):
 
 def recipe_extrapolation(recipe: Recipe, profiled_recipes: Iterable[Recipe]) -> list[Extrapolation]:
     """What the models fitted on runs of `profiled_recipes` cannot know about `recipe`: empty
-    when nothing (an optimizer, frozen layers or checkpointing change amounts only); a
-    precision none of them ran names the arithmetic rates at its dtype."""
-    profiled = {r.precision for r in profiled_recipes}
+    when nothing (frozen layers or checkpointing change amounts only); a precision none of
+    them ran names the arithmetic rates at its dtype, an optimizer none of them ran the rates
+    that price its step."""
+    profiled = list(profiled_recipes)
     found = []
-    if recipe.precision not in profiled:
+    if recipe.precision not in {r.precision for r in profiled}:
         dtype = PRECISIONS[recipe.precision].autocast_dtype or "float32"
         found.append(Extrapolation(
             f"{recipe.precision}: the rate of {dtype} GEMM arithmetic was never measured",
             AUTOCAST_TERMS if PRECISIONS[recipe.precision].autocast_dtype else _ARITHMETIC_TERMS,
             DEFAULT_RECIPE._replace(precision=recipe.precision),
+        ))
+    optimizers = sorted({r.optimizer for r in profiled})
+    if recipe.optimizer not in optimizers:
+        found.append(Extrapolation(
+            f"{recipe.optimizer}: its step was never timed, priced per pass as "
+            f"{', '.join(optimizers) or 'no optimizer'}'s",
+            STEP_TERMS,
+            DEFAULT_RECIPE._replace(optimizer=recipe.optimizer),
         ))
     return found
