@@ -65,20 +65,23 @@ def _of_role(kind: str, role: Role) -> str:
 
 
 def test_memory_recovers_intercept_scale_floor_library_and_capacity(rows):
-    intercept, scale, floor, library = 40.0, 1.5, 60.0, 15.0
+    # the heap term at a scale these small networks can show (their gradients are 0.01-0.2 MiB)
+    intercept, scale, heap, floor, library = 40.0, 1.5, 30.0, 60.0, 15.0
     activations = _amount(rows, "activations", "memory") / MIB
+    heap_gradients = _amount(rows, "heap_gradients", "memory") / MIB
     exact = _amount(rows, _of_role("memory", Role.EXACT), "memory") / MIB
     optimizer = _amount(rows, _of_role("memory", Role.OPTIMIZER), "memory") / MIB
     loads = (_amount(rows, _of_role("memory", Role.LIBRARY), "memory") > 0).astype(float)
-    unfloored = intercept + library * loads + exact + np.maximum(scale * activations, optimizer)
+    unfloored = intercept + library * loads + exact + np.maximum(scale * activations + heap * heap_gradients, optimizer)
     demand = np.maximum(unfloored, floor + library * loads)
     capacity = float(np.quantile(demand, 0.9))
     measured = np.minimum(demand, capacity)
     assert (unfloored < floor + library * loads).sum() >= 10 and (demand > capacity).sum() >= 8
 
     model = _model("mem_used_mib").fit(rows.drop(columns="net"), measured)
-    assert list(model[-1].terms_) == ["activations"]
+    assert list(model[-1].terms_) == ["activations", "heap_gradients"]
     assert model[-1].coef_[0] == pytest.approx(scale, rel=0.01)
+    assert model[-1].coef_[1] == pytest.approx(heap, rel=0.05)
     assert model[-1].intercept_ == pytest.approx(intercept, rel=0.02)
     assert model[-1].floor_mib_ == pytest.approx(floor, rel=0.02)
     assert model[-1].library_mib_ == pytest.approx(library, rel=0.05)
@@ -91,6 +94,7 @@ def test_memory_recovers_intercept_scale_floor_library_and_capacity(rows):
     unbounded = _model("mem_used_mib").fit(rows.drop(columns="net")[clear], demand[clear])
     assert unbounded[-1].capacity_mib() == np.inf and unbounded[-1].floor_mib_ == 0.0
     assert unbounded[-1].coef_[0] == pytest.approx(scale, rel=0.01)
+    assert unbounded[-1].coef_[1] == pytest.approx(heap, rel=0.05)
 
 
 def _latency(rows: pd.DataFrame, intercept: float, rates: dict[str, float]) -> np.ndarray:

@@ -82,6 +82,9 @@ _LAYERS = "layers"
 # none was measured: a GPU's caching allocator keeps its blocks).
 FRESH_PAGES = "fresh_page_bytes"
 FRESH_PAGES_MS = "fresh_pages_ms"
+# The trained weights' gradients at or below `FRESH_PAGES_BYTES`: on a CPU the C library's heap
+# serves them, and its pages stay with the process once freed.
+_HEAP_GRADIENTS = "heap_gradient_bytes"
 
 
 def networks_per_group(features: pd.DataFrame, nets: pd.Series) -> dict[str, int]:
@@ -197,6 +200,7 @@ def network_features(arch: Architecture, batch_sizes: Sequence[int], stage: str 
         # the optimizer's temporaries for one parameter at a time: the largest trained layer's
         _OPTIMIZER_TEMP: float(optimizer.temporaries * max(trained_params, default=0) * dtype),
         FRESH_PAGES: float((1 + optimizer.temporaries) * sum(size for size in gradients if size > FRESH_PAGES_BYTES)),
+        _HEAP_GRADIENTS: float(sum(size for size in gradients if size <= FRESH_PAGES_BYTES)),
         "buffer_bytes": float(arch.buffer_bytes),
         "input_bytes": bs * math.prod(arch.input_size) * dtype,
         _SAVED: bs * kept.sum() + saved_fixed,
@@ -353,7 +357,8 @@ PARAMETER_STREAM_FACTOR = _TRAINING_PASSES / (_TRAINING_PASSES + OPTIMIZERS[DEFA
 # Memory (MiB): the runtime's footprint (the model's intercept), plus the weights, gradients
 # and momentum as they are (a fitted scale on them would explode for parameter-heavy
 # networks), plus the larger of the activations the allocator holds (the midpoint of the two
-# bounds on it, scaled) and the optimizer step's temporary, plus cuBLAS's footprint where a
+# bounds on it, scaled, with a share of the gradients the allocator's heap keeps) and the
+# optimizer step's temporary, plus cuBLAS's footprint where a
 # network has Linear layers (fitted only when the training data hold networks with and
 # without such layers; otherwise it cannot be told apart from the runtime and stays 0).
 _LIBRARY = Term("library", {group_column(_LINEAR, "count"): 1.0}, "count", Role.LIBRARY)
@@ -361,6 +366,7 @@ _MEMORY_TERMS = (
     Term("activations", {_ACTIVATION_PEAK: 0.5, _OUTPUTS: 0.5}, "bytes"),
     Term("param_state", {_PARAM_STATE: 1.0}, "bytes", Role.EXACT),
     Term("optimizer", {_OPTIMIZER_TEMP: 1.0}, "bytes", Role.OPTIMIZER),
+    Term("heap_gradients", {_HEAP_GRADIENTS: 1.0}, "bytes"),
     _LIBRARY,
 )
 # Amounts of the parameters' state and the optimizer's temporaries, known exactly whatever
