@@ -18,7 +18,7 @@ from perf4sight.fit import DEFAULT_METHOD, METHODS, PaperExtraTrees, fit_method,
 from perf4sight.fit.methods import method_problem, trusted_types
 from perf4sight.networks import load_architecture
 
-MEMORY_ONLY = ("floor_mib_", "library_mib_", "capacity_mib_")
+MEMORY_ONLY = ("floor_mib_", "library_mib_", "footprint_mib_", "capacity_mib_")
 
 
 @parametrize_with_checks([PaperExtraTrees(n_estimators=5)])

@@ -14,7 +14,7 @@ from sklearn.pipeline import Pipeline
 from torch import nn
 
 from perf4sight.device.recipe import Recipe
-from perf4sight.features import feature_table
+from perf4sight.features import feature_table, with_device_costs
 from perf4sight.features.network import NETWORK_TERMS
 from perf4sight.features.terms import Role
 from perf4sight.fit.physical import physical_steps
@@ -25,26 +25,31 @@ BATCH_SIZES = [1, 2, 4, 8, 16, 32, 64, 128, 256, 512]
 
 
 def _net(width: int, *, linear: bool, depthwise: bool) -> nn.Module:
-    """Convolutions (with a depthwise one or not), ending in a Linear layer or a 1x1 convolution."""
+    """Convolutions (with a depthwise one or not; ReLU6 after it where the width is a multiple
+    of 8, so that the kinds of layer vary beside the Linear layer), ending in a Linear layer or
+    a 1x1 convolution."""
     middle = (nn.Conv2d(width, width, 3, padding=1, groups=width) if depthwise
               else nn.Conv2d(width, width, 3, padding=1))
     head = ([nn.AdaptiveAvgPool2d(1), nn.Flatten(), nn.Linear(2 * width, 10)] if linear
             else [nn.Conv2d(2 * width, 10, 1), nn.AdaptiveAvgPool2d(1), nn.Flatten()])
     pointwise = [module for _ in range(width % 3) for module in (nn.Conv2d(width, width, 1), nn.ReLU())]
-    return nn.Sequential(nn.Conv2d(3, width, 3, padding=1), nn.BatchNorm2d(width), nn.ReLU(), middle, nn.ReLU(),
+    activation = nn.ReLU6() if width % 8 == 0 else nn.ReLU()
+    return nn.Sequential(nn.Conv2d(3, width, 3, padding=1), nn.BatchNorm2d(width), nn.ReLU(), middle, activation,
                          *pointwise, nn.Conv2d(width, 2 * width, 1), nn.ReLU(), *head)
 
 
 @pytest.fixture(scope="module")
 def rows() -> pd.DataFrame:
-    """`network` features of eight networks at ten batch sizes, with each row's network."""
+    """`network` features of eight networks at ten batch sizes, with each row's network, as on
+    a CPU (fresh pages measured: the process's own memory counted)."""
     frames = []
     for index, (width, linear, depthwise) in enumerate(
         [(8, True, False), (12, False, False), (16, True, True), (20, False, True),
          (24, True, False), (28, False, False), (32, True, True), (40, False, True)]
     ):
         arch = load_architecture(_net(width, linear=linear, depthwise=depthwise), input_size=(3, 24, 24))
-        frames.append(feature_table(arch, BATCH_SIZES, "network", "training").assign(net=index))
+        frames.append(feature_table(arch, BATCH_SIZES, "network", "training", fresh_pages_ms_per_mib=0.25)
+                      .assign(net=index))
     return pd.concat(frames, ignore_index=True)
 
 
@@ -66,17 +71,20 @@ def _of_role(kind: str, role: Role) -> str:
 
 def test_memory_recovers_intercept_scale_floor_library_and_capacity(rows):
     # the heap term at a scale these small networks can show (their gradients are 0.01-0.2 MiB)
-    intercept, scale, heap, floor, library = 40.0, 1.5, 30.0, 60.0, 15.0
+    intercept, scale, heap, floor, library, per_kind = 40.0, 1.5, 30.0, 60.0, 15.0, 2.0
     activations = _amount(rows, "activations", "memory") / MIB
     heap_gradients = _amount(rows, "heap_gradients", "memory") / MIB
     exact = _amount(rows, _of_role("memory", Role.EXACT), "memory") / MIB
     optimizer = _amount(rows, _of_role("memory", Role.OPTIMIZER), "memory") / MIB
     loads = (_amount(rows, _of_role("memory", Role.LIBRARY), "memory") > 0).astype(float)
-    unfloored = intercept + library * loads + exact + np.maximum(scale * activations + heap * heap_gradients, optimizer)
-    demand = np.maximum(unfloored, floor + library * loads)
+    kinds = _amount(rows, _of_role("memory", Role.FOOTPRINT), "memory")
+    assert set(kinds) == {5.0, 6.0, 7.0}
+    fixed = library * loads + per_kind * kinds
+    unfloored = intercept + fixed + exact + np.maximum(scale * activations + heap * heap_gradients, optimizer)
+    demand = np.maximum(unfloored, floor + fixed)
     capacity = float(np.quantile(demand, 0.9))
     measured = np.minimum(demand, capacity)
-    assert (unfloored < floor + library * loads).sum() >= 10 and (demand > capacity).sum() >= 8
+    assert (unfloored < floor + fixed).sum() >= 10 and (demand > capacity).sum() >= 8
 
     model = _model("mem_used_mib").fit(rows.drop(columns="net"), measured)
     assert list(model[-1].terms_) == ["activations", "heap_gradients"]
@@ -85,12 +93,19 @@ def test_memory_recovers_intercept_scale_floor_library_and_capacity(rows):
     assert model[-1].intercept_ == pytest.approx(intercept, rel=0.02)
     assert model[-1].floor_mib_ == pytest.approx(floor, rel=0.02)
     assert model[-1].library_mib_ == pytest.approx(library, rel=0.05)
+    assert list(model[-1].footprint_terms_) == ["kinds"]
+    assert model[-1].footprint_mib_[0] == pytest.approx(per_kind, rel=0.05)
     assert model[-1].capacity_mib() == pytest.approx(capacity, rel=0.01)
     np.testing.assert_allclose(model.predict(rows.drop(columns="net")), measured, rtol=0.02)
 
+    # on a device that measured no fresh pages (a GPU) the process's own memory is not counted:
+    # nothing to fit for its terms
+    elsewhere = _model("mem_used_mib").fit(with_device_costs(rows.drop(columns="net"), None), measured)
+    assert elsewhere[-1].coef_[1] == 0.0 and elsewhere[-1].footprint_mib_[0] == 0.0
+
     # no row reaches a capacity or lies below a floor: neither is kept
     clear = demand < 0.95 * capacity
-    clear &= demand > 1.05 * (floor + library * loads)
+    clear &= demand > 1.05 * (floor + fixed)
     unbounded = _model("mem_used_mib").fit(rows.drop(columns="net")[clear], demand[clear])
     assert unbounded[-1].capacity_mib() == np.inf and unbounded[-1].floor_mib_ == 0.0
     assert unbounded[-1].coef_[0] == pytest.approx(scale, rel=0.01)

@@ -34,7 +34,7 @@ from perf4sight.features.terms import Role, Term, TermSet
 
 __all__ = [
     "AUTOCAST_TERMS", "EXACT_COLUMNS", "FRESH_PAGES", "FRESH_PAGES_MS", "LAYER_GROUPS", "MEMORY_PARTS", "NETWORK_TERMS",
-    "STEP_TERMS", "STREAM_TERMS", "PARAMETER_STREAM_FACTOR", "gemm_flops", "network_features", "layer_group", "networks_per_group",
+    "PROCESS_MEMORY_COLUMNS", "STEP_TERMS", "STREAM_TERMS", "PARAMETER_STREAM_FACTOR", "gemm_flops", "network_features", "layer_group", "networks_per_group",
     "group_column",
 ]
 
@@ -82,9 +82,19 @@ _LAYERS = "layers"
 # none was measured: a GPU's caching allocator keeps its blocks).
 FRESH_PAGES = "fresh_page_bytes"
 FRESH_PAGES_MS = "fresh_pages_ms"
+# The kinds of layer the network holds: each kind's kernels are code the process maps in, and
+# buffers of their own, whatever the batch size.
+_LAYER_KINDS = "layer_kinds"
 # The trained weights' gradients at or below `FRESH_PAGES_BYTES`: on a CPU the C library's heap
 # serves them, and its pages stay with the process once freed.
 _HEAP_GRADIENTS = "heap_gradient_bytes"
+# Amounts of the process's own memory, which a CPU's measurement (its resident memory) holds:
+# counted where the device's profiler measured the C library's fresh pages (the CPU backend;
+# `perf4sight.features.transform.with_device_costs`), 0 elsewhere. A GPU's caching allocator and
+# context dominate its measurement, and its few training networks cannot tell these amounts
+# from the runtime (on the TX2's four, fitting them put 57 MiB on each kind of layer: cuBLAS's
+# footprint, which only squeezenet lacks).
+PROCESS_MEMORY_COLUMNS = (_HEAP_GRADIENTS, _LAYER_KINDS)
 
 
 def networks_per_group(features: pd.DataFrame, nets: pd.Series) -> dict[str, int]:
@@ -209,6 +219,7 @@ def network_features(arch: Architecture, batch_sizes: Sequence[int], stage: str 
         _ACTIVATION_PEAK: peak,
         "workspace_peak_bytes": bs * im2col.max(),
         _LAYERS: float(len(layers)),
+        _LAYER_KINDS: float(len({layer.kind for layer in layers})),
         "param_layers": float(param_layers),
     }
     group_of = np.array(groups)
@@ -360,7 +371,9 @@ PARAMETER_STREAM_FACTOR = _TRAINING_PASSES / (_TRAINING_PASSES + OPTIMIZERS[DEFA
 # bounds on it, scaled, with a share of the gradients the allocator's heap keeps) and the
 # optimizer step's temporary, plus cuBLAS's footprint where a
 # network has Linear layers (fitted only when the training data hold networks with and
-# without such layers; otherwise it cannot be told apart from the runtime and stays 0).
+# without such layers; otherwise it cannot be told apart from the runtime and stays 0), plus a
+# footprint per kind of layer (its kernels' code and buffers; fitted where the training
+# networks hold different numbers of kinds).
 _LIBRARY = Term("library", {group_column(_LINEAR, "count"): 1.0}, "count", Role.LIBRARY)
 _MEMORY_TERMS = (
     Term("activations", {_ACTIVATION_PEAK: 0.5, _OUTPUTS: 0.5}, "bytes"),
@@ -368,6 +381,7 @@ _MEMORY_TERMS = (
     Term("optimizer", {_OPTIMIZER_TEMP: 1.0}, "bytes", Role.OPTIMIZER),
     Term("heap_gradients", {_HEAP_GRADIENTS: 1.0}, "bytes"),
     _LIBRARY,
+    Term("kinds", {_LAYER_KINDS: 1.0}, "count", Role.FOOTPRINT),
 )
 # Amounts of the parameters' state and the optimizer's temporaries, known exactly whatever
 # the recipe: a query beyond the training runs' range in them (Adam's state and its two

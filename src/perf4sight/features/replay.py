@@ -24,7 +24,7 @@ __all__ = ["REPLAY_TERMS", "replay_features"]
 
 _ALLOCATED = "replay_allocated_bytes"
 _CACHED = "replay_cached_bytes"
-# Memory: the runtime's footprint (and cuBLAS's, as for `network` features), plus the peak of
+# Memory: the runtime's footprint (and cuBLAS's and the layer kinds', as for `network` features), plus the peak of
 # live tensors, which includes the weights, gradients, momentum buffers and the optimizer's
 # temporaries, as it is, plus a fitted multiple of what the caching allocator holds beyond
 # it. Latency: the `network` features' model.
@@ -33,7 +33,7 @@ REPLAY_TERMS = TermSet(
     memory=(
         Term("cached", {_CACHED: 1.0}, "bytes"),
         Term("allocated", {_ALLOCATED: 1.0}, "bytes", Role.EXACT),
-        *(term for term in NETWORK_TERMS.memory if term.role is Role.LIBRARY),
+        *(term for term in NETWORK_TERMS.memory if term.role in (Role.LIBRARY, Role.FOOTPRINT)),
     ),
     latency=NETWORK_TERMS.latency,
 )

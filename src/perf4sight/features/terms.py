@@ -22,6 +22,7 @@ class Role(enum.Enum):
     EXACT = "exact"  # added as it is (coefficient 1): a known amount a fitted scale would distort
     OPTIMIZER = "optimizer"  # a temporary held instead of the fitted terms when it is the larger
     LIBRARY = "library"  # above zero: the network loads a library with a fixed footprint, fitted
+    FOOTPRINT = "footprint"  # a fixed footprint per unit of its amount (a count), fitted, beside the runtime
 
 
 @dataclass(frozen=True, eq=False)

@@ -23,7 +23,7 @@ from perf4sight.architecture.derived import derived_values
 from perf4sight.device.definitions import BatchSizes
 from perf4sight.device.system import BYTES_PER_MIB
 from perf4sight.features.inputs import checked_batch_sizes
-from perf4sight.features.network import FRESH_PAGES, FRESH_PAGES_MS, network_features
+from perf4sight.features.network import FRESH_PAGES, FRESH_PAGES_MS, PROCESS_MEMORY_COLUMNS, network_features
 from perf4sight.features.paper import paper_features
 from perf4sight.features.replay import replay_features
 
@@ -88,10 +88,14 @@ def feature_table(arch: Architecture, batch_sizes: Sequence[int], feature_set: s
 def with_device_costs(table: pd.DataFrame, fresh_pages_ms_per_mib: float | None) -> pd.DataFrame:
     """A feature set's table with what its amounts cost on the device, where the device's
     profiler measured it: the gradients in fresh pages (`FRESH_PAGES`) at
-    `fresh_pages_ms_per_mib` (`FRESH_PAGES_MS`; 0 where None: not measured)."""
+    `fresh_pages_ms_per_mib` (`FRESH_PAGES_MS`; 0 where None: not measured), and the
+    process's own memory (`PROCESS_MEMORY_COLUMNS`) only where it was measured (a CPU)."""
     if FRESH_PAGES not in table.columns:
         return table
-    return table.assign(**{FRESH_PAGES_MS: table[FRESH_PAGES] / BYTES_PER_MIB * (fresh_pages_ms_per_mib or 0.0)})
+    costs = {FRESH_PAGES_MS: table[FRESH_PAGES] / BYTES_PER_MIB * (fresh_pages_ms_per_mib or 0.0)}
+    if fresh_pages_ms_per_mib is None:
+        costs.update(dict.fromkeys(PROCESS_MEMORY_COLUMNS, 0.0))
+    return table.assign(**costs)
 
 
 class FeatureTransformer(TransformerMixin, BaseEstimator, auto_wrap_output_keys=None):

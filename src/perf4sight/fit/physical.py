@@ -85,27 +85,29 @@ def _smooth_min(a: np.ndarray, b: np.ndarray | float) -> np.ndarray:
 
 def term_design(X: pd.DataFrame, terms: Sequence[Term], scale: float = 1.0) -> np.ndarray:  # noqa: N803
     """One column per term: its weighted sum of `X`'s columns, divided by `scale` (bytes to
-    MiB for memory); a library term's column is 1 where the network loads it, else 0."""
+    MiB for memory); a library term's column is 1 where the network loads it, else 0; a
+    footprint term's is its count."""
     # One array for the whole frame: selecting a sub-frame per term costs more than the
     # arithmetic.
     values = X.to_numpy(dtype=float)
     amounts = []
-    for library, weighted in _design_plan(tuple(terms), tuple(X.columns.tolist())):
+    for role, weighted in _design_plan(tuple(terms), tuple(X.columns.tolist())):
         amount = sum(values[:, index] * weight for index, weight in weighted)
-        amounts.append((amount > 0).astype(float) if library else amount / scale)
+        amounts.append((amount > 0).astype(float) if role is Role.LIBRARY
+                       else amount if role is Role.FOOTPRINT else amount / scale)
     return np.column_stack(amounts)
 
 
 @functools.lru_cache(maxsize=64)
-def _design_plan(terms: tuple[Term, ...], columns: tuple[str, ...]) -> tuple[tuple[bool, tuple], ...]:
-    """Per term: whether it is a library indicator, and its (column index, weight) pairs in a
+def _design_plan(terms: tuple[Term, ...], columns: tuple[str, ...]) -> tuple[tuple[Role, tuple], ...]:
+    """Per term: its role, and its (column index, weight) pairs in a
     table of `columns`; found once per terms and table layout, since a prediction costs
     little more than finding them."""
     missing = sorted({column for term in terms for column in term.columns} - set(columns))
     if missing:
         raise ValueError(f"feature columns missing: {', '.join(missing)}")
     index = {name: i for i, name in enumerate(columns)}
-    return tuple((term.role is Role.LIBRARY, tuple((index[name], weight) for name, weight in term.columns.items()))
+    return tuple((term.role, tuple((index[name], weight) for name, weight in term.columns.items()))
                  for term in terms)
 
 
@@ -170,27 +172,34 @@ class _Parameters:
 @dataclass(frozen=True)
 class _Amounts:
     """A memory design split by role: the fitted terms' amounts, the exact amount added as
-    it is, the optimizer's temporary and whether the library is loaded, per row."""
+    it is, the optimizer's temporary, whether the library is loaded and the footprint terms'
+    counts, per row."""
 
     design: np.ndarray
     offset: np.ndarray
     optimizer: np.ndarray
     uses_library: np.ndarray
+    footprints: np.ndarray
 
     @classmethod
     def split(cls, X: np.ndarray, roles: tuple[str, ...] | None) -> _Amounts:  # noqa: N803
-        fitted, exact, optimizer, library = _columns_by_role(roles, X.shape[1])
+        fitted, exact, optimizer, library, footprint = _columns_by_role(roles, X.shape[1])
         return cls(X[:, fitted], X[:, exact].sum(axis=1), X[:, optimizer].sum(axis=1),
-                   (X[:, library] > 0).any(axis=1).astype(float))
+                   (X[:, library] > 0).any(axis=1).astype(float), X[:, footprint])
+
+    def fixed(self, library: float, footprint: np.ndarray) -> np.ndarray:
+        """The fixed footprints per row beside the runtime: the library's where it is
+        loaded, and each footprint term's per unit."""
+        return library * self.uses_library + self.footprints @ footprint
 
 
 @functools.cache
 def _columns_by_role(roles: tuple[str, ...] | None, n_columns: int) -> tuple[list[int], ...]:
-    """The indices of the fitted, exact, optimizer and library columns (none: all fitted);
-    once per roles, since a prediction costs little more than finding them."""
+    """The indices of the fitted, exact, optimizer, library and footprint columns (none: all
+    fitted); once per roles, since a prediction costs little more than finding them."""
     roles = roles if roles is not None else (Role.FITTED.value,) * n_columns
     return tuple([i for i, role in enumerate(roles) if role == kind.value]
-                 for kind in (Role.FITTED, Role.EXACT, Role.OPTIMIZER, Role.LIBRARY))
+                 for kind in (Role.FITTED, Role.EXACT, Role.OPTIMIZER, Role.LIBRARY, Role.FOOTPRINT))
 
 
 class MemorySolver(RegressorMixin, BaseEstimator):
@@ -200,7 +209,8 @@ class MemorySolver(RegressorMixin, BaseEstimator):
     `roles` gives each column of X its role (`perf4sight.features.terms.Role` values; none:
     every column a fitted term), `terms` each column's name. Fitted: `intercept_`, `coef_`
     (one per fitted term, named by `terms_`), `floor_mib_`, `library_mib_` (for rows whose
-    library column is above 0) and `capacity_mib_`, in the targets' unit.
+    library column is above 0), `footprint_mib_` (per unit of each footprint term, named by
+    `footprint_terms_`) and `capacity_mib_`, in the targets' unit.
     """
 
     def __init__(self, terms: tuple[str, ...] | None = None, roles: tuple[str, ...] | None = None) -> None:
@@ -219,10 +229,12 @@ class MemorySolver(RegressorMixin, BaseEstimator):
         return tags
 
     def fit(self, X: Any, y: Any, sample_weight: Any = None) -> MemorySolver:  # noqa: N803
-        """Robust least squares on relative error: intercept, coefficients, floor, library, capacity.
+        """Robust least squares on relative error: intercept, coefficients, floor, library,
+        footprints, capacity.
 
         The library footprint is fitted only when some training rows load it and some do
-        not. The capacity is kept only when the data show it (a few runs whose demand
+        not, a footprint term's only when its count differs between training rows, and a
+        term's coefficient only when some training row holds its amount (else 0). The capacity is kept only when the data show it (a few runs whose demand
         exceeds it); otherwise it would cap every prediction just above the largest run
         measured. The floor likewise (a few runs whose demand lies below it): started at
         the smallest run, it would otherwise stay there on a device without one, raising
@@ -234,14 +246,19 @@ class MemorySolver(RegressorMixin, BaseEstimator):
             raise ValueError(f"MemorySolver: {len(self.roles)} roles for {X.shape[1]} columns")
         amounts = _Amounts.split(X, self.roles)
         n = amounts.design.shape[1]
-        parameters = _Parameters(intercept=None, coef=n, floor=None, library=None, capacity=None)
-        free = parameters.vector(intercept=True, coef=True, floor=True, capacity=True,
-                                 library=np.unique(amounts.uses_library).size > 1).astype(bool)
-        start = parameters.vector(intercept=0.5 * y.min(), coef=1.0, floor=y.min(), library=0.0, capacity=1.2 * y.max())
+        parameters = _Parameters(intercept=None, coef=n, floor=None, library=None,
+                                 footprint=amounts.footprints.shape[1], capacity=None)
+        present = amounts.design.any(axis=0)  # a term no training row holds has nothing to fit: 0
+        free = parameters.vector(intercept=True, coef=present, floor=True, capacity=True,
+                                 library=np.unique(amounts.uses_library).size > 1,
+                                 footprint=np.ptp(amounts.footprints, axis=0) > 0).astype(bool)
+        start = parameters.vector(intercept=0.5 * y.min(), coef=present.astype(float), floor=y.min(), library=0.0,
+                                  footprint=0.0, capacity=1.2 * y.max())
         theta = self._solve(parameters, amounts, y, root, start, free)
         fitted = parameters.named(theta)
-        unfloored = _unfloored(fitted["intercept"], fitted["coef"], fitted["library"], amounts)
-        floor = fitted["floor"] + fitted["library"] * amounts.uses_library
+        unfloored = _unfloored(fitted["intercept"], fitted["coef"], amounts.fixed(fitted["library"], fitted["footprint"]),
+                               amounts)
+        floor = fitted["floor"] + amounts.fixed(fitted["library"], fitted["footprint"])
         demand = _smooth_max(unfloored, floor)  # as `_demand`, from the parts just computed
         supported = {
             "floor": np.count_nonzero(unfloored * _CORNER_FACTOR < floor) >= _SUPPORT_ROWS,
@@ -255,11 +272,14 @@ class MemorySolver(RegressorMixin, BaseEstimator):
                 theta[parameters.slices[name]] = unsupported[name]
             theta = self._solve(parameters, amounts, y, root, theta, free)
         fitted = parameters.named(theta)
-        self.terms_ = np.array([names[i] for i in _columns_by_role(self.roles, len(names))[0]])
+        by_role = _columns_by_role(self.roles, len(names))
+        self.terms_ = np.array([names[i] for i in by_role[0]])
         self.intercept_ = fitted["intercept"]
         self.coef_ = fitted["coef"]
         self.floor_mib_ = fitted["floor"]
         self.library_mib_ = fitted["library"]
+        self.footprint_terms_ = np.array([names[i] for i in by_role[4]])
+        self.footprint_mib_ = np.array(fitted["footprint"])
         self.capacity_mib_ = fitted["capacity"]
         return self
 
@@ -278,13 +298,15 @@ class MemorySolver(RegressorMixin, BaseEstimator):
 
         # The capacity caps what can be measured: no lower than the largest measurement
         # (else a few over-predicted small runs make a capacity of a few MiB on a CPU).
-        lower = parameters.vector(intercept=0.0, coef=0.0, floor=0.0, library=0.0, capacity=y.max() / _CORNER_FACTOR)
+        lower = parameters.vector(intercept=0.0, coef=0.0, floor=0.0, library=0.0, footprint=0.0,
+                                  capacity=y.max() / _CORNER_FACTOR)
         bounds = (lower[free], np.full(int(free.sum()), np.inf))
         return full(least_squares(residual, start[free], bounds=bounds, loss="soft_l1", f_scale=0.05).x)
 
     def demand(self, amounts: _Amounts) -> np.ndarray:
         """What each row asks for, before the capacity caps what is measured."""
-        return _demand(self.intercept_, self.coef_, self.floor_mib_, self.library_mib_, amounts)
+        return _demand(self.intercept_, self.coef_, self.floor_mib_, amounts.fixed(self.library_mib_, self.footprint_mib_),
+                       amounts)
 
     def predict_demand(self, X: Any) -> np.ndarray:  # noqa: N803
         """What each row asks for, before the capacity caps what is measured."""
@@ -302,22 +324,23 @@ class MemorySolver(RegressorMixin, BaseEstimator):
         return self.capacity_mib_
 
 
-def _demand(intercept: float, coef: np.ndarray, floor: float, library: float, amounts: _Amounts) -> np.ndarray:
-    """Memory an iteration asks for: fixed footprints, exact offset and fitted terms, above the floor."""
-    return _smooth_max(_unfloored(intercept, coef, library, amounts), floor + library * amounts.uses_library)
+def _demand(intercept: float, coef: np.ndarray, floor: float, fixed: np.ndarray, amounts: _Amounts) -> np.ndarray:
+    """Memory an iteration asks for: the runtime, the `fixed` footprints (`_Amounts.fixed`),
+    exact offset and fitted terms, above the floor (which the fixed footprints lift too)."""
+    return _smooth_max(_unfloored(intercept, coef, fixed, amounts), floor + fixed)
 
 
-def _unfloored(intercept: float, coef: np.ndarray, library: float, amounts: _Amounts) -> np.ndarray:
-    """The fixed footprints and exact amounts, plus the larger of the activations the
+def _unfloored(intercept: float, coef: np.ndarray, fixed: np.ndarray, amounts: _Amounts) -> np.ndarray:
+    """The runtime, fixed footprints and exact amounts, plus the larger of the activations the
     allocator holds and the optimizer's temporary (allocated once the activations are freed)."""
     held = _smooth_max(amounts.design @ coef, amounts.optimizer)
-    return intercept + library * amounts.uses_library + amounts.offset + held
+    return intercept + fixed + amounts.offset + held
 
 
 def _measured(fitted: dict[str, Any], amounts: _Amounts) -> np.ndarray:
-    """Measured memory for named parameters (intercept, coef, floor, library, capacity)."""
-    demand = _demand(fitted["intercept"], fitted["coef"], fitted["floor"], fitted["library"], amounts)
-    return _smooth_min(demand, fitted["capacity"])
+    """Measured memory for named parameters (intercept, coef, floor, library, footprint, capacity)."""
+    fixed = amounts.fixed(fitted["library"], fitted["footprint"])
+    return _smooth_min(_demand(fitted["intercept"], fitted["coef"], fitted["floor"], fixed, amounts), fitted["capacity"])
 
 
 class LatencySolver(RegressorMixin, BaseEstimator):
@@ -452,8 +475,8 @@ def memory_breakdown(regressor: Any, features: pd.DataFrame) -> dict[str, np.nda
     if not isinstance(solver, MemorySolver):
         raise ValueError(f"a breakdown needs a physical memory model, not a {type(solver).__name__}")
     amounts = _Amounts.split(regressor[1:-1].transform(features), solver.roles)  # the steps after the features
-    runtime = solver.intercept_ + solver.library_mib_ * amounts.uses_library
-    unfloored = _unfloored(solver.intercept_, solver.coef_, solver.library_mib_, amounts)
+    runtime = solver.intercept_ + amounts.fixed(solver.library_mib_, solver.footprint_mib_)
+    unfloored = _unfloored(solver.intercept_, solver.coef_, runtime - solver.intercept_, amounts)
     parts = {name: features[list(columns)].to_numpy(dtype=float).sum(axis=1) / _MIB
              for name, columns in MEMORY_PARTS.items()}
     saved = parts.pop("saved_activations")
