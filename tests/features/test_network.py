@@ -11,7 +11,8 @@ from perf4sight.architecture import trace_architecture
 from perf4sight.device.recipe import Recipe
 from perf4sight.errors import ConfigError, NetworkError
 from perf4sight.features import FEATURE_SETS, feature_table
-from perf4sight.features.network import FRESH_PAGES, FRESH_PAGES_MS, layer_group, network_features
+from perf4sight.features.network import (FRESH_PAGES, FRESH_PAGES_MS, PROCESS_MEMORY_COLUMNS, layer_group,
+                                         network_features)
 from perf4sight.networks import architecture_from_spec, build_from_spec, read_spec
 
 INPUT = (3, 16, 16)
@@ -93,6 +94,22 @@ def test_a_trained_weight_above_32_mib_has_its_gradient_and_step_temporaries_in_
     assert (feature_table(arch, [1, 8], "network", "training")[FRESH_PAGES_MS] == 0).all()  # nothing measured
     priced = feature_table(arch, [1, 8], "network", "training", fresh_pages_ms_per_mib=0.25)
     assert priced[FRESH_PAGES_MS].tolist() == [0.25 * 2 * 144] * 2
+
+
+def test_the_process_s_own_memory_is_counted_where_the_device_measured_fresh_pages():
+    """The trained weights' gradients the C library's heap serves (32 MiB or less) and the kinds
+    of layer, counted on a CPU (fresh pages measured) and 0 on a device that measured none."""
+    model = nn.Sequential(nn.Flatten(), nn.Linear(9216, 4096), nn.ReLU(), nn.Linear(4096, 1024), nn.ReLU6(),
+                          nn.Linear(1024, 10))
+    arch = trace_architecture(model, (9216, 1, 1))
+    cpu = feature_table(arch, [1, 8], "network", "training", fresh_pages_ms_per_mib=0.25)
+    small = (4096 * 1024 + 1024 * 10) * 4  # the 144 MiB weight's gradient is a fresh mapping instead
+    assert cpu["heap_gradient_bytes"].tolist() == [small] * 2
+    assert cpu["layer_kinds"].tolist() == [4.0] * 2  # flatten, linear, relu, relu6
+    elsewhere = feature_table(arch, [1, 8], "network", "training")
+    assert (elsewhere[list(PROCESS_MEMORY_COLUMNS)] == 0).all().all()
+    assert elsewhere.drop(columns=[*PROCESS_MEMORY_COLUMNS, FRESH_PAGES_MS]).equals(
+        cpu.drop(columns=[*PROCESS_MEMORY_COLUMNS, FRESH_PAGES_MS]))
 
 
 @pytest.mark.parametrize(("kernel", "size", "stride"), [(3, 16, 1), (7, 4, 1), (5, 7, 2), (7, 2, 1)])
