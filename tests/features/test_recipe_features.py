@@ -242,7 +242,7 @@ def test_spec_variants_follow_the_recipe(pruned_spec):
     assert family_key(propagated) != family_key(load_architecture(str(pruned_spec)))
 
 
-def test_recipe_extrapolation_names_half_precision_rates_and_unprofiled_optimizers():
+def test_recipe_extrapolation_names_half_precision_rates_and_unprofiled_kinds_of_step():
     default = Recipe()
     assert recipe_extrapolation(default, [default]) == []
     assert recipe_extrapolation(Recipe(trainable="classifier", checkpoint_segments=4), [default]) == []
@@ -250,7 +250,10 @@ def test_recipe_extrapolation_names_half_precision_rates_and_unprofiled_optimize
     assert [item.calibrate for item in found] == [Recipe(precision="amp-bf16"), Recipe(optimizer="adam")]
     assert found[0].terms == ("autocast_gemm",) and "amp-bf16" in str(found[0])
     assert set(found[1].terms) == {"traffic", "gemm_traffic", "parameters"}
-    assert str(found[1]).startswith("adam: its step was never timed, priced per pass as sgd's")
+    assert str(found[1]).startswith("adam: a step of adam's kind was never timed, priced per pass as sgd's")
+    # an optimizer whose kind of step was profiled: its passes priced as that one's
+    assert recipe_extrapolation(Recipe(optimizer="sgd-plain"), [default]) == []
+    assert recipe_extrapolation(Recipe(optimizer="adamw"), [Recipe(optimizer="adam")]) == []
     assert recipe_extrapolation(Recipe(precision="amp-bf16", optimizer="adamw"),
                                 [default, Recipe(precision="amp-bf16", optimizer="adamw")]) == []
 

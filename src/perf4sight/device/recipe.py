@@ -39,6 +39,9 @@ class Optimizer(NamedTuple):
     # a time, `foreach` off), and how many parameter-sized temporaries it holds at once.
     passes: int
     temporaries: int
+    # The kernels its step runs per parameter: optimizers of one kind cost alike per pass (SGD
+    # with or without momentum; Adam with or without decoupled weight decay).
+    step: str
 
 
 # name -> its facts; `sgd` is the original's (lr 0.1, momentum 0.9, weight decay 5e-4).
@@ -46,10 +49,10 @@ OPTIMIZERS: Dict[str, Optimizer] = {
     # the decayed gradient (2 in, 1 out), the momentum buffer scaled (1 in, 1 out) and
     # accumulated (2 in, 1 out), the weights updated (2 in, 1 out); the decayed gradient
     # is its temporary
-    "sgd": Optimizer(state_buffers=1, momentum=True, passes=11, temporaries=1),
-    "sgd-plain": Optimizer(state_buffers=0, momentum=False, passes=6, temporaries=1),
-    "adam": Optimizer(state_buffers=2, momentum=False, passes=19, temporaries=2),
-    "adamw": Optimizer(state_buffers=2, momentum=False, passes=21, temporaries=2),
+    "sgd": Optimizer(state_buffers=1, momentum=True, passes=11, temporaries=1, step="sgd"),
+    "sgd-plain": Optimizer(state_buffers=0, momentum=False, passes=6, temporaries=1, step="sgd"),
+    "adam": Optimizer(state_buffers=2, momentum=False, passes=19, temporaries=2, step="adam"),
+    "adamw": Optimizer(state_buffers=2, momentum=False, passes=21, temporaries=2, step="adam"),
 }
 
 

@@ -19,7 +19,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import NamedTuple
 
-from perf4sight.device.recipe import DEFAULT_RECIPE, PRECISIONS, Recipe
+from perf4sight.device.recipe import DEFAULT_RECIPE, OPTIMIZERS, PRECISIONS, Recipe
 from perf4sight.features.network import AUTOCAST_TERMS, NETWORK_TERMS, STEP_TERMS, STREAM_TERMS
 from perf4sight.features.terms import Role
 
@@ -48,8 +48,8 @@ class Extrapolation(NamedTuple):
 def recipe_extrapolation(recipe: Recipe, profiled_recipes: Iterable[Recipe]) -> list[Extrapolation]:
     """What the models fitted on runs of `profiled_recipes` cannot know about `recipe`: empty
     when nothing (frozen layers or checkpointing change amounts only); a precision none of
-    them ran names the arithmetic rates at its dtype, an optimizer none of them ran the rates
-    that price its step."""
+    them ran names the arithmetic rates at its dtype, an optimizer whose kind of step
+    (`Optimizer.step`) none of them ran the rates that price its step."""
     profiled = list(profiled_recipes)
     found = []
     if recipe.precision not in {r.precision for r in profiled}:
@@ -59,11 +59,11 @@ def recipe_extrapolation(recipe: Recipe, profiled_recipes: Iterable[Recipe]) -> 
             AUTOCAST_TERMS if PRECISIONS[recipe.precision].autocast_dtype else _ARITHMETIC_TERMS,
             DEFAULT_RECIPE._replace(precision=recipe.precision),
         ))
-    optimizers = sorted({r.optimizer for r in profiled})
-    if recipe.optimizer not in optimizers:
+    steps = sorted({OPTIMIZERS[r.optimizer].step for r in profiled})
+    if OPTIMIZERS[recipe.optimizer].step not in steps:
         found.append(Extrapolation(
-            f"{recipe.optimizer}: its step was never timed, priced per pass as "
-            f"{', '.join(optimizers) or 'no optimizer'}'s",
+            f"{recipe.optimizer}: a step of {OPTIMIZERS[recipe.optimizer].step}'s kind was never timed, priced per "
+            f"pass as {', '.join(steps) or 'no optimizer'}'s",
             STEP_TERMS,
             DEFAULT_RECIPE._replace(optimizer=recipe.optimizer),
         ))
