@@ -20,11 +20,10 @@ pages the C library had handed back to the system and the step touched anew).
 from __future__ import annotations
 
 import argparse
+import resource
 import statistics
 import sys
 import time
-
-import resource
 
 import torch
 import torchvision

@@ -34,8 +34,8 @@ from perf4sight.features.terms import Role, Term, TermSet
 
 __all__ = [
     "AUTOCAST_TERMS", "EXACT_COLUMNS", "FRESH_PAGES", "FRESH_PAGES_MS", "LAYER_GROUPS", "MEMORY_PARTS", "NETWORK_TERMS",
-    "PROCESS_MEMORY_COLUMNS", "STEP_TERMS", "STREAM_TERMS", "PARAMETER_STREAM_FACTOR", "gemm_flops", "network_features", "layer_group", "networks_per_group",
-    "group_column",
+    "PROCESS_MEMORY_COLUMNS", "STEP_TERMS", "STREAM_TERMS", "PARAMETER_STREAM_FACTOR", "gemm_flops", "network_features",
+    "layer_group", "networks_per_group", "group_column",
 ]
 
 # The layer kinds' cost groups (`perf4sight.architecture.kinds`): depthwise and grouped

@@ -60,10 +60,11 @@ def recipe_extrapolation(recipe: Recipe, profiled_recipes: Iterable[Recipe]) -> 
             DEFAULT_RECIPE._replace(precision=recipe.precision),
         ))
     steps = sorted({OPTIMIZERS[r.optimizer].step for r in profiled})
-    if OPTIMIZERS[recipe.optimizer].step not in steps:
+    step = OPTIMIZERS[recipe.optimizer].step
+    if step not in steps:
         found.append(Extrapolation(
-            f"{recipe.optimizer}: a step of {OPTIMIZERS[recipe.optimizer].step}'s kind was never timed, priced per "
-            f"pass as {', '.join(steps) or 'no optimizer'}'s",
+            f"{recipe.optimizer}: a step of {step}'s kind was never timed, priced per pass as "
+            f"{', '.join(steps) or 'no optimizer'}'s",
             STEP_TERMS,
             DEFAULT_RECIPE._replace(optimizer=recipe.optimizer),
         ))

@@ -24,10 +24,10 @@ __all__ = ["REPLAY_TERMS", "replay_features"]
 
 _ALLOCATED = "replay_allocated_bytes"
 _CACHED = "replay_cached_bytes"
-# Memory: the runtime's footprint (and cuBLAS's and the layer kinds', as for `network` features), plus the peak of
-# live tensors, which includes the weights, gradients, momentum buffers and the optimizer's
-# temporaries, as it is, plus a fitted multiple of what the caching allocator holds beyond
-# it. Latency: the `network` features' model.
+# Memory: the runtime's footprint (and cuBLAS's and the layer kinds', as for `network`
+# features), plus the peak of live tensors, which includes the weights, gradients, momentum
+# buffers and the optimizer's temporaries, as it is, plus a fitted multiple of what the
+# caching allocator holds beyond it. Latency: the `network` features' model.
 REPLAY_TERMS = TermSet(
     "replay",
     memory=(

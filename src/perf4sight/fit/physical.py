@@ -234,11 +234,12 @@ class MemorySolver(RegressorMixin, BaseEstimator):
 
         The library footprint is fitted only when some training rows load it and some do
         not, a footprint term's only when its count differs between training rows, and a
-        term's coefficient only when some training row holds its amount (else 0). The capacity is kept only when the data show it (a few runs whose demand
-        exceeds it); otherwise it would cap every prediction just above the largest run
-        measured. The floor likewise (a few runs whose demand lies below it): started at
-        the smallest run, it would otherwise stay there on a device without one, raising
-        every prediction below it.
+        term's coefficient only when some training row holds its amount (else 0). The
+        capacity is kept only when the data show it (a few runs whose demand exceeds it);
+        otherwise it would cap every prediction just above the largest run measured. The
+        floor likewise (a few runs whose demand lies below it): started at the smallest run,
+        it would otherwise stay there on a device without one, raising every prediction
+        below it.
         """
         X, y, root = _checked_fit_data(self, X, y, sample_weight)  # noqa: N806
         names = _term_names(self, X.shape[1])
@@ -256,9 +257,9 @@ class MemorySolver(RegressorMixin, BaseEstimator):
                                   footprint=0.0, capacity=1.2 * y.max())
         theta = self._solve(parameters, amounts, y, root, start, free)
         fitted = parameters.named(theta)
-        unfloored = _unfloored(fitted["intercept"], fitted["coef"], amounts.fixed(fitted["library"], fitted["footprint"]),
-                               amounts)
-        floor = fitted["floor"] + amounts.fixed(fitted["library"], fitted["footprint"])
+        fixed = amounts.fixed(fitted["library"], fitted["footprint"])
+        unfloored = _unfloored(fitted["intercept"], fitted["coef"], fixed, amounts)
+        floor = fitted["floor"] + fixed
         demand = _smooth_max(unfloored, floor)  # as `_demand`, from the parts just computed
         supported = {
             "floor": np.count_nonzero(unfloored * _CORNER_FACTOR < floor) >= _SUPPORT_ROWS,
@@ -305,8 +306,8 @@ class MemorySolver(RegressorMixin, BaseEstimator):
 
     def demand(self, amounts: _Amounts) -> np.ndarray:
         """What each row asks for, before the capacity caps what is measured."""
-        return _demand(self.intercept_, self.coef_, self.floor_mib_, amounts.fixed(self.library_mib_, self.footprint_mib_),
-                       amounts)
+        fixed = amounts.fixed(self.library_mib_, self.footprint_mib_)
+        return _demand(self.intercept_, self.coef_, self.floor_mib_, fixed, amounts)
 
     def predict_demand(self, X: Any) -> np.ndarray:  # noqa: N803
         """What each row asks for, before the capacity caps what is measured."""
@@ -340,7 +341,8 @@ def _unfloored(intercept: float, coef: np.ndarray, fixed: np.ndarray, amounts: _
 def _measured(fitted: dict[str, Any], amounts: _Amounts) -> np.ndarray:
     """Measured memory for named parameters (intercept, coef, floor, library, footprint, capacity)."""
     fixed = amounts.fixed(fitted["library"], fitted["footprint"])
-    return _smooth_min(_demand(fitted["intercept"], fitted["coef"], fitted["floor"], fixed, amounts), fitted["capacity"])
+    demand = _demand(fitted["intercept"], fitted["coef"], fitted["floor"], fixed, amounts)
+    return _smooth_min(demand, fitted["capacity"])
 
 
 class LatencySolver(RegressorMixin, BaseEstimator):
@@ -475,8 +477,9 @@ def memory_breakdown(regressor: Any, features: pd.DataFrame) -> dict[str, np.nda
     if not isinstance(solver, MemorySolver):
         raise ValueError(f"a breakdown needs a physical memory model, not a {type(solver).__name__}")
     amounts = _Amounts.split(regressor[1:-1].transform(features), solver.roles)  # the steps after the features
-    runtime = solver.intercept_ + amounts.fixed(solver.library_mib_, solver.footprint_mib_)
-    unfloored = _unfloored(solver.intercept_, solver.coef_, runtime - solver.intercept_, amounts)
+    fixed = amounts.fixed(solver.library_mib_, solver.footprint_mib_)
+    runtime = solver.intercept_ + fixed
+    unfloored = _unfloored(solver.intercept_, solver.coef_, fixed, amounts)
     parts = {name: features[list(columns)].to_numpy(dtype=float).sum(axis=1) / _MIB
              for name, columns in MEMORY_PARTS.items()}
     saved = parts.pop("saved_activations")
