@@ -102,18 +102,18 @@ def test_latency_chooses_between_one_rate_and_a_rate_per_stream_of_bytes(latency
         assert choice.errors[method] == pytest.approx(held_out_errors(method, latency_dataset, "latency_ms")[0].mean())
     streams = fit_method("streams", latency_dataset.rows, latency_dataset.target, "latency_ms")[-1]
     assert set(streams.terms_) == {"gemm", "gemm_traffic", "memory_bound_traffic", "launches", "parameters",
-                                   "depthwise", "grouped", "autocast_gemm", "fresh_pages"}
+                                   "depthwise", "pooling", "grouped", "autocast_gemm", "fresh_pages"}
 
 
 def test_a_model_with_more_rates_must_be_clearly_better_on_what_was_left_out():
     """`streams` is `physical` with the traffic at two rates. Over three networks left out in
     turn it is lower on average, but unevenly (better on one, worse on another): the simpler
-    `physical` is chosen. On one network's pruning levels left out in turn it is lower on
-    every one: it is chosen."""
+    `physical` is chosen. On one network's pruning levels left out in turn (mobilenetv2's) it is
+    lower on every one, if by little: it is chosen."""
     logs = read_logs(["resnet18", "mobilenetv2", "googlenet"], LEVELS, [H200 / "latency"], [LATENCY])
     three = build_dataset(logs, target="latency_ms", feature_set="network", stage="training",
                           catalog=ArchitectureCatalog(H200 / "models"))
-    one = three.select((three.rows["net"] == "resnet18").to_numpy())
+    one = three.select((three.rows["net"] == "mobilenetv2").to_numpy())
     for dataset, left_out, expected in ((three, "network", "physical"), (one, "architecture", "streams")):
         per_group = {method: held_out_errors(method, dataset, "latency_ms")[0] for method in ("physical", "streams")}
         gains = per_group["physical"] - per_group["streams"]

@@ -117,7 +117,8 @@ def _latency(rows: pd.DataFrame, intercept: float, rates: dict[str, float]) -> n
 
 
 def test_latency_recovers_each_rate_and_leaves_an_absent_kind_unknown(rows):
-    rates = {"gemm": 2e-9, "traffic": 5e-9, "launches": 0.05, "parameters": 3e-9, "depthwise": 4e-8, "grouped": 1e-8}
+    rates = {"gemm": 2e-9, "traffic": 5e-9, "launches": 0.05, "parameters": 3e-9, "depthwise": 4e-8, "pooling": 6e-8,
+             "grouped": 1e-8}
     measured = _latency(rows, 3.0, rates)
     model = _model("latency_ms").fit(rows.drop(columns="net"), measured)
     fitted = dict(zip(model[-1].terms_, model[-1].coef_))
@@ -125,7 +126,7 @@ def test_latency_recovers_each_rate_and_leaves_an_absent_kind_unknown(rows):
     # rates are the GEMMs'
     assert model[-1].tied_terms_ == ["grouped", "autocast_gemm"]
     assert fitted["grouped"] == fitted["gemm"] == fitted["autocast_gemm"]
-    for name in ("gemm", "traffic", "launches", "parameters", "depthwise"):
+    for name in ("gemm", "traffic", "launches", "parameters", "depthwise", "pooling"):
         assert fitted[name] == pytest.approx(rates[name], rel=1e-6), name
     assert model[-1].intercept_ == pytest.approx(3.0, rel=1e-6)
 
@@ -136,7 +137,7 @@ def test_latency_recovers_each_rate_and_leaves_an_absent_kind_unknown(rows):
     fitted = dict(zip(without[-1].terms_, without[-1].coef_))
     assert without[-1].tied_terms_ == ["grouped", "autocast_gemm"]
     assert fitted["depthwise"] == 0.0
-    for name in ("gemm", "traffic", "launches", "parameters"):
+    for name in ("gemm", "traffic", "launches", "parameters", "pooling"):
         assert fitted[name] == pytest.approx(rates[name], rel=1e-6), name
 
 

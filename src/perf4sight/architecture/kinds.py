@@ -27,9 +27,9 @@ from perf4sight.architecture.ir import CONV2D, LINEAR, Layer, Shape
 from perf4sight.errors import NetworkError
 
 __all__ = [
-    "BATCH_NORM", "CONCAT", "CONV2D", "CONV_DEPTHWISE", "CONV_GROUPED", "FOLLOW", "GEMM_GROUPS", "IDENTITY", "LINEAR",
-    "LINEAR_GROUP", "MEMORY_BOUND_GROUPS", "OTHER", "OWN", "LayerKind", "does_work", "gemm_flops", "layer_group",
-    "layer_kind", "layer_kinds", "module_kind_name", "op_kind_name", "register_layer_kind",
+    "ACT", "BATCH_NORM", "CONCAT", "CONV2D", "CONV_DEPTHWISE", "CONV_GROUPED", "ELEMENTWISE", "FOLLOW", "GEMM_GROUPS",
+    "IDENTITY", "LINEAR", "LINEAR_GROUP", "MEMORY_BOUND_GROUPS", "NORM", "OTHER", "OWN", "POOL", "LayerKind", "does_work",
+    "gemm_flops", "layer_group", "layer_kind", "layer_kinds", "module_kind_name", "op_kind_name", "register_layer_kind",
 ]
 
 # Channel rules: a pruned variant's output channels are its own (the spec's), its first input's,
@@ -40,6 +40,7 @@ GEMM_GROUPS = ("conv_kxk", "conv_1x1", "conv_depthwise", "conv_grouped", "linear
 CONV_KXK, CONV_1X1, CONV_DEPTHWISE, CONV_GROUPED, LINEAR_GROUP = GEMM_GROUPS
 OTHER = "other"  # a kind without a declaration: memory-bound, like the groups before it
 MEMORY_BOUND_GROUPS = ("norm", "act", "pool", "elementwise", OTHER)
+NORM, ACT, POOL, ELEMENTWISE = MEMORY_BOUND_GROUPS[:-1]
 # What the trace calls a layer that passes its input on (an empty nn.Sequential, nn.Identity):
 # dropped from the architecture.
 IDENTITY = "identity"
@@ -245,22 +246,22 @@ register_layer_kind(LayerKind(
     flops=_attention_flops))
 BATCH_NORM = "batch_norm"
 _memory_bound(
-    "norm", BATCH_NORM, "layer_norm", "layer_norm2d", "group_norm", "instance_norm", "local_response_norm",
+    NORM, BATCH_NORM, "layer_norm", "layer_norm2d", "group_norm", "instance_norm", "local_response_norm",
     batch_norm=("BatchNorm1d", "BatchNorm2d", "BatchNorm3d", "op:native_batch_norm", "op:_native_batch_norm_legit",
                 "op:_native_batch_norm_legit_functional"),
     layer_norm=("op:native_layer_norm",), group_norm=("op:native_group_norm",),
     local_response_norm=("LocalResponseNorm",))
 _memory_bound(
-    "act", "relu", "relu6", "silu", "gelu", "elu", "prelu", "leaky_relu", "sigmoid", "tanh", "hardswish",
+    ACT, "relu", "relu6", "silu", "gelu", "elu", "prelu", "leaky_relu", "sigmoid", "tanh", "hardswish",
     "hardsigmoid", "mish", "softplus", "clamp",
     relu=("ReLU",), prelu=("PReLU",), gelu=("GELU",), elu=("ELU",), silu=("SiLU",),
     relu6=("ReLU6", "Hardtanh", "op:hardtanh"))
 _memory_bound(
-    "pool", "max_pool2d", "avg_pool2d", "adaptive_avg_pool2d", "adaptive_max_pool2d",
+    POOL, "max_pool2d", "avg_pool2d", "adaptive_avg_pool2d", "adaptive_max_pool2d",
     max_pool2d=("MaxPool2d", "op:max_pool2d_with_indices"), avg_pool2d=("AvgPool2d",),
     adaptive_avg_pool2d=("AdaptiveAvgPool2d", "op:_adaptive_avg_pool2d"), adaptive_max_pool2d=("AdaptiveMaxPool2d",))
 _memory_bound(
-    "elementwise", "add", "mul", "sub", "div", "cat", "stack", "dropout", "mean", "sum", "flatten", "softmax",
+    ELEMENTWISE, "add", "mul", "sub", "div", "cat", "stack", "dropout", "mean", "sum", "flatten", "softmax",
     "log_softmax", "pad", "constant_pad_nd", "channel_shuffle", "permute", "stochastic_depth", "upsample_nearest2d",
     "upsample_bilinear2d", "unsafe_view",
     # a dropout called as a function: its mask, as the CPU and meta devices make it
