@@ -216,6 +216,12 @@ def test_unknown_name_lists_the_known_ones(tmp_path):
         load_network("resnet19")
     with pytest.raises(NetworkError, match=r"nor resnet19\.py or resnet19\.json in"):
         load_network("resnet19", model_desc_dir=tmp_path)
+    # a path is no name: what it would have to be, not the list of names
+    saved = tmp_path / "net.pt"
+    saved.write_bytes(b"not read")
+    for source in (saved, "models/resnet19"):
+        with pytest.raises(NetworkError, match=r"neither a spec \(\.json\) nor a model file .*\.pt, \.pth\) are pickles"):
+            load_network(source)
 
 
 def test_broken_model_file_names_the_file_and_the_error(tmp_path):

@@ -120,7 +120,7 @@ def test_the_cli_answers_for_a_recipe_with_its_breakdown(models: Path, net: str,
     (["--precision", "fp8"], "error: precision: unknown value 'fp8'"),
     (["--trainable", "layer9"], "error: trainable: no layer 'layer9' in the network"),
     (["--checkpoint-segments", "40"], "error: checkpoint_segments: 40 segments, the network has 13 top-level blocks"),
-    (["--checkpoint-segments", "two"], "error: --checkpoint-segments: expected comma-separated integers"),
+    (["--checkpoint-segments", "two"], "error: --checkpoint-segments: expected comma-separated non-negative integers"),
 ])
 def test_a_bad_recipe_is_one_line_and_exit_2(models: Path, options: list[str], message: str,
                                              capsys: pytest.CaptureFixture[str]) -> None:

@@ -34,7 +34,7 @@ _DEFAULT_BATCH_SIZES = "8,16,32,64"
 def _batch_sizes(text: str) -> BatchSizes:
     sizes = [parse_decimal(part) for part in text.split(",")]
     if None in sizes:
-        raise UsageError(f"--bs: expected comma-separated integers, got {clip(repr(text))}")
+        raise UsageError(f"--bs: expected comma-separated positive integers, got {clip(repr(text))}")
     return check_batch_sizes(sizes, "--bs", UsageError)
 
 
@@ -53,7 +53,7 @@ def _recipes(optimizer: str, precision: str, trainable: str, segments: str) -> l
                                 ("checkpoint_segments", segments))}
     counts = [parse_decimal(part) for part in values["checkpoint_segments"]]
     if None in counts:
-        raise UsageError(f"--checkpoint-segments: expected comma-separated integers, got {clip(repr(segments))}")
+        raise UsageError(f"--checkpoint-segments: expected comma-separated non-negative integers, got {clip(repr(segments))}")
     values["checkpoint_segments"] = counts
     return [check_recipe(Recipe(*combination), "", UsageError)
             for combination in itertools.product(*(values[key] for key in RECIPE_COLUMNS))]

@@ -10,6 +10,7 @@ from __future__ import annotations
 import copy
 import dataclasses
 import functools
+import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -208,6 +209,9 @@ def _load(
                     candidate, input_size=input_size, num_classes=num_classes, model_desc_dir=None,
                     device=device, initialise=initialise, find_classes=find_classes,
                 )
+    if re.search(r"[/\\]|\.[A-Za-z]\w*$", text):  # a path: no name's list helps
+        raise NetworkError(f"network '{text}': neither a spec (.json) nor a model file (.py, .py:factory) that builds "
+                           "it; saved modules (.pt, .pth) are pickles, which perf4sight does not load")
     where = f" (nor {text}.py or {text}.json in {model_desc_dir})" if model_desc_dir is not None else ""
     raise NetworkError(f"unknown network '{text}'{where}; known networks: {', '.join(known_networks())}")
 
