@@ -1,0 +1,57 @@
+"""`perf4sight plan` over 20 pruned variants of one network: how long a user waits.
+
+`perf4sight plan --net NET --levels 0:95:5 --budget 4GiB` prunes NET at 20 levels, finds each
+variant's largest batch size within the budget and ranks the variants by throughput. Timed as
+wall time of fresh subprocesses, the best of `--runs` (the least disturbed), beside `python -c
+"import torch, sklearn, pandas"` (what any command that loads models pays first): the command's
+own work is the difference. Then the same planning in this process (`plan_variants`), the
+imports and the models' loading already done.
+
+    .venv/bin/python benchmarks/plan_speed.py [--models out/demo/fitted] [--net resnet18] [--runs 3]
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from pathlib import Path
+
+from cli_speed import PERF4SIGHT, best_wall_s
+from perf4sight import console
+from perf4sight.predict import Predictor
+from perf4sight.predict.plan import plan_variants
+
+ROOT = Path(__file__).resolve().parents[1]
+LEVELS = "0:95:5"
+BUDGET = "4GiB"
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--models", type=Path, default=ROOT / "out" / "demo" / "fitted", help="fitted models' folder")
+    parser.add_argument("--net", default="resnet18", help="network to plan for")
+    parser.add_argument("--runs", type=int, default=3, help="runs per command; the best is printed")
+    args = parser.parse_args()
+    imports = best_wall_s([sys.executable, "-c", "import torch, sklearn, pandas"], 0, args.runs)
+    command = [PERF4SIGHT, "--quiet", "plan", "--models", str(args.models), "--net", args.net, "--levels", LEVELS,
+               "--budget", BUDGET]
+    whole = best_wall_s(command, 0, args.runs)
+    print(f"import torch, sklearn, pandas: {imports:.2f} s")
+    print(f"perf4sight plan --net {args.net} --levels {LEVELS} --budget {BUDGET}: {whole:.2f} s "
+          f"(own work {whole - imports:.2f} s)")
+
+    console.set_quiet(True)
+    predictor = Predictor.load(args.models)
+    levels = [float(level) for level in range(0, 100, 5)]
+    best = float("inf")
+    for _ in range(args.runs):
+        start = time.perf_counter()
+        plan = plan_variants(predictor=predictor, network=args.net, levels=levels, budget_mib=4096.0)
+        best = min(best, time.perf_counter() - start)
+    print(f"in this process, models loaded: {len(levels)} variants planned in {best:.2f} s "
+          f"({len(plan)} feasible rows)")
+
+
+if __name__ == "__main__":
+    main()
