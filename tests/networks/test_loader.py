@@ -220,7 +220,7 @@ def test_unknown_name_lists_the_known_ones(tmp_path):
     saved = tmp_path / "net.pt"
     saved.write_bytes(b"not read")
     for source in (saved, "models/resnet19"):
-        with pytest.raises(NetworkError, match=r"neither a spec \(\.json\) nor a model file .*\.pt, \.pth\) are pickles"):
+        with pytest.raises(NetworkError, match=r"neither a spec \(\.json\) nor a model file .*\(\.pt, \.pth\) are"):
             load_network(source)
 
 

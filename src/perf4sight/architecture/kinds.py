@@ -28,8 +28,9 @@ from perf4sight.errors import NetworkError
 
 __all__ = [
     "ACT", "BATCH_NORM", "CONCAT", "CONV2D", "CONV_DEPTHWISE", "CONV_GROUPED", "ELEMENTWISE", "FOLLOW", "GEMM_GROUPS",
-    "IDENTITY", "LINEAR", "LINEAR_GROUP", "MEMORY_BOUND_GROUPS", "NORM", "OTHER", "OWN", "POOL", "LayerKind", "does_work",
-    "gemm_flops", "layer_group", "layer_kind", "layer_kinds", "module_kind_name", "op_kind_name", "register_layer_kind",
+    "IDENTITY", "LINEAR", "LINEAR_GROUP", "MEMORY_BOUND_GROUPS", "NORM", "OTHER", "OWN", "POOL", "LayerKind",
+    "does_work", "gemm_flops", "layer_group", "layer_kind", "layer_kinds", "module_kind_name", "op_kind_name",
+    "register_layer_kind",
 ]
 
 # Channel rules: a pruned variant's output channels are its own (the spec's), its first input's,

@@ -53,7 +53,8 @@ def _recipes(optimizer: str, precision: str, trainable: str, segments: str) -> l
                                 ("checkpoint_segments", segments))}
     counts = [parse_decimal(part) for part in values["checkpoint_segments"]]
     if None in counts:
-        raise UsageError(f"--checkpoint-segments: expected comma-separated non-negative integers, got {clip(repr(segments))}")
+        raise UsageError("--checkpoint-segments: expected comma-separated non-negative integers, "
+                         f"got {clip(repr(segments))}")
     values["checkpoint_segments"] = counts
     return [check_recipe(Recipe(*combination), "", UsageError)
             for combination in itertools.product(*(values[key] for key in RECIPE_COLUMNS))]
