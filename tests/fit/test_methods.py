@@ -84,5 +84,6 @@ def test_default_method_resolves_and_unknown_is_refused():
         resolve_method("forest")
     # a library caller's unknown method is the same clear error, not a KeyError
     for call in (lambda: make_regressor("forest", "latency_ms"), lambda: method_problem("forest", [])):
-        with pytest.raises(ConfigError, match="method: unknown method 'forest'; known: paper, physical, replay, streams"):
+        with pytest.raises(ConfigError,
+                           match="method: unknown method 'forest'; known: paper, flat, physical, replay, streams"):
             call()

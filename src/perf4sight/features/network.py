@@ -33,9 +33,9 @@ from perf4sight.features.inputs import needs
 from perf4sight.features.terms import Role, Term, TermSet
 
 __all__ = [
-    "AUTOCAST_TERMS", "EXACT_COLUMNS", "FRESH_PAGES", "FRESH_PAGES_MS", "LAYER_GROUPS", "MEMORY_PARTS", "NETWORK_TERMS",
-    "PROCESS_MEMORY_COLUMNS", "STEP_TERMS", "STREAM_TERMS", "PARAMETER_STREAM_FACTOR", "gemm_flops", "network_features",
-    "layer_group", "networks_per_group", "group_column",
+    "AUTOCAST_TERMS", "EXACT_COLUMNS", "FLAT_TERMS", "FRESH_PAGES", "FRESH_PAGES_MS", "LAYER_GROUPS", "MEMORY_PARTS",
+    "NETWORK_TERMS", "PROCESS_MEMORY_COLUMNS", "STEP_TERMS", "STREAM_TERMS", "PARAMETER_STREAM_FACTOR", "gemm_flops",
+    "network_features", "layer_group", "networks_per_group", "group_column",
 ]
 
 # The layer kinds' cost groups (`perf4sight.architecture.kinds`): depthwise and grouped
@@ -436,7 +436,9 @@ _DEPTHWISE_WORK = Term("depthwise", {group_column(_DEPTHWISE, "bytes"): 1.0}, "b
 # backward): a rate added to the traffic's, fitted where the training networks pool (else 0,
 # the traffic's rate alone). With each family of the CPU zoo left out, latency 12.48 -> 10.47 %
 # (googlenet, whose inception branches pool at stride 1, 14.6 -> 8.2; squeezenet 13.1 -> 8.4;
-# densenet 11.9 -> 8.6); fitted on the whole zoo at 12x the traffic's rate.
+# densenet 11.9 -> 8.6); fitted on the whole zoo at 12x the traffic's rate. Where a GPU's pooling
+# costs the traffic rate, or few training networks pool, the rate fits other networks' noise
+# (it trades with the GEMM rate): `FLAT_TERMS`, below, is the model without it.
 _POOLING = Term("pooling", {group_column(POOL, "bytes"): 1.0}, "bytes")
 # A trained weight above `FRESH_PAGES_BYTES` gets its gradient and the optimizer's temporaries
 # in fresh pages at every iteration on a CPU: their cost at the device's measured rate, as it is
@@ -482,6 +484,11 @@ _STREAM_LATENCY_TERMS = (
     _FRESH_PAGE_COST,
 )
 STREAM_TERMS = TermSet("streams", memory=_MEMORY_TERMS, latency=_STREAM_LATENCY_TERMS)
+# The `network` latency model with pooling's bytes at the traffic rate alone (no `pooling` term),
+# which a device's own data must clearly beat for the rate of its own to be kept (`method =
+# default`, `perf4sight.fit.choice`).
+FLAT_TERMS = TermSet("flat", memory=_MEMORY_TERMS,
+                     latency=tuple(term for term in _LATENCY_TERMS if term is not _POOLING))
 # The latency terms whose rates price the optimizer's passes over the parameters, in either term set.
 STEP_TERMS = tuple(dict.fromkeys(term.name for term in (*_LATENCY_TERMS, *_STREAM_LATENCY_TERMS)
                                  if _PARAM_TRAFFIC in term.columns))

@@ -9,10 +9,11 @@ candidate with the lowest mean error over the left-out groups is fitted on every
 refit is a clone of the candidate's `CalibratedModel`, the estimator that is stored, without
 its bound and fallback, scored uncalibrated (`leave_one_group_out`, the bound's refit loop).
 Ties go to the earlier candidate, the faster one to predict with. A candidate whose model is
-another's with more rates (`Method.extends`: `streams` splits `physical`'s traffic rate in two)
-fits the training networks at least as well by construction, so it must also be clearly better
-on those left out: lower by more than one standard error of the paired differences over the
-left-out groups (the one-standard-error rule); otherwise the simpler one is chosen. The same
+another's with more rates (`Method.extends`: `streams` splits `physical`'s traffic rate in two,
+`physical` adds a rate for pooling to `flat`'s) fits the training networks at least as well by
+construction, so it must also be clearly better on those left out: lower by more than one
+standard error of the paired differences over the left-out groups (the one-standard-error
+rule); otherwise the simpler one is chosen, and checked against the one it extends in turn. The same
 measure chooses how autograd saved on a device whose PyTorch nothing names
 (`choose_torch_version`).
 """
@@ -104,17 +105,17 @@ def choose_method(datasets: Mapping[str, Dataset], target: str,
         reason = (f"lowest mean MAPE with each {left_out} left out of the fit ({nets}): {listed}"
                   + (f"; tied with {', '.join(tie)}, the faster one" if tie else ""))
         simpler = METHODS[chosen].extends
-        if simpler in scored:
+        while simpler in scored:
             gains = per_group[simpler] - per_group[chosen]
             error = _standard_error(gains)
             margin = f"{gains.mean():.2f} points, against one standard error of the paired differences of {error:.2f}"
             if gains.mean() > error:
                 reason += f"; below {simpler}, which has fewer rates, by {margin}"
-            else:
-                reason = (f"{simpler}: {chosen}, the same model with more rates, is not lower by more than one "
-                          f"standard error with each {left_out} left out of the fit ({nets}): {listed}; "
-                          f"by {margin}")
-                chosen = simpler
+                break
+            reason = (f"{simpler}: {chosen}, the same model with more rates, is not lower by more than one "
+                      f"standard error with each {left_out} left out of the fit ({nets}): {listed}; "
+                      f"by {margin}")
+            chosen, simpler = simpler, METHODS[simpler].extends
     for method, why in (excluded or {}).items():
         errors[method] = float("nan")
         reason += f"; not {method}: {why}"

@@ -85,8 +85,10 @@ def _trees(target: str) -> list[tuple[str, BaseEstimator]]:
 
 METHODS: dict[str, Method] = {
     "paper": Method("paper", _trees),
+    # `physical` with pooling's bytes at the traffic rate (no rate of their own)
+    "flat": Method("network", partial(physical_steps, "flat")),
     # the `network` features' terms: bytes, operations and layers at a device's rates
-    "physical": Method("network", partial(physical_steps, "network")),
+    "physical": Method("network", partial(physical_steps, "network"), extends="flat"),
     # memory as the allocator replay finds it; latency as `physical`; `physical` for a recipe
     # whose tensor lifetimes cannot be recorded (autocast)
     "replay": Method("replay", partial(physical_steps, "replay"), fallback="physical"),
@@ -107,9 +109,9 @@ _TRUSTED_SKLEARN = (
 # predict with.
 DEFAULT_METHOD = "default"
 # The candidates that differ in each target: `replay` differs from `physical` in memory only
-# (the replay's features, seconds per base network, are not computed for latency), `streams`
-# in latency only.
-_CANDIDATES = {MEMORY.name: ("physical", "replay"), LATENCY.name: ("physical", "streams")}
+# (the replay's features, seconds per base network, are not computed for latency), `flat` and
+# `streams` in latency only.
+_CANDIDATES = {MEMORY.name: ("physical", "replay"), LATENCY.name: ("flat", "physical", "streams")}
 CANDIDATE_METHODS = tuple(dict.fromkeys(method for methods in _CANDIDATES.values() for method in methods))
 
 
