@@ -102,20 +102,20 @@ def choose_method(datasets: Mapping[str, Dataset], target: str,
         nets = ", ".join(sorted(datasets[chosen].rows["net"].unique()))
         listed = ", ".join(f"{method} {error:.2f} %" for method, error in scored.items())
         tie = [m for m in scored if m != chosen and np.isclose(scored[m], scored[chosen], rtol=1e-9, atol=0.0)]
-        reason = (f"lowest mean MAPE with each {left_out} left out of the fit ({nets}): {listed}"
-                  + (f"; tied with {', '.join(tie)}, the faster one" if tie else ""))
+        steps = [f"lowest mean MAPE with each {left_out} left out of the fit ({nets}): {listed}"
+                 + (f"; tied with {', '.join(tie)}, the faster one" if tie else "")]
         simpler = METHODS[chosen].extends
         while simpler in scored:
             gains = per_group[simpler] - per_group[chosen]
             error = _standard_error(gains)
             margin = f"{gains.mean():.2f} points, against one standard error of the paired differences of {error:.2f}"
             if gains.mean() > error:
-                reason += f"; below {simpler}, which has fewer rates, by {margin}"
+                steps.append(f"below {simpler}, which has fewer rates, by {margin}")
                 break
-            reason = (f"{simpler}: {chosen}, the same model with more rates, is not lower by more than one "
-                      f"standard error with each {left_out} left out of the fit ({nets}): {listed}; "
-                      f"by {margin}")
+            steps.append(f"not {chosen}: {simpler} with more rates, not lower than it by more than one standard error "
+                         f"(by {margin})")
             chosen, simpler = simpler, METHODS[simpler].extends
+        reason = "; ".join(steps)
     for method, why in (excluded or {}).items():
         errors[method] = float("nan")
         reason += f"; not {method}: {why}"
