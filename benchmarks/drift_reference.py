@@ -59,11 +59,11 @@ def references() -> dict[str, Callable[[], object]]:
             "stream": lambda: [torch.add(stream, 1.0, out=out) for _ in range(4)]}
 
 
-def mean_ms(work: Callable[[], object]) -> float:
-    """Mean milliseconds of `ITERATIONS` runs of `work` after one."""
+def mean_ms(work: Callable[[], object], iterations: int = ITERATIONS) -> float:
+    """Mean milliseconds of `iterations` runs of `work` after one."""
     work()
     times = []
-    for _ in range(ITERATIONS):
+    for _ in range(iterations):
         start = time.perf_counter()
         work()
         times.append(time.perf_counter() - start)

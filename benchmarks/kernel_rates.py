@@ -1,7 +1,7 @@
 """What the memory-bound kernels of this machine's CPU cost per byte they move, in training.
 
 Each kernel runs forward and backward on one float32 tensor of 32x64x32x32 (8 MiB), two threads,
-and is timed over repeated iterations after a warm-up; its cost is given per GB of its input and
+timed as the mean of 20 iterations after one (`drift_reference.mean_ms`); its cost is given per GB of its input and
 output, read and written once each way (what the features count as its bytes: `<group>_bytes`). A
 kernel that loops per element (pooling over channels-first maps) is slower per byte than one that
 vectorises (an activation, an addition): why pooling has a latency rate of its own
@@ -12,17 +12,16 @@ vectorises (an activation, an addition): why pooling has a latency rate of its o
 
 from __future__ import annotations
 
-import time
 from collections.abc import Callable
 
 import torch
 import torch.nn.functional as F  # noqa: N812 (PyTorch's name)
 
+from drift_reference import mean_ms
 from perf4sight import console
 
 SHAPE = (32, 64, 32, 32)
 ITERATIONS = 20
-WARM_UP = 3
 KERNELS: dict[str, Callable[[torch.Tensor], torch.Tensor]] = {
     "relu (act)": F.relu,
     "batch norm (norm)": lambda x: F.batch_norm(x, None, None, training=True),
@@ -35,16 +34,12 @@ KERNELS: dict[str, Callable[[torch.Tensor], torch.Tensor]] = {
 }
 
 
-def ms_per_iteration(kernel: Callable[[torch.Tensor], torch.Tensor], x: torch.Tensor) -> tuple[float, torch.Tensor]:
-    """Milliseconds of one forward and backward pass of `kernel` on `x`, and its output."""
-    for _ in range(WARM_UP):
+def training_pass(kernel: Callable[[torch.Tensor], torch.Tensor], x: torch.Tensor) -> Callable[[], None]:
+    """One forward and backward pass of `kernel` on `x`."""
+    def work() -> None:
         out = kernel(x)
         out.backward(torch.ones_like(out))
-    start = time.perf_counter()
-    for _ in range(ITERATIONS):
-        out = kernel(x)
-        out.backward(torch.ones_like(out))
-    return (time.perf_counter() - start) / ITERATIONS * 1000, out
+    return work
 
 
 def main() -> None:
@@ -52,8 +47,8 @@ def main() -> None:
     x = torch.randn(SHAPE, requires_grad=True)
     rows = []
     for name, kernel in KERNELS.items():
-        ms, out = ms_per_iteration(kernel, x)
-        moved_gb = (x.numel() + out.numel()) * x.element_size() * 2 / 1e9
+        ms = mean_ms(training_pass(kernel, x), ITERATIONS)
+        moved_gb = (x.numel() + kernel(x.detach()).numel()) * x.element_size() * 2 / 1e9
         rows.append((name, ms, ms / moved_gb))
     relu = rows[0][2]
     console.print_table(f"memory-bound kernels, forward and backward, {'x'.join(map(str, SHAPE))} float32, 2 threads",

@@ -19,8 +19,10 @@ from pathlib import Path
 
 from cli_speed import PERF4SIGHT, best_wall_s
 from perf4sight import console
+from perf4sight.cli.prune import parse_levels
 from perf4sight.predict import Predictor
 from perf4sight.predict.plan import plan_variants
+from perf4sight.predict.units import parse_memory_mib
 
 ROOT = Path(__file__).resolve().parents[1]
 LEVELS = "0:95:5"
@@ -43,11 +45,11 @@ def main() -> None:
 
     console.set_quiet(True)
     predictor = Predictor.load(args.models)
-    levels = [float(level) for level in range(0, 100, 5)]
+    levels = parse_levels(LEVELS)
     best = float("inf")
     for _ in range(args.runs):
         start = time.perf_counter()
-        plan = plan_variants(predictor=predictor, network=args.net, levels=levels, budget_mib=4096.0)
+        plan = plan_variants(predictor=predictor, network=args.net, levels=levels, budget_mib=parse_memory_mib(BUDGET))
         best = min(best, time.perf_counter() - start)
     print(f"in this process, models loaded: {len(levels)} variants planned in {best:.2f} s "
           f"({len(plan)} feasible rows)")
