@@ -173,10 +173,11 @@ def method_datasets(method: str, logs: pd.DataFrame, target: str, catalog: Archi
     if method == DEFAULT_METHOD:
         recipes = logged_recipes(logs[logs["passed"]] if passed_only else logs)
         fitted = tuple(m for m in fitted if method_problem(m, recipes) is None)
-    return {m: build_dataset(logs, target=target, feature_set=METHODS[m].feature_set, stage=stage,
-                             catalog=catalog, passed_only=passed_only, torch_version=torch_version,
-                             fresh_pages_ms_per_mib=fresh_pages_ms_per_mib)
-            for m in fitted}
+    built = {feature_set: build_dataset(logs, target=target, feature_set=feature_set, stage=stage, catalog=catalog,
+                                        passed_only=passed_only, torch_version=torch_version,
+                                        fresh_pages_ms_per_mib=fresh_pages_ms_per_mib)
+             for feature_set in dict.fromkeys(METHODS[m].feature_set for m in fitted)}
+    return {m: built[METHODS[m].feature_set] for m in fitted}
 
 
 def fit_chosen(method: str, trained_on: dict[str | None, dict[str, Dataset]], target: str,

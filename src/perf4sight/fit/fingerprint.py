@@ -79,13 +79,16 @@ def _train(settings: FingerprintSettings, target: Quantity, method: str,
                             f"(method = physical or default can)")
 
     def fitted(version: str | None) -> tuple[dict[str, Dataset], MethodChoice | None]:
-        """Each candidate's training rows as autograd on `version` saves them, and the choice."""
-        datasets = {}
-        for candidate in (c for c in candidates if c not in excluded):
-            datasets[candidate] = build_dataset(logs, target=target.name, feature_set=METHODS[candidate].feature_set,
-                                                stage=settings.stage, catalog=catalog, torch_version=version,
-                                                fresh_pages_ms_per_mib=fresh_pages)
-            _check_positive(datasets[candidate], target)
+        """Each candidate's training rows as autograd on `version` saves them (built once per
+        feature set: candidates that differ in their terms only share them), and the choice."""
+        fitting = [c for c in candidates if c not in excluded]
+        by_feature_set = {feature_set: build_dataset(logs, target=target.name, feature_set=feature_set,
+                                                     stage=settings.stage, catalog=catalog, torch_version=version,
+                                                     fresh_pages_ms_per_mib=fresh_pages)
+                          for feature_set in dict.fromkeys(METHODS[c].feature_set for c in fitting)}
+        for dataset in by_feature_set.values():
+            _check_positive(dataset, target)
+        datasets = {c: by_feature_set[METHODS[c].feature_set] for c in fitting}
         return datasets, choose_method(datasets, target.name, excluded) if method == DEFAULT_METHOD else None
 
     datasets, choice = fitted(torch_version)
