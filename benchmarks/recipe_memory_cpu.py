@@ -1,7 +1,7 @@
 """The `network` features under training recipes against this machine's CPU memory.
 
 For each network and recipe, one training iteration per batch size is measured as the
-profiler measures it on a CPU (`CpuBackend`: the worker's resident peak minus its idle
+profiler measures it on a CPU (`CpuBackend`: the worker's anonymous peak minus its idle
 value, after a throw-away run at batch size 2), each in a fresh process, the model
 prepared, stepped and optimized by `perf4sight.device.workload.iteration` under the recipe.
 On a CPU nothing freed stays cached, so what memory grows by per sample is what the

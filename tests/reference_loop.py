@@ -8,14 +8,16 @@ script would, and prints one JSON line:
   backward, step; on a GPU, up to the device's end of the step; with `--zero-grad after-loss`,
   forward, loss, zero_grad, backward, step: the order of scripts that hold the last step's
   gradients through the forward pass);
-- `mem_used_mib`: on the CPU, the process's peak resident memory (VmHWM, reset after the
-  imports) minus its resident memory just before the model is built; on a GPU, the peak of
+- `mem_used_mib`: on the CPU, the process's peak anonymous memory (heap and tensors, not the
+  pages of files such as PyTorch's libraries) minus its value just before the model is built:
+  the larger of `RssAnon` sampled every millisecond and the resident high-water mark (VmHWM,
+  reset after the imports) less the most file and shared pages sampled; on a GPU, the peak of
   the device's used memory (NVML, sampled every millisecond) minus its value before the
   process touched CUDA, so the CUDA context is included.
 """
 
 import argparse
-import contextlib
+import functools
 import json
 import threading
 import time
@@ -30,41 +32,56 @@ OPTIMIZERS = {
 }
 
 
-def _status_mib(field: str) -> float:
+def _status() -> dict:
+    """/proc/self/status's amounts in kB, as MiB."""
+    values = {}
     for line in Path("/proc/self/status").read_text().splitlines():
-        if line.startswith(field + ":"):
-            return int(line.split()[1]) / 1024
-    raise OSError("/proc/self/status has no " + field)
+        name, _, rest = line.partition(":")
+        if rest.strip().endswith(" kB"):
+            values[name] = int(rest.split()[0]) / 1024
+    return values
 
 
-class _GpuUsed:
-    """The device's used memory, MiB, and its peak while sampling (NVML)."""
+class _Sampled:
+    """Peaks of `read()`'s values while running, read every millisecond by a thread."""
 
-    def __init__(self) -> None:
-        import pynvml
-
-        pynvml.nvmlInit()
-        self._nvml = pynvml
-        self._handle = pynvml.nvmlDeviceGetHandleByIndex(0)
-        self.peak = self.read()
+    def __init__(self, read) -> None:
+        self._read = read
+        self.peak = read()
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._sample, daemon=True)
 
-    def read(self) -> float:
-        return self._nvml.nvmlDeviceGetMemoryInfo(self._handle).used / 2**20
-
     def _sample(self) -> None:
         while not self._stop.wait(0.001):
-            self.peak = max(self.peak, self.read())
+            self.peak = {key: max(value, self.peak[key]) for key, value in self._read().items()}
 
-    def __enter__(self) -> "_GpuUsed":
+    def __enter__(self) -> "_Sampled":
         self._thread.start()
         return self
 
     def __exit__(self, *exc: object) -> None:
         self._stop.set()
         self._thread.join()
-        self.peak = max(self.peak, self.read())
+        self.peak = {key: max(value, self.peak[key]) for key, value in self._read().items()}
+
+
+def _cpu_memory() -> dict:
+    status = _status()
+    return {"anonymous": status["RssAnon"], "files": status["RssFile"] + status["RssShmem"]}
+
+
+@functools.lru_cache(maxsize=None)
+def _gpu_handle() -> object:
+    import pynvml
+
+    pynvml.nvmlInit()
+    return pynvml.nvmlDeviceGetHandleByIndex(0)
+
+
+def _gpu_memory() -> dict:
+    import pynvml
+
+    return {"used": pynvml.nvmlDeviceGetMemoryInfo(_gpu_handle()).used / 2**20}
 
 
 ZERO_GRAD = ("first", "after-loss")  # where a step clears the gradients (to None, PyTorch 2's default)
@@ -74,14 +91,12 @@ def train(network: str, bs: int, size: int, classes: int, optimizer: str, device
           iterations: int, warmup: int, zero_grad: str = "first") -> dict:
     """Train `network` for `warmup + iterations` steps; the timed steps' mean and the peak memory."""
     gpu = device == "cuda"
-    if gpu:
-        meter = _GpuUsed()
-        idle = meter.peak
-    else:
+    if not gpu:
         Path("/proc/self/clear_refs").write_text("5")
-        idle = _status_mib("VmRSS")
+    meter = _Sampled(_gpu_memory if gpu else _cpu_memory)
+    idle = meter.peak["used" if gpu else "anonymous"]
     times = []
-    with meter if gpu else contextlib.nullcontext():
+    with meter:
         model = getattr(torchvision.models, network)(num_classes=classes).to(device)
         model.train()
         step = OPTIMIZERS[optimizer](model.parameters())
@@ -102,7 +117,10 @@ def train(network: str, bs: int, size: int, classes: int, optimizer: str, device
                 torch.cuda.synchronize()
             if i >= warmup:
                 times.append((time.perf_counter() - start) * 1000)
-    peak = meter.peak if gpu else _status_mib("VmHWM")
+    if gpu:
+        peak = meter.peak["used"]
+    else:
+        peak = max(meter.peak["anonymous"], _status()["VmHWM"] - meter.peak["files"])
     return {"latency_ms": sum(times) / len(times), "mem_used_mib": peak - idle}
 
 

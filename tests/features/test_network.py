@@ -71,6 +71,9 @@ def test_gemm_flops_by_hand(tiny_arch):
     assert table.loc[1, "linear_flops"] == 3 * 2 * 16 * 10
     assert table.loc[3, "conv_1x1_flops"] == 3 * table.loc[1, "conv_1x1_flops"]
     assert table.loc[1, "conv_depthwise_count"] == 1
+    # the depthwise conv's 8 planes in its three passes, per sample; the dense convs have none
+    assert table.loc[1, "group_planes"] == 8 * 3 and table.loc[3, "group_planes"] == 3 * 8 * 3
+    assert network_features(tiny_arch, [1], "inference")["group_planes"].iloc[0] == 8
     # a tile of 64 output channels rounds the 16-wide pointwise conv's work up; its 8 input
     # channels (the GEMM's reduction) are not padded
     assert table.loc[1, "conv_1x1_padded_flops"] == 3 * 2 * 64 * 8 * spatial

@@ -97,12 +97,15 @@ def test_latency_chooses_between_one_rate_and_a_rate_per_stream_of_bytes(latency
     """The latency candidates read the same features; the choice is each one's error on the
     networks left out in turn, and the chosen one's latency is what it predicts."""
     choice = choose_method({method: latency_dataset for method in candidate_methods("latency_ms")}, "latency_ms")
-    assert set(choice.errors) == {"flat", "physical", "streams"} and choice.left_out == "network"
-    for method in ("flat", "physical", "streams"):
+    assert set(choice.errors) == {"flat", "physical", "planes", "streams"} and choice.left_out == "network"
+    for method in ("flat", "physical", "planes", "streams"):
         assert choice.errors[method] == pytest.approx(held_out_errors(method, latency_dataset, "latency_ms")[0].mean())
     streams = fit_method("streams", latency_dataset.rows, latency_dataset.target, "latency_ms")[-1]
     assert set(streams.terms_) == {"gemm", "gemm_traffic", "memory_bound_traffic", "launches", "parameters",
                                    "depthwise", "pooling", "grouped", "autocast_gemm", "fresh_pages"}
+    planes = fit_method("planes", latency_dataset.rows, latency_dataset.target, "latency_ms")[-1]
+    assert set(planes.terms_) - set(fit_method("physical", latency_dataset.rows, latency_dataset.target,
+                                               "latency_ms")[-1].terms_) == {"planes"}
 
 
 def test_a_model_with_more_rates_must_be_clearly_better_on_what_was_left_out():

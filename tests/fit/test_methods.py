@@ -49,7 +49,7 @@ def _targets(query: pd.DataFrame) -> dict[str, np.ndarray]:
     return {"mem_used_mib": 300 + 2 * batch + state / 2**20, "latency_ms": 1 + 0.5 * batch + state / 2**16}
 
 
-@pytest.mark.parametrize("method", ["physical", "replay", "streams"])
+@pytest.mark.parametrize("method", ["physical", "replay", "planes", "streams"])
 def test_physical_methods_clone_and_refit(method, query):
     y = _targets(query)
     fitted = fit_method(method, query.assign(net=query["architecture"].map(id)), y["mem_used_mib"], "mem_used_mib")
@@ -85,5 +85,5 @@ def test_default_method_resolves_and_unknown_is_refused():
     # a library caller's unknown method is the same clear error, not a KeyError
     for call in (lambda: make_regressor("forest", "latency_ms"), lambda: method_problem("forest", [])):
         with pytest.raises(ConfigError,
-                           match="method: unknown method 'forest'; known: paper, flat, physical, replay, streams"):
+                           match="method: unknown method 'forest'; known: paper, flat, physical, replay, planes, streams"):
             call()

@@ -71,15 +71,16 @@ def _of_role(kind: str, role: Role) -> str:
 
 def test_memory_recovers_intercept_scale_floor_library_and_capacity(rows):
     # the heap term at a scale these small networks can show (their gradients are 0.01-0.2 MiB)
-    intercept, scale, heap, floor, library, per_kind = 40.0, 1.5, 30.0, 60.0, 15.0, 2.0
+    intercept, scale, heap, floor, library, per_kind, per_config = 40.0, 1.5, 30.0, 60.0, 15.0, 2.0, 3.0
     activations = _amount(rows, "activations", "memory") / MIB
     heap_gradients = _amount(rows, "heap_gradients", "memory") / MIB
     exact = _amount(rows, _of_role("memory", Role.EXACT), "memory") / MIB
     optimizer = _amount(rows, _of_role("memory", Role.OPTIMIZER), "memory") / MIB
     loads = (_amount(rows, _of_role("memory", Role.LIBRARY), "memory") > 0).astype(float)
-    kinds = _amount(rows, _of_role("memory", Role.FOOTPRINT), "memory")
-    assert set(kinds) == {5.0, 6.0, 7.0}
-    fixed = library * loads + per_kind * kinds
+    kinds = _amount(rows, "kinds", "memory")
+    configs = _amount(rows, "conv_configs", "memory")  # the pointwise convolutions vary them apart from the kinds
+    assert set(kinds) == {5.0, 6.0, 7.0} and set(configs) == {3.0, 4.0, 5.0}
+    fixed = library * loads + per_kind * kinds + per_config * configs
     unfloored = intercept + fixed + exact + np.maximum(scale * activations + heap * heap_gradients, optimizer)
     demand = np.maximum(unfloored, floor + fixed)
     capacity = float(np.quantile(demand, 0.9))
@@ -93,15 +94,15 @@ def test_memory_recovers_intercept_scale_floor_library_and_capacity(rows):
     assert model[-1].intercept_ == pytest.approx(intercept, rel=0.02)
     assert model[-1].floor_mib_ == pytest.approx(floor, rel=0.02)
     assert model[-1].library_mib_ == pytest.approx(library, rel=0.05)
-    assert list(model[-1].footprint_terms_) == ["kinds"]
-    assert model[-1].footprint_mib_[0] == pytest.approx(per_kind, rel=0.05)
+    assert list(model[-1].footprint_terms_) == ["kinds", "conv_configs"]
+    np.testing.assert_allclose(model[-1].footprint_mib_, [per_kind, per_config], rtol=0.05)
     assert model[-1].capacity_mib() == pytest.approx(capacity, rel=0.01)
     np.testing.assert_allclose(model.predict(rows.drop(columns="net")), measured, rtol=0.02)
 
     # on a device that measured no fresh pages (a GPU) the process's own memory is not counted:
     # nothing to fit for its terms
     elsewhere = _model("mem_used_mib").fit(with_device_costs(rows.drop(columns="net"), None), measured)
-    assert elsewhere[-1].coef_[1] == 0.0 and elsewhere[-1].footprint_mib_[0] == 0.0
+    assert elsewhere[-1].coef_[1] == 0.0 and (elsewhere[-1].footprint_mib_ == 0.0).all()
 
     # no row reaches a capacity or lies below a floor: neither is kept
     clear = demand < 0.95 * capacity

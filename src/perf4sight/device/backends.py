@@ -25,7 +25,7 @@ from .environment import CLOCKS_LOCKED, DEVICE_NAME, FRESH_PAGES_COST, POWER_MOD
 from .definitions import FRESH_PAGES_BYTES
 from .errors import ArgumentError
 from .recipe import PRECISIONS
-from .memory import PeakSampler, ResidentPeak, UnifiedMemoryMeter, release_free_memory
+from .memory import AnonymousPeak, PeakSampler, UnifiedMemoryMeter, release_free_memory
 from .system import BYTES_PER_MIB, read_meminfo, system_memory_mib
 
 __all__ = [
@@ -148,15 +148,15 @@ class Backend:
 
 
 class CpuBackend(Backend):
-    """The host CPU: latency by perf_counter, memory as the worker's resident peak minus idle."""
+    """The host CPU: latency by perf_counter, memory as the worker's peak anonymous memory
+    (heap and tensors, not the pages of files) above its value before the model is built."""
 
     name = "cpu"
     device_type = "cpu"
 
     def __init__(self, **kwargs: Any) -> None:
         super().__init__(**kwargs)
-        self._resident = ResidentPeak()
-        self._idle_rss_mib = 0.0
+        self._anonymous = AnonymousPeak()
         self._idle = system_memory_mib()
 
     @property
@@ -170,7 +170,7 @@ class CpuBackend(Backend):
             DEVICE_NAME: _cpu_model(),
             "torch_threads": torch.get_num_threads(),
             POWER_MODE: _read_first(Path("/sys/devices/system/cpu/cpu0/cpufreq/scaling_governor")),
-            "resident_peak": "VmHWM" if self._resident.exact else "sampled RSS",
+            "anonymous_peak": "RssAnon and VmHWM" if self._anonymous.exact else "sampled RSS",
         }
         if measure:
             facts[FRESH_PAGES_COST] = fresh_pages_ms_per_mib()
@@ -179,14 +179,13 @@ class CpuBackend(Backend):
     def memory_begin(self) -> None:
         self.release()
         self._idle = system_memory_mib()
-        self._resident.reset()
-        self._idle_rss_mib = self._resident.rss_mib()
+        self._anonymous.reset()
 
     def memory_end(self) -> MemoryFigures:
         return MemoryFigures(
             mem_alloc=None,
             mem_reserved=None,
-            mem_used=self._resident.peak_mib() - self._idle_rss_mib,
+            mem_used=self._anonymous.peak_mib(),
             mem_avail=self._idle["available"],
             free=self._idle["free"],
             capacity=self._idle["total"],

@@ -4,8 +4,8 @@ The C library's allocator is left as a user's training script leaves it: its set
 decide how much of an iteration's memory is mapped afresh each time, so changing them
 would time and measure a training no user runs. A memory test has a worker of its own
 (`campaign.py`), so nothing an earlier test left in the heap is in its reading; the
-resident high-water mark is reset before the test (Linux `clear_refs`), and freed heap
-pages are handed back to the OS after every test (`malloc_trim`). Figures are MiB.
+high-water mark is reset before the test (Linux `clear_refs`), and freed heap pages are
+handed back to the OS after every test (`malloc_trim`). Figures are MiB.
 """
 
 import ctypes
@@ -14,12 +14,12 @@ import functools
 import gc
 import threading
 from pathlib import Path
-from typing import Callable, Dict, Optional, Union
+from typing import Callable, Dict, List, Optional, Union
 
 from .system import read_meminfo, rss_mib
 
 __all__ = [
-    "ResidentPeak",
+    "AnonymousPeak",
     "PeakSampler",
     "UnifiedMemoryMeter",
     "release_free_memory",
@@ -48,11 +48,21 @@ def release_free_memory() -> None:
         libc.malloc_trim(0)
 
 
-def _status_mib(field: str) -> float:
+def _status_mib() -> Dict[str, float]:
+    """This process's /proc/self/status amounts (the fields given in kB), MiB."""
+    values = {}
     for line in _STATUS.read_text().splitlines():
-        if line.startswith(field + ":"):
-            return int(line.split()[1]) / 1024
-    raise OSError("{} has no {}".format(_STATUS, field))
+        name, _, rest = line.partition(":")
+        parts = rest.split()
+        if len(parts) == 2 and parts[1] == "kB":
+            values[name] = int(parts[0]) / 1024
+    return values
+
+
+def _mapped_mib(status: Dict[str, float]) -> float:
+    """Resident pages of files and shared memory: the libraries' code the kernels map in, which
+    the system reclaims at will and whose share depends on what its page cache holds."""
+    return status["RssFile"] + status["RssShmem"]
 
 
 # How often a peak sampler reads: every millisecond catches a layer's allocation.
@@ -95,42 +105,53 @@ class PeakSampler:
         return self.peak
 
 
-class ResidentPeak:
-    """Peak resident memory of this process since `reset()`.
+class AnonymousPeak:
+    """Peak anonymous memory of this process since `reset()`, above its value at `reset()`: the
+    heap and the mappings of tensors, which a training step needs; not the pages of files.
 
-    Uses the kernel's own high-water mark (VmHWM, reset through /proc/self/clear_refs),
-    which no sampling can miss; where that is unavailable, samples the RSS instead.
+    Linux keeps a high-water mark of all resident memory only (VmHWM, reset through
+    /proc/self/clear_refs), so two lower bounds are read and the larger kept: the anonymous
+    memory sampled every millisecond (`RssAnon`), and the high-water mark less the most file
+    and shared pages sampled (a short peak between samples is still caught). Where the status
+    fields are unavailable, the resident memory is sampled instead.
     """
 
     def __init__(self) -> None:
-        self._sampler: Optional[PeakSampler] = None
         self.exact = _can_reset_hwm()
+        self._samplers = []  # type: List[PeakSampler]
+        self._idle_mib = 0.0
 
-    def rss_mib(self) -> float:
-        return rss_mib() or 0.0
+    def _anonymous_mib(self) -> float:
+        return _status_mib()["RssAnon"] if self.exact else rss_mib() or 0.0
 
     def reset(self) -> None:
         if self.exact:
             _CLEAR_REFS.write_text("5")
+            self._samplers = [PeakSampler(self._anonymous_mib), PeakSampler(lambda: _mapped_mib(_status_mib()))]
         else:
-            self._sampler = PeakSampler(self.rss_mib)
-            self._sampler.start()
+            self._samplers = [PeakSampler(self._anonymous_mib)]
+        for sampler in self._samplers:
+            sampler.start()
+        self._idle_mib = self._samplers[0].peak
 
     def peak_mib(self) -> float:
+        """The peak since `reset()` above the value at `reset()`; sampling stops."""
+        peaks = [sampler.stop() for sampler in self._samplers]
+        self._samplers = []
+        if not peaks:
+            return 0.0
+        peak = peaks[0]
         if self.exact:
-            return _status_mib("VmHWM")
-        if self._sampler is None:
-            return self.rss_mib()
-        peak = self._sampler.stop()
-        self._sampler = None
-        return peak
+            peak = max(peak, _status_mib()["VmHWM"] - peaks[1])
+        return peak - self._idle_mib
 
 
 def _can_reset_hwm() -> bool:
     try:
         _CLEAR_REFS.write_text("5")
-        _status_mib("VmHWM")
-    except OSError:
+        status = _status_mib()
+        status["VmHWM"], status["RssAnon"], _mapped_mib(status)
+    except (OSError, KeyError):
         return False
     return True
 

@@ -34,7 +34,7 @@ from perf4sight.features.terms import Role, Term, TermSet
 
 __all__ = [
     "AUTOCAST_TERMS", "EXACT_COLUMNS", "FLAT_TERMS", "FRESH_PAGES", "FRESH_PAGES_MS", "LAYER_GROUPS", "MEMORY_PARTS",
-    "NETWORK_TERMS", "PROCESS_MEMORY_COLUMNS", "STEP_TERMS", "STREAM_TERMS", "PARAMETER_STREAM_FACTOR", "gemm_flops",
+    "NETWORK_TERMS", "PLANES_TERMS", "PROCESS_MEMORY_COLUMNS", "STEP_TERMS", "STREAM_TERMS", "PARAMETER_STREAM_FACTOR", "gemm_flops",
     "network_features", "layer_group", "networks_per_group", "group_column",
 ]
 
@@ -74,6 +74,9 @@ _AUTOCAST_GEMM = "autocast_padded_flops"
 _OUTPUTS = "output_bytes"
 _ACTIVATION_PEAK = "activation_peak_bytes"
 _LAYERS = "layers"
+# The planes grouped and depthwise convolutions compute, one kernel loop each per group, sample
+# and pass (`_PLANES`, below).
+_GROUP_PLANES = "group_planes"
 # What is allocated at every iteration for each trained weight above `FRESH_PAGES_BYTES`, each
 # in fresh pages on a CPU: its gradient, and the optimizer's temporaries of its size (SGD's
 # decayed gradient, Adam's two for the denominator; one parameter at a time, each allocated
@@ -82,19 +85,22 @@ _LAYERS = "layers"
 # none was measured: a GPU's caching allocator keeps its blocks).
 FRESH_PAGES = "fresh_page_bytes"
 FRESH_PAGES_MS = "fresh_pages_ms"
-# The kinds of layer the network holds: each kind's kernels are code the process maps in, and
-# buffers of their own, whatever the batch size.
+# The kinds of layer the network holds: each kind's kernels keep tables and buffers of their own,
+# whatever the batch size.
 _LAYER_KINDS = "layer_kinds"
+# The distinct configurations of the network's convolutions (shapes, kernel, stride, padding,
+# dilation, groups): a CPU's convolution library builds and caches kernels and buffers for each.
+_CONV_CONFIGS = "conv_configs"
 # The trained weights' gradients at or below `FRESH_PAGES_BYTES`: on a CPU the C library's heap
 # serves them, and its pages stay with the process once freed.
 _HEAP_GRADIENTS = "heap_gradient_bytes"
-# Amounts of the process's own memory, which a CPU's measurement (its resident memory) holds:
+# Amounts of the process's own memory, which a CPU's measurement (its anonymous memory) holds:
 # counted where the device's profiler measured the C library's fresh pages (the CPU backend;
 # `perf4sight.features.transform.with_device_costs`), 0 elsewhere. A GPU's caching allocator and
 # context dominate its measurement, and its few training networks cannot tell these amounts
 # from the runtime (on the TX2's four, fitting them put 57 MiB on each kind of layer: cuBLAS's
 # footprint, which only squeezenet lacks).
-PROCESS_MEMORY_COLUMNS = (_HEAP_GRADIENTS, _LAYER_KINDS)
+PROCESS_MEMORY_COLUMNS = (_HEAP_GRADIENTS, _LAYER_KINDS, _CONV_CONFIGS)
 
 
 def networks_per_group(features: pd.DataFrame, nets: pd.Series) -> dict[str, int]:
@@ -220,9 +226,13 @@ def network_features(arch: Architecture, batch_sizes: Sequence[int], stage: str 
         "workspace_peak_bytes": bs * im2col.max(),
         _LAYERS: float(len(layers)),
         _LAYER_KINDS: float(len({layer.kind for layer in layers})),
+        _CONV_CONFIGS: float(len({(layer.inputs, layer.output, layer.kernel, layer.stride, layer.padding,
+                                   layer.dilation, layer.groups) for layer in layers if layer.kind == CONV2D})),
         "param_layers": float(param_layers),
     }
     group_of = np.array(groups)
+    planes = np.array([layer.groups for layer in layers], dtype=float) * layer_passes
+    columns[_GROUP_PLANES] = bs * planes[np.isin(group_of, (_DEPTHWISE, _GROUPED))].sum()
     for group in GEMM_GROUPS:
         mask = group_of == group
         columns[group_column(group, "flops")] = bs * flops[mask].sum()
@@ -373,7 +383,8 @@ PARAMETER_STREAM_FACTOR = _TRAINING_PASSES / (_TRAINING_PASSES + OPTIMIZERS[DEFA
 # network has Linear layers (fitted only when the training data hold networks with and
 # without such layers; otherwise it cannot be told apart from the runtime and stays 0), plus a
 # footprint per kind of layer (its kernels' code and buffers; fitted where the training
-# networks hold different numbers of kinds).
+# networks hold different numbers of kinds) and one per distinct convolution (the kernels a CPU's
+# convolution library builds for it and keeps).
 _LIBRARY = Term("library", {group_column(_LINEAR, "count"): 1.0}, "count", Role.LIBRARY)
 _MEMORY_TERMS = (
     Term("activations", {_ACTIVATION_PEAK: 0.5, _OUTPUTS: 0.5}, "bytes"),
@@ -382,6 +393,7 @@ _MEMORY_TERMS = (
     Term("heap_gradients", {_HEAP_GRADIENTS: 1.0}, "bytes"),
     _LIBRARY,
     Term("kinds", {_LAYER_KINDS: 1.0}, "count", Role.FOOTPRINT),
+    Term("conv_configs", {_CONV_CONFIGS: 1.0}, "count", Role.FOOTPRINT),
 )
 # Amounts of the parameters' state and the optimizer's temporaries, known exactly whatever
 # the recipe: a query beyond the training runs' range in them (Adam's state and its two
@@ -412,6 +424,10 @@ MEMORY_PARTS = {
 # out of a fit on the other three is predicted 26 % too slow; at the GEMM's rate per
 # operation, the tie before, within 11 %, about what 0 gives): such a prediction is marked
 # extrapolated, naming `conv_depthwise`.
+# A CPU's depthwise and grouped kernels loop over the groups' planes, each with a cost of its own
+# beside the bytes and operations it computes (a tile set up, a thread's share scheduled): a
+# rate per plane (`PLANES_TERMS`, below), for the grouped and depthwise families whose planes
+# are small and many.
 # The parameters' passes cost at least the layers' traffic at `PARAMETER_STREAM_FACTOR`, and
 # the `parameters` term adds a rate of their own where the data show more: a network whose
 # parameters do not stay in the device's caches streams them from memory at each of the
@@ -489,6 +505,10 @@ STREAM_TERMS = TermSet("streams", memory=_MEMORY_TERMS, latency=_STREAM_LATENCY_
 # default`, `perf4sight.fit.choice`).
 FLAT_TERMS = TermSet("flat", memory=_MEMORY_TERMS,
                      latency=tuple(term for term in _LATENCY_TERMS if term is not _POOLING))
+# The `network` latency model with a rate per plane of the grouped and depthwise convolutions
+# (`_GROUP_PLANES`), kept where a device's own data clearly show it (`method = default`).
+_PLANES = Term("planes", {_GROUP_PLANES: 1.0}, "count")
+PLANES_TERMS = TermSet("planes", memory=_MEMORY_TERMS, latency=(*_LATENCY_TERMS, _PLANES))
 # The latency terms whose rates price the optimizer's passes over the parameters, in either term set.
 STEP_TERMS = tuple(dict.fromkeys(term.name for term in (*_LATENCY_TERMS, *_STREAM_LATENCY_TERMS)
                                  if _PARAM_TRAFFIC in term.columns))

@@ -92,6 +92,9 @@ METHODS: dict[str, Method] = {
     # memory as the allocator replay finds it; latency as `physical`; `physical` for a recipe
     # whose tensor lifetimes cannot be recorded (autocast)
     "replay": Method("replay", partial(physical_steps, "replay"), fallback="physical"),
+    # latency as `physical` with a rate per plane of the grouped and depthwise convolutions;
+    # memory as `physical`
+    "planes": Method("network", partial(physical_steps, "planes"), extends="physical"),
     # latency with the bytes moved at two rates (GEMM and memory-bound layers); memory as `physical`
     "streams": Method("network", partial(physical_steps, "streams"), extends="physical"),
 }
@@ -109,9 +112,9 @@ _TRUSTED_SKLEARN = (
 # predict with.
 DEFAULT_METHOD = "default"
 # The candidates that differ in each target: `replay` differs from `physical` in memory only
-# (the replay's features, seconds per base network, are not computed for latency), `flat` and
-# `streams` in latency only.
-_CANDIDATES = {MEMORY.name: ("physical", "replay"), LATENCY.name: ("flat", "physical", "streams")}
+# (the replay's features, seconds per base network, are not computed for latency), `flat`,
+# `planes` and `streams` in latency only.
+_CANDIDATES = {MEMORY.name: ("physical", "replay"), LATENCY.name: ("flat", "physical", "planes", "streams")}
 CANDIDATE_METHODS = tuple(dict.fromkeys(method for methods in _CANDIDATES.values() for method in methods))
 
 

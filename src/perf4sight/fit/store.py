@@ -67,8 +67,10 @@ __all__ = ["Fingerprint", "library_versions", "load_model", "load_models", "mode
 # 17: depthwise convolutions' latency per byte, the parameters' passes at a rate of their own;
 # 18: gradients in fresh pages at the device's measured cost (`fresh_pages_ms_per_mib`); 19: the
 # optimizer's temporaries of large weights in fresh pages too; 20: the gradients the allocator's
-# heap serves, a memory term; 21: a footprint per kind of layer, and both counted on a CPU only
-_FORMAT = 22
+# heap serves, a memory term; 21: a footprint per kind of layer, and both counted on a CPU only;
+# 22: pooling's bytes at a rate of their own; 23: the planes of grouped and depthwise convolutions,
+# a footprint per distinct convolution
+_FORMAT = 23
 # Versions that must match for a stored model to be used: the estimator's internals
 # (scikit-learn) and the feature definitions (perf4sight).
 _PINNED = ("scikit-learn", "perf4sight")
