@@ -10,10 +10,11 @@ script would, and prints one JSON line:
   gradients through the forward pass);
 - `mem_used_mib`: on the CPU, the process's peak anonymous memory (heap and tensors, not the
   pages of files such as PyTorch's libraries) minus its value just before the model is built:
-  the larger of `RssAnon` sampled every millisecond and the resident high-water mark (VmHWM,
-  reset after the imports) less the most file and shared pages sampled; on a GPU, the peak of
-  the device's used memory (NVML, sampled every millisecond) minus its value before the
-  process touched CUDA, so the CUDA context is included.
+  the larger of `RssAnon` sampled every millisecond (through the warm-up steps) and the
+  resident high-water mark (VmHWM, reset after the imports) less the most file and shared pages
+  seen; on a GPU, the peak of the device's used memory (NVML, sampled every millisecond through
+  the warm-up steps) minus its value before the process touched CUDA, so the CUDA context is
+  included.
 """
 
 import argparse
@@ -89,13 +90,16 @@ ZERO_GRAD = ("first", "after-loss")  # where a step clears the gradients (to Non
 
 def train(network: str, bs: int, size: int, classes: int, optimizer: str, device: str,
           iterations: int, warmup: int, zero_grad: str = "first") -> dict:
-    """Train `network` for `warmup + iterations` steps; the timed steps' mean and the peak memory."""
+    """Train `network` for `warmup + iterations` steps; the timed steps' mean and the peak memory.
+
+    Memory is sampled through the model's construction and the warm-up steps (at least one), not
+    while the timed steps run: a thread reading every millisecond takes a share of a small
+    machine's cores. On the CPU the high-water mark covers the timed steps too."""
     gpu = device == "cuda"
     if not gpu:
         Path("/proc/self/clear_refs").write_text("5")
     meter = _Sampled(_gpu_memory if gpu else _cpu_memory)
     idle = meter.peak["used" if gpu else "anonymous"]
-    times = []
     with meter:
         model = getattr(torchvision.models, network)(num_classes=classes).to(device)
         model.train()
@@ -103,7 +107,8 @@ def train(network: str, bs: int, size: int, classes: int, optimizer: str, device
         loss_fn = torch.nn.CrossEntropyLoss()
         inputs = torch.randn(bs, 3, size, size, device=device)
         labels = torch.randint(0, classes, (bs,), device=device)
-        for i in range(warmup + iterations):
+
+        def iteration() -> float:
             start = time.perf_counter()
             if zero_grad == "first":
                 step.zero_grad(set_to_none=True)
@@ -115,12 +120,16 @@ def train(network: str, bs: int, size: int, classes: int, optimizer: str, device
             del loss
             if gpu:
                 torch.cuda.synchronize()
-            if i >= warmup:
-                times.append((time.perf_counter() - start) * 1000)
+            return (time.perf_counter() - start) * 1000
+
+        for _ in range(max(warmup, 1)):
+            iteration()
+    times = [iteration() for _ in range(iterations)]
     if gpu:
         peak = meter.peak["used"]
     else:
-        peak = max(meter.peak["anonymous"], _status()["VmHWM"] - meter.peak["files"])
+        files = max(meter.peak["files"], _cpu_memory()["files"])
+        peak = max(meter.peak["anonymous"], _status()["VmHWM"] - files)
     return {"latency_ms": sum(times) / len(times), "mem_used_mib": peak - idle}
 
 
@@ -133,7 +142,7 @@ def main() -> None:
     parser.add_argument("--optimizer", choices=sorted(OPTIMIZERS), default="sgd")
     parser.add_argument("--device", choices=["cpu", "cuda"], default="cpu")
     parser.add_argument("--iterations", type=int, default=5)
-    parser.add_argument("--warmup", type=int, default=1)
+    parser.add_argument("--warmup", type=int, default=1, help="untimed steps, memory sampled through them (at least 1)")
     parser.add_argument("--zero-grad", choices=ZERO_GRAD, default="first",
                         help="clear the gradients before the forward pass, or after the loss")
     args = parser.parse_args()
