@@ -14,7 +14,7 @@ import functools
 import gc
 import threading
 from pathlib import Path
-from typing import Callable, Dict, List, Optional, Union
+from typing import Callable, Dict, Optional, Union
 
 from .system import read_meminfo, rss_mib
 
@@ -118,31 +118,35 @@ class AnonymousPeak:
 
     def __init__(self) -> None:
         self.exact = _can_reset_hwm()
-        self._samplers = []  # type: List[PeakSampler]
+        self._sampler = None  # type: Optional[PeakSampler]
         self._idle_mib = 0.0
+        self._mapped_peak_mib = 0.0
 
     def _anonymous_mib(self) -> float:
-        return _status_mib()["RssAnon"] if self.exact else rss_mib() or 0.0
+        """The anonymous memory now; the file and shared pages' peak kept on the side (one
+        reading of the status file per sample, by the sampler's one thread)."""
+        if not self.exact:
+            return rss_mib() or 0.0
+        status = _status_mib()
+        self._mapped_peak_mib = max(self._mapped_peak_mib, _mapped_mib(status))
+        return status["RssAnon"]
 
     def reset(self) -> None:
         if self.exact:
             _CLEAR_REFS.write_text("5")
-            self._samplers = [PeakSampler(self._anonymous_mib), PeakSampler(lambda: _mapped_mib(_status_mib()))]
-        else:
-            self._samplers = [PeakSampler(self._anonymous_mib)]
-        for sampler in self._samplers:
-            sampler.start()
-        self._idle_mib = self._samplers[0].peak
+        self._mapped_peak_mib = 0.0
+        self._sampler = PeakSampler(self._anonymous_mib)
+        self._sampler.start()
+        self._idle_mib = self._sampler.peak
 
     def peak_mib(self) -> float:
         """The peak since `reset()` above the value at `reset()`; sampling stops."""
-        peaks = [sampler.stop() for sampler in self._samplers]
-        self._samplers = []
-        if not peaks:
+        if self._sampler is None:
             return 0.0
-        peak = peaks[0]
+        peak = self._sampler.stop()
+        self._sampler = None
         if self.exact:
-            peak = max(peak, _status_mib()["VmHWM"] - peaks[1])
+            peak = max(peak, _status_mib()["VmHWM"] - self._mapped_peak_mib)
         return peak - self._idle_mib
 
 
