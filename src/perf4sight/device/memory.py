@@ -48,17 +48,6 @@ def release_free_memory() -> None:
         libc.malloc_trim(0)
 
 
-def _status_mib() -> Dict[str, float]:
-    """This process's /proc/self/status amounts (the fields given in kB), MiB."""
-    values = {}
-    for line in _STATUS.read_text().splitlines():
-        name, _, rest = line.partition(":")
-        parts = rest.split()
-        if len(parts) == 2 and parts[1] == "kB":
-            values[name] = int(parts[0]) / 1024
-    return values
-
-
 def _mapped_mib(status: Dict[str, float]) -> float:
     """Resident pages of files and shared memory: the libraries' code the kernels map in, which
     the system reclaims at will and whose share depends on what its page cache holds."""
@@ -127,7 +116,7 @@ class AnonymousPeak:
         reading of the status file per sample, by the sampler's one thread)."""
         if not self.exact:
             return rss_mib() or 0.0
-        status = _status_mib()
+        status = read_meminfo(_STATUS)
         self._mapped_peak_mib = max(self._mapped_peak_mib, _mapped_mib(status))
         return status["RssAnon"]
 
@@ -146,18 +135,17 @@ class AnonymousPeak:
         peak = self._sampler.stop()
         self._sampler = None
         if self.exact:
-            peak = max(peak, _status_mib()["VmHWM"] - self._mapped_peak_mib)
+            peak = max(peak, read_meminfo(_STATUS)["VmHWM"] - self._mapped_peak_mib)
         return peak - self._idle_mib
 
 
 def _can_reset_hwm() -> bool:
     try:
         _CLEAR_REFS.write_text("5")
-        status = _status_mib()
-        status["VmHWM"], status["RssAnon"], _mapped_mib(status)
-    except (OSError, KeyError):
+        status = read_meminfo(_STATUS)
+    except OSError:
         return False
-    return True
+    return {"VmHWM", "RssAnon", "RssFile", "RssShmem"} <= status.keys()
 
 
 def _used_mib(meminfo: Dict[str, float]) -> float:

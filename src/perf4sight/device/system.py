@@ -33,7 +33,7 @@ _PROC_STAT_FIELDS = ("user", "nice", "system", "idle", "iowait", "irq", "softirq
 
 
 def read_meminfo(path: Union[str, Path] = _MEMINFO) -> Dict[str, float]:
-    """/proc/meminfo as {field: MiB}."""
+    """A /proc file of `field: value kB` lines (/proc/meminfo, /proc/self/status) as {field: MiB}."""
     values: Dict[str, float] = {}
     for line in Path(path).read_text().splitlines():
         name, _, rest = line.partition(":")
