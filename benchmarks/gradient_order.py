@@ -1,15 +1,20 @@
-"""Where a training step clears the gradients, and what the profiler's memory reading is then.
+"""Where a training step clears the gradients: the profiler in each order against a plain loop in each.
 
 `optimizer.zero_grad()` sets the gradients to None on PyTorch 2. A script that calls it first
 (zero_grad, forward, loss, backward, step) frees the last step's gradients before the forward
-pass; one that calls it after the loss (forward, loss, zero_grad, backward, step, as the
-profiler's `iteration` does) holds them through it. Their peaks differ by up to the gradients'
-size: little where the activations dominate, most where the parameters do.
+pass; one that calls it after the loss (forward, loss, zero_grad, backward, step, the original
+tool's order) holds them through it. Their peaks differ by up to the gradients' size: little
+where the activations dominate, most where the parameters do. The recipe's `zero_grad` says
+which a user runs; the profiler runs it, and the memory model counts, cleared first, the
+gradients the backward pass has made again at the activations' peak
+(`perf4sight.features.network`).
 
 For each case (a CPU zoo network at level 0, 3x64x64, 10 classes, SGD with momentum), each of
-`--rounds` rounds runs the profiler's memory test of the zoo's spec (a worker of its own) and
-`tests/reference_loop.py` in both orders (a process each); prints the medians and the
-profiler's reading against each loop.
+`--rounds` rounds runs the profiler's memory test of the zoo's spec in both orders (a worker of
+its own) and `tests/reference_loop.py` in both orders (a process each); prints the medians, the
+profiler's reading against the loop of its order, and the saving of clearing first: the loops',
+the profiler's, and the model's (its features' gradients held at the peak, after the loss less
+first).
 
     .venv/bin/python benchmarks/gradient_order.py [--rounds 3]
 """
@@ -28,6 +33,8 @@ from pathlib import Path
 
 from perf4sight import console
 from perf4sight.device.recipe import Recipe
+from perf4sight.features import network_features
+from perf4sight.networks import load_architecture
 from perf4sight.profile import ProfileTest, profile_campaign
 from zoo_accuracy import ZOO_DIR
 
@@ -41,8 +48,15 @@ CASES = (("resnet18", 16), ("mobilenet_v2", 32), ("resnet34", 2), ("resnet34", 3
 ITERATIONS, WARMUP = 3, 1  # the zoo's memory tests'
 
 
-def _profiler_mib(net: str, bs: int, log_dir: Path) -> float:
-    test = ProfileTest("memory", bs, "spec", net, "training", str(ZOO_DIR / "models" / f"{net}_0.json"), Recipe())
+MIB = float(1 << 20)
+
+
+def _spec(net: str) -> str:
+    return str(ZOO_DIR / "models" / f"{net}_0.json")
+
+
+def _profiler_mib(net: str, bs: int, zero_grad: str, log_dir: Path) -> float:
+    test = ProfileTest("memory", bs, "spec", net, "training", _spec(net), Recipe(zero_grad=zero_grad))
     with contextlib.redirect_stdout(io.StringIO()):  # the campaign's summary table, one per test
         summary = profile_campaign([test], log_dir=log_dir, save=False, iterations=ITERATIONS, warmup=WARMUP)
     (result,) = summary.results
@@ -58,6 +72,13 @@ def _loop_mib(net: str, bs: int, zero_grad: str) -> float:
     return json.loads(done.stdout)["mem_used_mib"]
 
 
+def _model_saving_mib(net: str, bs: int) -> float:
+    """The gradients the memory model holds at the peak, after the loss less first."""
+    first, after = (network_features(load_architecture(_spec(net), recipe=Recipe(zero_grad=order)), [bs])
+                    ["gradient_bytes"].iloc[0] for order in ZERO_GRAD)
+    return float(after - first) / MIB
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rounds", type=int, default=3, help="rounds per case; medians are printed")
@@ -66,19 +87,25 @@ def main(argv: list[str] | None = None) -> int:
     rows = []
     with tempfile.TemporaryDirectory() as tmp:
         for net, bs in CASES:
-            readings: dict[str, list[float]] = {"profiler": [], **{order: [] for order in ZERO_GRAD}}
+            readings: dict[tuple[str, str], list[float]] = {
+                (side, order): [] for side in ("profiler", "loop") for order in ZERO_GRAD}
             for _ in range(args.rounds):
-                readings["profiler"].append(_profiler_mib(net, bs, Path(tmp)))
                 for order in ZERO_GRAD:
-                    readings[order].append(_loop_mib(net, bs, order))
+                    readings["profiler", order].append(_profiler_mib(net, bs, order, Path(tmp)))
+                    readings["loop", order].append(_loop_mib(net, bs, order))
             median = {key: statistics.median(values) for key, values in readings.items()}
-            rows.append((f"{net} bs {bs}", median["profiler"], *(median[order] for order in ZERO_GRAD),
-                         *(100 * (median["profiler"] / median[order] - 1) for order in ZERO_GRAD)))
-            print(net, bs, {key: [round(v, 1) for v in values] for key, values in readings.items()}, flush=True)
-    console.print_table(f"memory (MiB), median of {args.rounds} rounds: the profiler against a plain loop "
-                        "clearing the gradients first or after the loss",
-                        ("case", "profiler", *(f"loop, zero_grad {order}" for order in ZERO_GRAD),
-                         *(f"profiler vs {order} %" for order in ZERO_GRAD)), rows)
+            first, after = ZERO_GRAD
+            rows.append((f"{net} bs {bs}", *(median[side, order] for side in ("profiler", "loop") for order in ZERO_GRAD),
+                         *(100 * (median["profiler", order] / median["loop", order] - 1) for order in ZERO_GRAD),
+                         median["loop", after] - median["loop", first],
+                         median["profiler", after] - median["profiler", first], _model_saving_mib(net, bs)))
+            print(net, bs, {" ".join(key): [round(v, 1) for v in values] for key, values in readings.items()},
+                  flush=True)
+    console.print_table(f"memory (MiB), median of {args.rounds} rounds: the profiler and a plain loop, each "
+                        "clearing the gradients first or after the loss; the saving of clearing first (MiB)",
+                        ("case", *(f"{side}, {order}" for side in ("profiler", "loop") for order in ZERO_GRAD),
+                         *(f"profiler vs loop, {order} %" for order in ZERO_GRAD),
+                         "saving: loops", "saving: profiler", "saving: model"), rows)
     return 0
 
 

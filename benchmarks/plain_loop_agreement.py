@@ -3,7 +3,8 @@
 For each case (a torchvision network, batch size and optimizer, at 3x64x64 and 10 classes, as
 `make demo` profiles), `tests/reference_loop.py` (a training loop written without perf4sight)
 runs three times and its medians are compared with `perf4sight predict` from the fitted models
-of this CPU (`--models`, default `out/demo/fitted`). Prints each case (marked `extrapolated`
+of this CPU (`--models`, default `out/demo/fitted`), both clearing the gradients where
+`--zero-grad` says (default `first`, as PyTorch's tutorials do). Prints each case (marked `extrapolated`
 where the prediction is), and the mean absolute error for memory and latency, over all cases
 and over those not extrapolated.
 
@@ -12,7 +13,7 @@ value `DIR@SRC` predicts with the perf4sight source folder SRC first on the path
 version's checkout, for its models stored in another format).
 
     make demo
-    .venv/bin/python benchmarks/plain_loop_agreement.py [--models out/demo/fitted [--models DIR@SRC]]
+    .venv/bin/python benchmarks/plain_loop_agreement.py [--models out/demo/fitted [--models DIR@SRC]] [--zero-grad after-loss]
 """
 
 from __future__ import annotations
@@ -31,22 +32,25 @@ PERF4SIGHT = Path(sys.executable).with_name("perf4sight")
 CASES = (("resnet18", 16, "sgd"), ("resnet18", 32, "sgd"), ("mobilenet_v2", 16, "sgd"), ("mobilenet_v2", 32, "sgd"),
          ("squeezenet1_0", 16, "sgd"), ("resnet18", 16, "adam"), ("mobilenet_v2", 32, "adam"))
 RUNS = 3
+sys.path.insert(0, str(REFERENCE.parent))
+from reference_loop import ZERO_GRAD  # noqa: E402 (the loop's own script, beside the tests)
 
 
-def _loop(net: str, bs: int, optimizer: str) -> tuple[float, float]:
+def _loop(net: str, bs: int, optimizer: str, zero_grad: str) -> tuple[float, float]:
     """The plain loop's median memory (MiB) and latency (ms) over RUNS processes."""
     runs = [json.loads(subprocess.run([sys.executable, str(REFERENCE), "--network", net, "--bs", str(bs),
-                                       "--optimizer", optimizer, "--iterations", "6", "--warmup", "2"],
+                                       "--optimizer", optimizer, "--iterations", "6", "--warmup", "2",
+                                       "--zero-grad", zero_grad],
                                       capture_output=True, text=True, check=True).stdout) for _ in range(RUNS)]
     return statistics.median(r["mem_used_mib"] for r in runs), statistics.median(r["latency_ms"] for r in runs)
 
 
-def _predicted(models: str, net: str, bs: int, optimizer: str) -> tuple[float, float, bool]:
+def _predicted(models: str, net: str, bs: int, optimizer: str, zero_grad: str) -> tuple[float, float, bool]:
     folder, _, source = models.partition("@")
     env = {**os.environ, "PYTHONPATH": source} if source else None
     out = subprocess.run([str(PERF4SIGHT), "--quiet", "predict", "--models", folder, "--net", net,
                           "--input-size", "3,64,64", "--num-classes", "10", "--bs", str(bs),
-                          "--optimizer", optimizer, "--json"],
+                          "--optimizer", optimizer, "--zero-grad", zero_grad, "--json"],
                          capture_output=True, text=True, check=True, env=env).stdout
     record = json.loads(out)
     record = record[0] if isinstance(record, list) else record
@@ -57,6 +61,8 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--models", action="append", help="fitted models' folder, or DIR@SRC (repeatable; "
                         "default: out/demo/fitted)")
+    parser.add_argument("--zero-grad", choices=ZERO_GRAD, default="first",
+                        help="where the loops and the predictions clear the gradients")
     args = parser.parse_args(argv)
     models = args.models or [str(ROOT / "out" / "demo" / "fitted")]
     missing = [m for m in models if not Path(m.partition("@")[0]).is_dir()]
@@ -65,9 +71,9 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     errors: dict[str, list[tuple[float, float, bool]]] = {m: [] for m in models}
     for net, bs, optimizer in CASES:
-        loop_mem, loop_lat = _loop(net, bs, optimizer)
+        loop_mem, loop_lat = _loop(net, bs, optimizer, args.zero_grad)
         for m in models:
-            mem, lat, extrapolated = _predicted(m, net, bs, optimizer)
+            mem, lat, extrapolated = _predicted(m, net, bs, optimizer, args.zero_grad)
             errors[m].append((100 * (mem / loop_mem - 1), 100 * (lat / loop_lat - 1), extrapolated))
             print(f"{net:14} bs {bs:2} {optimizer:4} | memory: loop {loop_mem:6.1f} predicted {mem:6.1f} "
                   f"({errors[m][-1][0]:+5.1f} %) | latency: loop {loop_lat:6.1f} predicted {lat:6.1f} "

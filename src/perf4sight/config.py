@@ -100,6 +100,7 @@ class ProfileSettings:
     precision: list[str] = field(default_factory=lambda: [DEFAULT_RECIPE.precision])
     trainable: list[str] = field(default_factory=lambda: [DEFAULT_RECIPE.trainable])
     checkpoint_segments: list[int] = field(default_factory=lambda: [DEFAULT_RECIPE.checkpoint_segments])
+    zero_grad: list[str] = field(default_factory=lambda: [DEFAULT_RECIPE.zero_grad])
     # the original's two halves: make the test config (host), run it (device)
     create_config: bool = True
     run_profiling: bool = True

@@ -16,9 +16,10 @@ from torch.utils._python_dispatch import TorchDispatchMode
 
 from perf4sight.architecture import Detail, family_key, trace_architecture
 from perf4sight.architecture.lifetimes import record_timeline
+from perf4sight.features.caching_allocator import replay
 from perf4sight.device.errors import ArgumentError
 from perf4sight.device.recipe import OPTIMIZERS, Recipe
-from perf4sight.device.workload import autocast, checkpoint_blocks, make_optimizer, prepare_model
+from perf4sight.device.workload import autocast, checkpoint_blocks, iteration, make_optimizer, prepare_model
 from perf4sight.features import network_features, recipe_extrapolation
 from perf4sight.networks import build_from_spec, load_architecture, read_spec
 
@@ -93,6 +94,39 @@ def test_optimizer_state_is_its_buffers_times_the_trained_parameters(optimizer):
     if optimizer == "adam":
         state = table["param_state_bytes"] - dtype * 2 * arch.params  # weights and gradients
         assert (state == 2 * dtype * arch.trainable_params).all()
+
+
+@pytest.mark.parametrize("zero_grad, held", [("after-loss", [False, True, True]), ("first", [False, False, False])])
+def test_where_the_step_clears_the_gradients_decides_what_the_forward_pass_holds(zero_grad, held):
+    """The profiler's iteration, on the CPU: cleared after the loss, the last step's gradients
+    are there through the next forward pass; cleared first, none is."""
+    model = _sequential()
+    seen = []
+    model[0].register_forward_pre_hook(lambda *_: seen.append(any(p.grad is not None for p in model.parameters())))
+    step = iteration(model, "training", torch.randn(2, *SMALL), 10, Recipe(zero_grad=zero_grad))
+    for _ in range(3):
+        step()
+    assert seen == held
+
+
+def test_gradients_cleared_first_are_those_the_backward_pass_has_made_at_the_peak():
+    """Cleared first, the gradients at the peak are those of the layers the backward pass has
+    been through (fewer than all); the rest come at the step, beside the optimizer's temporaries.
+    The saving agrees with the allocator replay of the recorded iterations."""
+    size, bs = (3, 32, 32), 32
+    features, peaks = {}, {}
+    for order in ("after-loss", "first"):
+        arch = load_architecture("mobilenet_v2", input_size=size, recipe=Recipe(zero_grad=order))
+        features[order] = network_features(arch, [bs]).iloc[0]
+        peaks[order] = replay(record_timeline(torchvision.models.mobilenet_v2, size, 1000, "training", arch=arch),
+                              bs).peak_allocated
+    after, first = features["after-loss"], features["first"]
+    assert after["gradient_bytes"] == arch.trainable_params * arch.dtype_bytes
+    saving = after["gradient_bytes"] - first["gradient_bytes"]
+    assert 0 < saving < after["gradient_bytes"]
+    assert after["param_state_bytes"] - first["param_state_bytes"] == pytest.approx(saving)
+    assert first["optimizer_temp_bytes"] - after["optimizer_temp_bytes"] == pytest.approx(saving)
+    assert peaks["after-loss"] - peaks["first"] == pytest.approx(saving, rel=0.25)
 
 
 class _ParameterPasses(TorchDispatchMode):

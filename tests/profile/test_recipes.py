@@ -127,17 +127,19 @@ def test_one_log_folder_holds_several_recipes_and_resumes_each(tmp_path: Path, m
     a second run of the same test config runs nothing."""
     model = model_dir / "tinynet_0.py"
     config = _recipe_config(tmp_path / "t.ini", model, "optimizer= ['sgd', 'adam']\ntrainable= ['all', '3']\n"
-                            "precision= ['amp-bf16']\ncheckpoint_segments= [2]\n")
+                            "precision= ['amp-bf16']\ncheckpoint_segments= [2]\nzero_grad= ['first']\n")
     tests = read_test_config(config)
     log_dir = tmp_path / "logs"
     summary = profile_campaign(tests, log_dir=log_dir, device="cpu", iterations=1, warmup=0)
     assert (summary.passed, summary.failed) == (16, 0)
     for variable in ("memory", "latency"):
         gt = pd.read_csv(log_dir / variable / "tinynet_0-gt.csv", sep="|")
-        assert list(gt.columns) == GT_COLUMNS[variable] and list(gt.columns[-5:-1]) == list(RECIPE_COLUMNS)
+        assert list(gt.columns) == GT_COLUMNS[variable]
+        assert list(gt.columns[-len(RECIPE_COLUMNS) - 1:-1]) == list(RECIPE_COLUMNS)
         assert sorted(zip(gt["optimizer"], gt["trainable"].astype(str), gt["bs"])) == sorted(
             (o, t, b) for o in ("sgd", "adam") for t in ("all", "3") for b in (2, 4))
         assert set(gt["precision"]) == {"amp-bf16"} and set(gt["checkpoint_segments"]) == {2}
+        assert set(gt["zero_grad"]) == {"first"}
     frame = read_logs(["tinynet"], [0], [log_dir / "memory"], [MEMORY])
     assert len(frame) == 8 and frame[list(RECIPE_COLUMNS)].drop_duplicates().shape[0] == 4
     again = profile_campaign(tests, log_dir=log_dir, device="cpu", iterations=1, warmup=0)
@@ -150,8 +152,10 @@ def test_one_log_folder_holds_several_recipes_and_resumes_each(tmp_path: Path, m
     assert len(recipes) == 4 and {r.optimizer for r in recipes} == {"sgd", "adam"}
     assert all(arch.recipe == recipe for arch, *recipe in data.rows[["architecture", *RECIPE_COLUMNS]].itertuples(
         index=False, name=None) for recipe in [Recipe(*recipe)])
-    state = data.features["optimizer_state_bytes"] / data.features["gradient_bytes"]
+    trained = np.array([arch.trainable_params * arch.dtype_bytes for arch in data.rows["architecture"]], dtype=float)
+    state = data.features["optimizer_state_bytes"] / trained
     np.testing.assert_array_equal(state, np.where(data.rows["optimizer"] == "adam", 2.0, 1.0))
+    assert (data.features["gradient_bytes"] <= trained).all()  # cleared first: those made again at the peak
     assert data.rows["family"].nunique() == 4  # corrections measured under one recipe correct no other
     model = CalibratedModel("physical", MEMORY.name).fit(data.rows, data.target)
     save_models([model], storedir=tmp_path / "fitted", fingerprint=Fingerprint("cpu", "recipes", "2026-12-03T12:00:00+00:00"))
@@ -173,10 +177,16 @@ def test_a_log_without_recipe_columns_reads_as_the_default_recipe(tmp_path: Path
                     "True|120.5|memory|2|cifar10|resnet18|resnet18_0.py|training\n"
                     "True|130.5|memory|4|cifar10|resnet18|resnet18_0.py|training\n")
     header, rows = read_gt(path, ["mem_used"])
-    assert header[-4:] == list(RECIPE_COLUMNS)
+    assert header[-len(RECIPE_COLUMNS):] == list(RECIPE_COLUMNS)
     assert all(Recipe(*(row[c] for c in RECIPE_COLUMNS)) == DEFAULT_RECIPE for row in rows)
     frame = read_logs(["resnet18"], [0], [tmp_path], [MEMORY])
     assert list(frame["optimizer"]) == ["sgd", "sgd"] and list(frame["checkpoint_segments"]) == [0, 0]
+    assert list(frame["zero_grad"]) == ["after-loss", "after-loss"]
+    # a log of the recipes before `zero_grad`: its runs cleared the gradients after the loss
+    path.write_text("passed|mem_used|bs|model|optimizer|precision|trainable|checkpoint_segments\n"
+                    "True|1.0|2|resnet18_0.py|adam|fp32|all|0\n")
+    (row,) = read_gt(path, ["mem_used"])[1]
+    assert Recipe(*(row[c] for c in RECIPE_COLUMNS)) == Recipe(optimizer="adam", zero_grad="after-loss")
     path.write_text("passed|mem_used|bs|model|optimizer\nTrue|1.0|2|resnet18_0.py|lion\n")
     with pytest.raises(LogFormatError, match=r"resnet18_0-gt\.csv: line 2 optimizer: unknown value 'lion'"):
         read_gt(path, ["mem_used"])

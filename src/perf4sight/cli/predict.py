@@ -17,7 +17,8 @@ from perf4sight import console
 from perf4sight.cli.prune import parse_input_size, parse_levels
 from perf4sight.device.checks import parse_decimal
 from perf4sight.device.definitions import BatchSizes, check_batch_sizes, check_stage
-from perf4sight.device.recipe import DEFAULT_RECIPE, OPTIMIZERS, PRECISIONS, RECIPE_COLUMNS, Recipe, check_recipe
+from perf4sight.device.recipe import (DEFAULT_RECIPE, OPTIMIZERS, PRECISIONS, RECIPE_COLUMNS, ZERO_GRAD_ORDERS, Recipe,
+                                     check_recipe)
 from perf4sight.errors import UsageError, clip
 from perf4sight.networks.checks import check_input_size, check_mode, check_num_classes, check_seed
 from perf4sight.predict.units import check_dataset_size, parse_duration_ms, parse_memory_mib
@@ -45,12 +46,12 @@ def _shape(input_size: str | None, num_classes: int | None) -> dict[str, Any]:
             "num_classes": num_classes}
 
 
-def _recipes(optimizer: str, precision: str, trainable: str, segments: str) -> list[Recipe]:
+def _recipes(optimizer: str, precision: str, trainable: str, segments: str, zero_grad: str) -> list[Recipe]:
     """The training recipes of the recipe options, each a comma-separated list: every
     combination of their values, checked (a layer name is checked against the network)."""
     values = {key: [part.strip() for part in text.split(",")]
               for key, text in (("optimizer", optimizer), ("precision", precision), ("trainable", trainable),
-                                ("checkpoint_segments", segments))}
+                                ("checkpoint_segments", segments), ("zero_grad", zero_grad))}
     counts = [parse_decimal(part) for part in values["checkpoint_segments"]]
     if None in counts:
         raise UsageError("--checkpoint-segments: expected comma-separated non-negative integers, "
@@ -70,6 +71,9 @@ _TRAINABLE = typer.Option(DEFAULT_RECIPE.trainable, "--trainable",
                                "(comma-separated: each).")
 _SEGMENTS = typer.Option(str(DEFAULT_RECIPE.checkpoint_segments), "--checkpoint-segments",
                          help="Activation checkpointing: 0 (none) or a number of segments (comma-separated: each).")
+_ZERO_GRAD = typer.Option(DEFAULT_RECIPE.zero_grad, "--zero-grad",
+                          help=f"Where the step clears the gradients: {' or '.join(ZERO_GRAD_ORDERS)} "
+                               "(before the forward pass, as PyTorch's tutorials do; comma-separated: each).")
 
 
 def _show(table: pd.DataFrame, *, title: str, as_json: bool) -> None:
@@ -127,6 +131,7 @@ def register(app: typer.Typer) -> None:
         precision: str = _PRECISION,
         trainable: str = _TRAINABLE,
         segments: str = _SEGMENTS,
+        zero_grad: str = _ZERO_GRAD,
         breakdown: bool = typer.Option(False, "--breakdown", help="Add what the memory is made of (MiB): runtime, "
                                        "weights, gradients, optimizer state, saved activations, workspace/cache."),
         as_json: bool = typer.Option(False, "--json", help="Print JSON records instead of a table."),
@@ -138,7 +143,7 @@ def register(app: typer.Typer) -> None:
             raise UsageError("--bs and --max-batch-size: give one (the search tries every batch size itself)")
         if not max_batch_size and (budget is not None or bound):
             raise UsageError(f"{'--budget' if budget is not None else '--bound'} needs --max-batch-size")
-        recipes = _recipes(optimizer, precision, trainable, segments)
+        recipes = _recipes(optimizer, precision, trainable, segments, zero_grad)
         sizes = None if max_batch_size else _batch_sizes(bs if bs is not None else _DEFAULT_BATCH_SIZES)
         check_stage(stage, "stage", UsageError)
         check_dataset_size(dataset_size)
@@ -178,6 +183,7 @@ def register(app: typer.Typer) -> None:
         precision: str = _PRECISION,
         trainable: str = _TRAINABLE,
         segments: str = _SEGMENTS,
+        zero_grad: str = _ZERO_GRAD,
         as_json: bool = typer.Option(False, "--json"),
     ) -> None:
         """Pruned variants of NET (and training recipes, given several) that fit the budget, ranked by
@@ -185,7 +191,7 @@ def register(app: typer.Typer) -> None:
         pruning_levels = parse_levels(levels)
         check_mode(mode)
         check_seed(seed)
-        recipes = _recipes(optimizer, precision, trainable, segments)
+        recipes = _recipes(optimizer, precision, trainable, segments, zero_grad)
         shape = _shape(input_size, num_classes)
         max_latency_ms = parse_duration_ms(max_latency) if max_latency else None
         budget_mib = parse_memory_mib(budget)

@@ -345,6 +345,9 @@ def append_gt_row(path: Path, test_var: str, row: LogRow) -> None:
     crash lose it, the resumed campaign rewrites the file from the journal."""
     target = gt_path(path)
     columns = _header(target)
+    if columns is not None and any(column not in columns for column in RECIPE_COLUMNS):
+        write_gt(path, test_var)  # a log of an earlier version, without a recipe column since added
+        return
     if columns is None:
         columns = GT_COLUMNS[test_var]
         text = SEPARATOR.join(columns) + "\n" + _gt_line(row, columns) + "\n"

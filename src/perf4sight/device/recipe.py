@@ -1,14 +1,16 @@
 """The training recipe, one definition: the optimizer, the precision, which layers are
-trained and how activations are checkpointed.
+trained, how activations are checkpointed and where the step clears the gradients.
 
 Memory and time per iteration depend on how a network is trained as much as on the
 network: Adam keeps two state tensors per parameter where SGD with momentum keeps one,
 autocast halves the bytes of what it casts, frozen layers keep no gradients, and
 checkpointed segments keep only their boundaries and recompute their forward pass in
-the backward. The profiler runs a recipe, its logs record it, the features follow it and
-the predictor takes it; all of them read these names and facts from here. The default
-(`Recipe()`) is the original tool's training: SGD with momentum and weight decay, fp32,
-every parameter trained, nothing recomputed.
+the backward, and a step that clears the gradients before the forward pass holds none of
+the last step's through it. The profiler runs a recipe, its logs record it, the features
+follow it and the predictor takes it; all of them read these names and facts from here.
+The default (`Recipe()`) is the original tool's training: SGD with momentum and weight
+decay, fp32, every parameter trained, nothing recomputed, the gradients cleared after the
+loss.
 
 Plain data, the standard library only (it runs on the device, Python 3.6).
 """
@@ -22,6 +24,7 @@ __all__ = [
     "PRECISIONS",
     "TRAIN_ALL",
     "TRAIN_CLASSIFIER",
+    "ZERO_GRAD_ORDERS",
     "RECIPE_COLUMNS",
     "Recipe",
     "DEFAULT_RECIPE",
@@ -77,6 +80,13 @@ PRECISIONS: Dict[str, Precision] = {
 TRAIN_ALL = "all"
 TRAIN_CLASSIFIER = "classifier"
 
+# Where a step clears the gradients (to None): after the loss, before the backward pass (the
+# original tool's loop: the last step's gradients are held through the forward pass), or
+# first, before the forward pass (PyTorch's tutorials' loop, or right after the step: none is
+# held through it, and the peak is lower by the gradients the backward pass has not yet made
+# again when it comes).
+ZERO_GRAD_ORDERS = ("after-loss", "first")
+
 
 class Recipe(NamedTuple):
     """How a network is trained. `checkpoint_segments` 0 recomputes nothing; n > 0 splits
@@ -87,17 +97,25 @@ class Recipe(NamedTuple):
     precision: str = "fp32"
     trainable: str = TRAIN_ALL
     checkpoint_segments: int = 0
+    zero_grad: str = ZERO_GRAD_ORDERS[0]
 
     @property
     def is_default(self) -> bool:
         """Whether this is the original tool's training (what logs without recipe columns ran)."""
         return self == DEFAULT_RECIPE
 
+    @property
+    def clears_gradients_first(self) -> bool:
+        """Whether a step clears the gradients before its forward pass (`ZERO_GRAD_ORDERS`)."""
+        return self.zero_grad == ZERO_GRAD_ORDERS[1]
+
     def label(self) -> str:
         """One short line naming the recipe, for messages, reports and plots."""
         parts = [self.optimizer, self.precision, "train " + self.trainable]
         if self.checkpoint_segments:
             parts.append("checkpoint {} segments".format(self.checkpoint_segments))
+        if self.zero_grad != DEFAULT_RECIPE.zero_grad:
+            parts.append("zero_grad " + self.zero_grad)
         return ", ".join(parts)
 
     def columns(self) -> Dict[str, object]:
@@ -131,6 +149,7 @@ def check_recipe(recipe: Recipe, where: str = "recipe", error: Type[Exception] =
     checks = (
         ("optimizer", recipe.optimizer, OPTIMIZERS),
         ("precision", recipe.precision, PRECISIONS),
+        ("zero_grad", recipe.zero_grad, ZERO_GRAD_ORDERS),
     )
     for key, value, known in checks:
         if value not in known:

@@ -397,11 +397,12 @@ def iteration(model: nn.Module, stage: str, inputs: torch.Tensor, num_classes: i
     segments), puts it in training mode but the frozen BatchNorm layers in eval mode, and
     each call runs the forward pass and the CrossEntropy loss under the recipe's autocast,
     clears the gradients, backpropagates (through fp16's gradient scaler) and steps the
-    recipe's optimizer over the trained parameters.
+    recipe's optimizer over the trained parameters; or, with the recipe's `zero_grad` first,
+    clears the gradients before the forward pass.
 
     Gradients are cleared with `zero_grad(set_to_none=True)` on every PyTorch: PyTorch 2's
     default, which every measurement on a current PyTorch ran, where PyTorch 1.10's default
-    zeroed them in place. The clearing comes after the forward pass, so the previous step's
+    zeroed them in place. Cleared after the loss (the original's order), the previous step's
     gradients are held through the forward pass either way; to None, the backward pass
     stores each new gradient where in place it computed it and added it to the old one, so
     on PyTorch 1.10 the peak is one layer's gradient lower than the original's (9.5 MiB of
@@ -429,6 +430,8 @@ def iteration(model: nn.Module, stage: str, inputs: torch.Tensor, num_classes: i
     scaler = _grad_scaler(recipe, device_type)
 
     def train() -> None:
+        if recipe.clears_gradients_first:
+            optimiser.zero_grad(set_to_none=True)
         with autocast(recipe, device_type):
             output = run(inputs)
             scores = tensors_in(output)
@@ -437,7 +440,8 @@ def iteration(model: nn.Module, stage: str, inputs: torch.Tensor, num_classes: i
                     type(output).__name__))
             check_classes(scores[0].shape[-1], num_classes)  # else a CUDA assert, which spoils the worker's later tests
             loss = criterion(scores[0], targets)
-        optimiser.zero_grad(set_to_none=True)
+        if not recipe.clears_gradients_first:
+            optimiser.zero_grad(set_to_none=True)
         if scaler is None:
             loss.backward()
             optimiser.step()

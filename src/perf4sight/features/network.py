@@ -184,9 +184,12 @@ def network_features(arch: Architecture, batch_sizes: Sequence[int], stage: str 
     batch = bs[:, None]
     alive = np.cumsum(kept) + _recomputed_alive(layers, segment, saved) if checkpointed else np.cumsum(kept)
     alive_saved = alive[None, :] * batch
+    held = np.full(len(bs), trainable_bytes)
     if training:
         transient = (in_bytes + out_bytes)[None, :] * batch + im2col[None, :] * batch
         peak = (alive_saved + transient).max(axis=1) + saved_fixed
+        if arch.recipe.clears_gradients_first:
+            held = _gradients_made_at_peak(layers, alive_saved + transient, dtype, trainable_bytes)
     else:
         peak = ((in_bytes + out_bytes + im2col)[None, :] * batch).max(axis=1)
     # every output a layer allocates that the graph holds to the backward pass (in inference,
@@ -209,12 +212,13 @@ def network_features(arch: Architecture, batch_sizes: Sequence[int], stage: str 
         _CONV_WEIGHT_TRAFFIC: float((weight_bytes * layer_passes)[conv].sum()),
         # weights (fp32 master weights under autocast), the trained ones' gradients and
         # optimizer state, and the copies of the weights autograd keeps in autocast's dtype
-        _PARAM_STATE: param_bytes + (1 + optimizer.state_buffers) * trainable_bytes + weight_copies,
+        _PARAM_STATE: param_bytes + held + optimizer.state_buffers * trainable_bytes + weight_copies,
         _WEIGHT_COPIES: weight_copies,
-        _GRADIENTS: trainable_bytes,
+        _GRADIENTS: held,
         _OPTIMIZER_STATE: optimizer.state_buffers * trainable_bytes,
-        # the optimizer's temporaries for one parameter at a time: the largest trained layer's
-        _OPTIMIZER_TEMP: float(optimizer.temporaries * max(trained_params, default=0) * dtype),
+        # the optimizer's temporaries for one parameter at a time (the largest trained layer's),
+        # with the gradients not held at the activations' peak
+        _OPTIMIZER_TEMP: optimizer.temporaries * max(trained_params, default=0) * dtype + trainable_bytes - held,
         FRESH_PAGES: float((1 + optimizer.temporaries) * sum(size for size in gradients if size > FRESH_PAGES_BYTES)),
         _HEAP_GRADIENTS: float(sum(size for size in gradients if size <= FRESH_PAGES_BYTES)),
         "buffer_bytes": float(arch.buffer_bytes),
@@ -276,6 +280,19 @@ def _layer_row(layer: Layer, group: str, training: bool, dtype: int, precision: 
         not layer.inplace,
         training and layer.backward,
     )
+
+
+def _gradients_made_at_peak(layers: Sequence[Layer], alive: np.ndarray, dtype: int,
+                            trainable_bytes: float) -> np.ndarray:
+    """Per batch size, the gradient bytes a step that clears them before the forward pass
+    adds to the activations' peak (`alive`: per batch size and layer, the bytes alive at its
+    backward): the backward pass makes layer i's gradients after the later layers', so
+    at layer i those of layers i onwards are there; the peak with them, less the peak
+    without. Trained parameters outside the layers are counted as there throughout."""
+    made = np.array([layer.params * dtype if layer.trained else 0 for layer in layers], dtype=float)
+    made_by = np.cumsum(made[::-1])[::-1]
+    outside = max(trainable_bytes - float(made.sum()), 0.0)
+    return (alive + made_by[None, :]).max(axis=1) - alive.max(axis=1) + outside
 
 
 def _weight_elements(layer: Layer) -> int:

@@ -146,8 +146,8 @@ def row_recipes(rows: pd.DataFrame) -> list[Recipe]:
 
 def _recipe(values: Sequence[Any]) -> Recipe:
     """The recipe of a log row's `RECIPE_COLUMNS` values (numpy's integers made ints)."""
-    optimizer, precision, trainable, segments = values
-    return Recipe(str(optimizer), str(precision), str(trainable), int(segments))
+    optimizer, precision, trainable, segments, zero_grad = values
+    return Recipe(str(optimizer), str(precision), str(trainable), int(segments), str(zero_grad))
 
 
 def _datasets(logs: pd.DataFrame) -> pd.Series:
