@@ -64,9 +64,9 @@ def _amount(rows: pd.DataFrame, name: str, kind: str) -> np.ndarray:
     return sum(rows[column].to_numpy() * weight for column, weight in term.columns.items())
 
 
-def _of_role(kind: str, role: Role) -> str:
-    (term,) = [term for term in NETWORK_TERMS.by_kind[kind] if term.role is role]
-    return term.name
+def _of_role(rows: pd.DataFrame, kind: str, role: Role) -> np.ndarray:
+    """The summed amounts of the declared terms of `role`."""
+    return sum(_amount(rows, term.name, kind) for term in NETWORK_TERMS.by_kind[kind] if term.role is role)
 
 
 def test_memory_recovers_intercept_scale_floor_library_and_capacity(rows):
@@ -74,9 +74,9 @@ def test_memory_recovers_intercept_scale_floor_library_and_capacity(rows):
     intercept, scale, heap, floor, library, per_kind, per_config = 40.0, 1.5, 30.0, 60.0, 15.0, 2.0, 3.0
     activations = _amount(rows, "activations", "memory") / MIB
     heap_gradients = _amount(rows, "heap_gradients", "memory") / MIB
-    exact = _amount(rows, _of_role("memory", Role.EXACT), "memory") / MIB
-    optimizer = _amount(rows, _of_role("memory", Role.OPTIMIZER), "memory") / MIB
-    loads = (_amount(rows, _of_role("memory", Role.LIBRARY), "memory") > 0).astype(float)
+    exact = _of_role(rows, "memory", Role.EXACT) / MIB
+    optimizer = _of_role(rows, "memory", Role.OPTIMIZER) / MIB
+    loads = (_of_role(rows, "memory", Role.LIBRARY) > 0).astype(float)
     kinds = _amount(rows, "kinds", "memory")
     configs = _amount(rows, "conv_configs", "memory")  # the pointwise convolutions vary them apart from the kinds
     assert set(kinds) == {5.0, 6.0, 7.0} and set(configs) == {3.0, 4.0, 5.0}
