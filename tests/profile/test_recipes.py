@@ -79,6 +79,7 @@ def test_the_test_config_written_holds_each_networks_recipes() -> None:
     ({"trainable": ["resnet18:layer9"]}, "trainable: no layer 'layer9' in resnet18; layers there include conv1"),
     ({"trainable": ["vgg11:features.3"]}, "trainable: 'vgg11:features.3' names no layer of a [profile] network"),
     ({"checkpoint_segments": [4, 14]}, "checkpoint_segments: 14 segments, resnet18 has 13 top-level blocks"),
+    ({"zero_grad": ["first", "last"]}, "zero_grad: unknown value 'last'; expected one of after-loss, first"),
 ])
 def test_the_profile_stage_check_refuses_bad_recipes(tmp_path: Path, changes: dict, message: str) -> None:
     settings = ProfileSettings(network=["resnet18"], bs=[2], local_model_loc=tmp_path, dataset="cifar10", **changes)

@@ -8,6 +8,7 @@ from typing import Any
 from perf4sight.architecture.derived import derived_values
 from perf4sight.architecture.kinds import CONV2D, LINEAR
 from perf4sight.architecture.ir import Architecture
+from perf4sight.device.recipe import DEFAULT_RECIPE
 
 __all__ = ["family_key"]
 
@@ -22,7 +23,8 @@ def family_key(arch: Architecture) -> str:
     And the recipe, where it is not the default (so that the default's keys are those of
     descriptions without a recipe): a family's corrections were measured under one recipe,
     and what they correct (the allocator's fragmentation, the kernels' efficiency at these
-    shapes) differs under another, which freezes, casts or recomputes other tensors."""
+    shapes) differs under another, which freezes, casts or recomputes other tensors. Not where
+    the step clears the gradients: that moves an exact amount, and the same kernels run."""
     kept = derived_values(arch)
     if "family" not in kept:
         kept["family"] = _key(arch)
@@ -35,6 +37,7 @@ def _key(arch: Architecture) -> str:
         grouping = "depthwise" if layer.depthwise else "grouped" if layer.groups > 1 else "dense"
         parts.append((layer.kind, tuple(layer.kernel), tuple(layer.stride), tuple(layer.padding),
                       tuple(layer.dilation), grouping))
-    if not arch.recipe.is_default:
-        parts.append(tuple(arch.recipe))
+    recipe = arch.recipe._replace(zero_grad=DEFAULT_RECIPE.zero_grad)
+    if not recipe.is_default:
+        parts.append(tuple(recipe))
     return hashlib.sha256(repr(parts).encode()).hexdigest()[:16]
