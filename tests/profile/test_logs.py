@@ -8,7 +8,9 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from perf4sight.device.logs import GT_COLUMNS, append_gt_row, append_row, gt_path, journal_path, read_journal, write_gt
+from perf4sight.device.logs import (GT_COLUMNS, append_gt_row, append_row, gt_path, journal_path, read_gt, read_journal,
+                                   write_gt)
+from perf4sight.device.recipe import DEFAULT_RECIPE, RECIPE_COLUMNS, Recipe
 from perf4sight.errors import LogFormatError
 from perf4sight.profile import ProfileTest
 
@@ -52,6 +54,22 @@ def test_gt_rows_appended_one_by_one_equal_the_rewritten_file(tmp_path: Path) ->
     appended = gt_path(path).read_text()
     assert appended.count("\n") == 4 and appended.startswith("|".join(GT_COLUMNS["memory"]))
     assert write_gt(path, "memory").read_text() == appended
+
+
+def test_a_gt_file_without_recipe_columns_keeps_its_rows_when_appended_to(tmp_path: Path) -> None:
+    """The original's gt files have no journal and no recipe columns: appending a test of another
+    recipe adds the columns, its rows the default recipe's values (what they ran), and loses none."""
+    path = journal_path(tmp_path, _test(2))
+    gt_path(path).parent.mkdir(parents=True)
+    gt_path(path).write_text("|".join(TX2_MEMORY_COLUMNS) + "\n"
+                             "True|||20.0||||memory|2|cifar10|tinynet|tinynet_50.py\n")
+    first = ProfileTest("memory", 4, "cifar10", "tinynet", "training", "/models/tinynet_50.py",
+                        Recipe(zero_grad="first"))
+    append_gt_row(path, "memory", {"passed": True, "mem_used": 40.0, "status": "ok", "params": first.params()})
+    header, rows = read_gt(gt_path(path), ["mem_used"])
+    assert header[:len(TX2_MEMORY_COLUMNS)] == TX2_MEMORY_COLUMNS
+    assert [(row["bs"], Recipe(*(row[c] for c in RECIPE_COLUMNS))) for row in rows] == [
+        (2, DEFAULT_RECIPE), (4, Recipe(zero_grad="first"))]
 
 
 def test_latency_log_keeps_each_iteration(tmp_path: Path) -> None:

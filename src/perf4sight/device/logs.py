@@ -40,7 +40,7 @@ from .checks import is_decimal_number, parse_decimal
 from .definitions import MAX_BATCH_SIZE, QUANTITIES, STAGES, Quantity, is_positive_int
 from .errors import LogFormatError, clip
 from .files import write_text
-from .recipe import RECIPE_COLUMNS, Recipe
+from .recipe import DEFAULT_RECIPE, RECIPE_COLUMNS, Recipe
 from .test_config import ProfileTest
 
 __all__ = [
@@ -346,8 +346,7 @@ def append_gt_row(path: Path, test_var: str, row: LogRow) -> None:
     target = gt_path(path)
     columns = _header(target)
     if columns is not None and any(column not in columns for column in RECIPE_COLUMNS):
-        write_gt(path, test_var)  # a log of an earlier version, without a recipe column since added
-        return
+        columns = _add_recipe_columns(target, columns)
     if columns is None:
         columns = GT_COLUMNS[test_var]
         text = SEPARATOR.join(columns) + "\n" + _gt_line(row, columns) + "\n"
@@ -363,6 +362,19 @@ def append_gt_row(path: Path, test_var: str, row: LogRow) -> None:
         text = line + "\n"
     with open(target, "a", encoding="utf-8") as handle:
         handle.write(text)
+
+
+def _add_recipe_columns(target: Path, columns: List[str]) -> List[str]:
+    """Give a gt file without some recipe columns (the original's, or one written before a
+    column was added) those columns, last, each of its rows the default recipe's values (what
+    it ran); its columns now. Its rows are kept: the original's gt files have no journal."""
+    missing = [column for column in RECIPE_COLUMNS if column not in columns]
+    defaults = SEPARATOR.join(_field(getattr(DEFAULT_RECIPE, column)) for column in missing)
+    lines = _decode(target.read_bytes(), target).splitlines()
+    lines = [lines[0] + SEPARATOR + SEPARATOR.join(missing)] + [
+        line + SEPARATOR + defaults for line in lines[1:] if line.strip(SEPARATOR + " \t")]
+    write_text(target, "\n".join(lines) + "\n")
+    return columns + missing
 
 
 def _gt_test(line: str, columns: List[str]) -> Tuple[str, ...]:
