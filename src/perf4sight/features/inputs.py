@@ -7,10 +7,11 @@ import functools
 from collections.abc import Callable, Sequence
 from typing import TypeVar
 
+import numpy as np
 import pandas as pd
 
 from perf4sight.architecture import Architecture, Detail
-from perf4sight.device.definitions import BatchSizes, check_batch_sizes, check_stage
+from perf4sight.device.definitions import MAX_BATCH_SIZE, BatchSizes, check_batch_sizes, check_stage
 from perf4sight.errors import NetworkError
 
 __all__ = ["checked_batch_sizes", "needs"]
@@ -51,5 +52,10 @@ def needs(detail: Detail) -> Callable[[Function], Function]:
 
 def checked_batch_sizes(arch: Architecture, batch_sizes: Sequence[int]) -> BatchSizes:
     """`batch_sizes` asked of `arch`'s features, checked (`check_batch_sizes`): every feature
-    set and the feature tables refuse the same input with the same message."""
+    set and the feature tables refuse the same input with the same message. A query frame's
+    column of integers in range passes in one vectorised test: checked one by one, the 4096
+    batch sizes of a `max_batch_size` search cost 1 ms per feature table (30 ms a variant)."""
+    if (isinstance(batch_sizes, np.ndarray) and batch_sizes.dtype.kind in "iu" and batch_sizes.size
+            and batch_sizes.min() >= 1 and batch_sizes.max() <= MAX_BATCH_SIZE):
+        return BatchSizes(batch_sizes.tolist())
     return check_batch_sizes(batch_sizes, f"network '{arch.name}': batch sizes", NetworkError)
