@@ -13,9 +13,10 @@ from torch import nn
 from perf4sight.architecture import Detail, derived_values, family_key
 from perf4sight.architecture.derived import _KEPT
 from perf4sight.device import definitions
-from perf4sight.device.definitions import BatchSizes, check_batch_sizes
+from perf4sight.device.definitions import MAX_BATCH_SIZE, BatchSizes, check_batch_sizes
 from perf4sight.errors import NetworkError
 from perf4sight.features import FEATURE_SETS, FeatureTransformer, feature_table, queries
+from perf4sight.features.inputs import checked_batch_sizes
 from perf4sight.networks import load_architecture
 
 
@@ -73,6 +74,14 @@ def test_batch_sizes_are_checked_at_the_door_and_passed_inward_as_checked(monkey
     # a query frame's float batch size is refused, not truncated to an integer
     with pytest.raises(NetworkError, match=r"batch sizes: expected positive integers, got 1\.5"):
         FeatureTransformer("network").fit_transform(pd.DataFrame({"architecture": [arch], "batch_size": [1.5]}))
+    # a query frame's integer column passes in one test, as the same record; out of range, the same refusal
+    frame_sizes = np.array([8, 2, MAX_BATCH_SIZE])
+    expected = check_batch_sizes(frame_sizes.tolist(), "sizes")
+    calls.clear()
+    assert checked_batch_sizes(arch, frame_sizes) == expected and calls == []
+    for bad, shown in ((np.array([8, 0]), "got 0"), (np.array([MAX_BATCH_SIZE + 1]), f"{MAX_BATCH_SIZE + 1} is above")):
+        with pytest.raises(NetworkError, match=f"batch sizes: .*{shown}"):
+            checked_batch_sizes(arch, bad)
 
 
 def test_what_is_kept_goes_with_the_architecture():
