@@ -100,8 +100,8 @@ def test_a_trained_weight_above_32_mib_has_its_gradient_and_step_temporaries_in_
 
 
 def test_the_process_s_own_memory_is_counted_where_the_device_measured_fresh_pages():
-    """The trained weights' gradients the C library's heap serves (32 MiB or less) and the kinds
-    of layer, counted on a CPU (fresh pages measured) and 0 on a device that measured none."""
+    """The trained weights' gradients the C library's heap serves (32 MiB or less), the largest
+    layer's tensors and the kinds of layer, counted on a CPU (fresh pages measured) and 0 on a device that measured none."""
     model = nn.Sequential(nn.Flatten(), nn.Linear(9216, 4096), nn.ReLU(), nn.Linear(4096, 1024), nn.ReLU6(),
                           nn.Linear(1024, 10))
     arch = trace_architecture(model, (9216, 1, 1))
@@ -109,6 +109,8 @@ def test_the_process_s_own_memory_is_counted_where_the_device_measured_fresh_pag
     small = (4096 * 1024 + 1024 * 10) * 4  # the 144 MiB weight's gradient is a fresh mapping instead
     assert cpu["heap_gradient_bytes"].tolist() == [small] * 2
     assert cpu["layer_kinds"].tolist() == [4.0] * 2  # flatten, linear, relu, relu6
+    # the largest layer's input and output (flatten's 9216 in and 9216 out), per sample
+    assert cpu["largest_layer_bytes"].tolist() == [2 * 9216 * 4 * bs for bs in (1, 8)]
     elsewhere = feature_table(arch, [1, 8], "network", "training")
     assert (elsewhere[list(PROCESS_MEMORY_COLUMNS)] == 0).all().all()
     assert elsewhere.drop(columns=[*PROCESS_MEMORY_COLUMNS, FRESH_PAGES_MS]).equals(

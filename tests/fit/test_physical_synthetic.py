@@ -15,7 +15,7 @@ from torch import nn
 
 from perf4sight.device.recipe import Recipe
 from perf4sight.features import feature_table, with_device_costs
-from perf4sight.features.network import NETWORK_TERMS
+from perf4sight.features import TERM_SETS
 from perf4sight.features.terms import Role
 from perf4sight.fit.physical import physical_steps
 from perf4sight.networks import load_architecture
@@ -53,27 +53,31 @@ def rows() -> pd.DataFrame:
     return pd.concat(frames, ignore_index=True)
 
 
-def _model(target: str) -> Pipeline:
-    """The physical model's term design and solver, fitted on feature rows."""
-    return Pipeline(physical_steps("network", target))
+def _model(target: str, terms: str = "network") -> Pipeline:
+    """The physical model's term design and solver (of the term set `terms`), fitted on feature rows."""
+    return Pipeline(physical_steps(terms, target))
 
 
-def _amount(rows: pd.DataFrame, name: str, kind: str) -> np.ndarray:
-    """A declared term's weighted sum of columns."""
-    term = next(term for term in NETWORK_TERMS.by_kind[kind] if term.name == name)
+def _amount(rows: pd.DataFrame, name: str, kind: str, terms: str = "network") -> np.ndarray:
+    """A declared term's weighted sum of columns (of the term set `terms`)."""
+    term = next(term for term in TERM_SETS[terms].by_kind[kind] if term.name == name)
     return sum(rows[column].to_numpy() * weight for column, weight in term.columns.items())
 
 
 def _of_role(rows: pd.DataFrame, kind: str, role: Role) -> np.ndarray:
     """The summed amounts of the declared terms of `role`."""
-    return sum(_amount(rows, term.name, kind) for term in NETWORK_TERMS.by_kind[kind] if term.role is role)
+    return sum(_amount(rows, term.name, kind) for term in TERM_SETS["network"].by_kind[kind] if term.role is role)
 
 
-def test_memory_recovers_intercept_scale_floor_library_and_capacity(rows):
+@pytest.mark.parametrize(("terms", "copies"), [("network", 0.0), ("copies", 2.0)])
+def test_memory_recovers_intercept_scale_floor_library_and_capacity(rows, terms, copies):
+    """Each memory term set recovers its coefficients: `copies` adds copies of the largest
+    layer's tensors to `network`'s terms."""
     # the heap term at a scale these small networks can show (their gradients are 0.01-0.2 MiB)
-    intercept, scale, heap, floor, library, per_kind, per_config = 40.0, 1.5, 30.0, 60.0, 15.0, 2.0, 3.0
+    intercept, scale, heap, floor, library, per_kind, per_config = 40.0, 1.5, 100.0, 60.0, 15.0, 2.0, 3.0
     activations = _amount(rows, "activations", "memory") / MIB
     heap_gradients = _amount(rows, "heap_gradients", "memory") / MIB
+    largest_layer = _amount(rows, "layer_copies", "memory", "copies") / MIB
     exact = _of_role(rows, "memory", Role.EXACT) / MIB
     optimizer = _of_role(rows, "memory", Role.OPTIMIZER) / MIB
     loads = (_of_role(rows, "memory", Role.LIBRARY) > 0).astype(float)
@@ -81,16 +85,18 @@ def test_memory_recovers_intercept_scale_floor_library_and_capacity(rows):
     configs = _amount(rows, "conv_configs", "memory")  # the pointwise convolutions vary them apart from the kinds
     assert set(kinds) == {5.0, 6.0, 7.0} and set(configs) == {3.0, 4.0, 5.0}
     fixed = library * loads + per_kind * kinds + per_config * configs
-    unfloored = intercept + fixed + exact + np.maximum(scale * activations + heap * heap_gradients, optimizer)
+    unfloored = intercept + fixed + exact + np.maximum(scale * activations + heap * heap_gradients
+                                                         + copies * largest_layer, optimizer)
     demand = np.maximum(unfloored, floor + fixed)
     capacity = float(np.quantile(demand, 0.9))
     measured = np.minimum(demand, capacity)
     assert (unfloored < floor + fixed).sum() >= 10 and (demand > capacity).sum() >= 8
 
-    model = _model("mem_used_mib").fit(rows.drop(columns="net"), measured)
-    assert list(model[-1].terms_) == ["activations", "heap_gradients"]
+    model = _model("mem_used_mib", terms).fit(rows.drop(columns="net"), measured)
+    fitted = ["activations", "heap_gradients", *(["layer_copies"] if copies else [])]
+    assert list(model[-1].terms_) == fitted
+    np.testing.assert_allclose(model[-1].coef_, [scale, heap, copies][:len(fitted)], rtol=0.05)
     assert model[-1].coef_[0] == pytest.approx(scale, rel=0.01)
-    assert model[-1].coef_[1] == pytest.approx(heap, rel=0.05)
     assert model[-1].intercept_ == pytest.approx(intercept, rel=0.02)
     assert model[-1].floor_mib_ == pytest.approx(floor, rel=0.02)
     assert model[-1].library_mib_ == pytest.approx(library, rel=0.05)
@@ -107,10 +113,10 @@ def test_memory_recovers_intercept_scale_floor_library_and_capacity(rows):
     # no row reaches a capacity or lies below a floor: neither is kept
     clear = demand < 0.95 * capacity
     clear &= demand > 1.05 * (floor + fixed)
-    unbounded = _model("mem_used_mib").fit(rows.drop(columns="net")[clear], demand[clear])
+    unbounded = _model("mem_used_mib", terms).fit(rows.drop(columns="net")[clear], demand[clear])
     assert unbounded[-1].capacity_mib() == np.inf and unbounded[-1].floor_mib_ == 0.0
+    np.testing.assert_allclose(unbounded[-1].coef_, [scale, heap, copies][:len(fitted)], rtol=0.05)
     assert unbounded[-1].coef_[0] == pytest.approx(scale, rel=0.01)
-    assert unbounded[-1].coef_[1] == pytest.approx(heap, rel=0.05)
 
 
 def _latency(rows: pd.DataFrame, intercept: float, rates: dict[str, float]) -> np.ndarray:

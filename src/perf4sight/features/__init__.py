@@ -9,7 +9,14 @@ prediction recomputes the same columns.
 
 from __future__ import annotations
 
-from perf4sight.features.network import FLAT_TERMS, NETWORK_TERMS, PLANES_TERMS, STREAM_TERMS, network_features
+from perf4sight.features.network import (
+    COPIES_TERMS,
+    FLAT_TERMS,
+    NETWORK_TERMS,
+    PLANES_TERMS,
+    STREAM_TERMS,
+    network_features,
+)
 from perf4sight.features.paper import paper_features
 from perf4sight.features.recipes import Extrapolation, recipe_extrapolation
 from perf4sight.features.replay import REPLAY_TERMS, replay_features
@@ -34,7 +41,7 @@ __all__ = [
 # The term sets each feature set declares for the physical models (`perf4sight.features.terms`):
 # alternative models of the same columns, which a device's own data choose between.
 FEATURE_TERMS: dict[str, tuple[TermSet, ...]] = {
-    "network": (FLAT_TERMS, NETWORK_TERMS, PLANES_TERMS, STREAM_TERMS),
+    "network": (FLAT_TERMS, NETWORK_TERMS, PLANES_TERMS, STREAM_TERMS, COPIES_TERMS),
     "replay": (REPLAY_TERMS,),
 }
 # Every term set by its name (a fitted model's term design names the one it weighs).

@@ -97,6 +97,9 @@ METHODS: dict[str, Method] = {
     "planes": Method("network", partial(physical_steps, "planes"), extends="physical"),
     # latency with the bytes moved at two rates (GEMM and memory-bound layers); memory as `physical`
     "streams": Method("network", partial(physical_steps, "streams"), extends="physical"),
+    # memory as `physical` with copies of the largest layer's tensors (a CPU's convolution
+    # library's reorders) at a rate of their own; latency as `physical`
+    "copies": Method("network", partial(physical_steps, "copies"), extends="physical"),
 }
 # The types a fitted regressor of any method holds, which skops may load.
 _TRUSTED = (Pipeline, FeatureTransformer, TermDesign, MemorySolver, LatencySolver, PaperExtraTrees)
@@ -112,9 +115,9 @@ _TRUSTED_SKLEARN = (
 # predict with.
 DEFAULT_METHOD = "default"
 # The candidates that differ in each target: `replay` differs from `physical` in memory only
-# (the replay's features, seconds per base network, are not computed for latency), `flat`,
-# `planes` and `streams` in latency only.
-_CANDIDATES = {MEMORY.name: ("physical", "replay"), LATENCY.name: ("flat", "physical", "planes", "streams")}
+# (the replay's features, seconds per base network, are not computed for latency), and so does
+# `copies`; `flat`, `planes` and `streams` in latency only.
+_CANDIDATES = {MEMORY.name: ("physical", "copies", "replay"), LATENCY.name: ("flat", "physical", "planes", "streams")}
 CANDIDATE_METHODS = tuple(dict.fromkeys(method for methods in _CANDIDATES.values() for method in methods))
 
 
