@@ -111,6 +111,11 @@ def test_the_process_s_own_memory_is_counted_where_the_device_measured_fresh_pag
     assert cpu["layer_kinds"].tolist() == [4.0] * 2  # flatten, linear, relu, relu6
     # the largest layer's input and output (flatten's 9216 in and 9216 out), per sample
     assert cpu["largest_layer_bytes"].tolist() == [2 * 9216 * 4 * bs for bs in (1, 8)]
+    # an in-place layer's input is its output: the convolution's 9216 + 36864 elements are the
+    # largest, not the ReLU's 36864 twice
+    widened = trace_architecture(nn.Sequential(nn.Conv2d(64, 256, 1), nn.ReLU(inplace=True)), (64, 12, 12))
+    largest = feature_table(widened, [2], "network", "training", fresh_pages_ms_per_mib=0.25)["largest_layer_bytes"]
+    assert largest.tolist() == [(9216 + 36864) * 4 * 2]
     elsewhere = feature_table(arch, [1, 8], "network", "training")
     assert (elsewhere[list(PROCESS_MEMORY_COLUMNS)] == 0).all().all()
     assert elsewhere.drop(columns=[*PROCESS_MEMORY_COLUMNS, FRESH_PAGES_MS]).equals(

@@ -94,9 +94,10 @@ _CONV_CONFIGS = "conv_configs"
 # The trained weights' gradients at or below `FRESH_PAGES_BYTES`: on a CPU the C library's heap
 # serves them, and its pages stay with the process once freed.
 _HEAP_GRADIENTS = "heap_gradient_bytes"
-# The largest layer's input and output at once: a CPU's convolution library (oneDNN) reorders a
-# layer's tensors and their gradients into its blocked layout and back, copies of that size
-# beside the activations, whose holes the C library's heap keeps (`COPIES_TERMS`, below).
+# The largest layer's input and output at once (an in-place layer's one tensor once): a CPU's
+# convolution library (oneDNN) reorders a layer's tensors and their gradients into its blocked
+# layout and back, copies of that size beside the activations, whose holes the C library's heap
+# keeps (`COPIES_TERMS`, below).
 _LARGEST_LAYER = "largest_layer_bytes"
 # The optimizer's temporaries (in `_OPTIMIZER_TEMP`), as a CPU's process holds them: beside
 # the heap pages the activations freed before the step keep, not in them (a GPU's caching
@@ -239,7 +240,7 @@ def network_features(arch: Architecture, batch_sizes: Sequence[int], stage: str 
         _OUTPUTS: bs * fresh_outputs,
         _ACTIVATION_PEAK: peak,
         "workspace_peak_bytes": bs * im2col.max(),
-        _LARGEST_LAYER: bs * (in_bytes + out_bytes).max(),
+        _LARGEST_LAYER: bs * np.where(fresh, in_bytes + out_bytes, out_bytes).max(),
         _LAYERS: float(len(layers)),
         _LAYER_KINDS: float(len({layer.kind for layer in layers})),
         _CONV_CONFIGS: float(len({(layer.inputs, layer.output, layer.kernel, layer.stride, layer.padding,
@@ -542,11 +543,11 @@ _PLANES = Term("planes", {_GROUP_PLANES: 1.0}, "count")
 PLANES_TERMS = TermSet("planes", memory=_MEMORY_TERMS, latency=(*_LATENCY_TERMS, _PLANES))
 # The `network` memory model with copies of the largest layer's tensors at a rate of their own
 # (`_LARGEST_LAYER`, a CPU's only), kept where a device's own data clearly show it (`method =
-# default`). On the whole CPU zoo it comes out at 1.8 copies, the activations' scale falling from
-# 1.44 to 1.17; each family left out, memory 6.30 -> 5.62 % (densenet 11.5 -> 6.7, resnet basic
-# 7.5 -> 4.9, squeezenet 10.2 -> 11.0). A rate no three networks can tell: fitted on two of the
-# demo's, the third left out went 9.8 -> 12.7 % (counted on a GPU too, the TX2's four each left
-# out went 7.55 -> 8.66 %).
+# default`). On the whole CPU zoo it comes out at 2.5 copies, the activations' scale falling from
+# 1.44 to 1.09; each family left out, memory 6.30 -> 5.31 % (densenet 11.5 -> 5.3, resnet basic
+# 7.5 -> 4.8, squeezenet 10.2 -> 8.0). A rate three networks cannot tell: the demo's fingerprint,
+# each network left out, 9.83 % with `physical`, 12.66 with it (counted on a GPU too, the TX2's
+# four each left out went 7.55 -> 8.66 %).
 _LAYER_COPIES = Term("layer_copies", {_LARGEST_LAYER: 1.0}, "bytes")
 COPIES_TERMS = TermSet("copies", memory=(*_MEMORY_TERMS, _LAYER_COPIES), latency=_LATENCY_TERMS)
 # The latency terms whose rates price the optimizer's passes over the parameters, in either term set.
