@@ -261,7 +261,9 @@ def test_runs_profiled_under_autocast_leave_the_replay_out_of_the_choice_and_ref
     logs = pd.read_csv(tmp_path / "logs" / "memory" / "resnet18_50-gt.csv", sep="|")
     assert sorted(logs["precision"]) == ["amp-bf16", "amp-bf16", "fp32", "fp32"] and logs["passed"].all()
     model = load_model(tmp_path / "fitted", stage="training", target=MEMORY.name)
-    assert model.method == "physical" and model.method_choice_["errors"]["replay"] is None
+    # chosen among the others (`physical` or `copies`, by these few runs' held-out errors)
+    assert model.method in set(candidate_methods(MEMORY.name)) - {"replay"}
+    assert model.method_choice_["errors"]["replay"] is None
     assert "; not replay: the tensor lifetimes (the replay's) cannot be recorded under amp-bf16" \
         in model.method_choice_["reason"]
     capsys.readouterr()
