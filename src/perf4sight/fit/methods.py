@@ -92,8 +92,8 @@ METHODS: dict[str, Method] = {
     # memory as the allocator replay finds it; latency as `physical`; `physical` for a recipe
     # whose tensor lifetimes cannot be recorded (autocast)
     "replay": Method("replay", partial(physical_steps, "replay"), fallback="physical"),
-    # latency as `physical` with a rate per plane of the grouped and depthwise convolutions;
-    # memory as `physical`
+    # latency as `physical` with a rate per plane of the grouped and depthwise convolutions and
+    # one per depthwise tap; memory as `physical`
     "planes": Method("network", partial(physical_steps, "planes"), extends="physical"),
     # latency with the bytes moved at two rates (GEMM and memory-bound layers); memory as `physical`
     "streams": Method("network", partial(physical_steps, "streams"), extends="physical"),
