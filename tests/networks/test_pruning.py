@@ -2,16 +2,20 @@
 
 from __future__ import annotations
 
+import dataclasses
 import re
 
 import numpy as np
+import pandas as pd
 import pytest
 import torchvision
 import torch
 import torch_pruning as tp
 from torch import nn
 
+from perf4sight.architecture import trace_architecture
 from perf4sight.errors import NetworkError
+from perf4sight.features import network_features
 from perf4sight.networks import ChannelPruner, prune_network
 from perf4sight.networks.param_count import ParamCounter, UnpredictableError
 from perf4sight.networks.registry import build_torchvision
@@ -144,6 +148,40 @@ def test_predicted_parameter_counts_equal_pruned_counts(network):
     assert predicted == sum(p.numel() for p in model.parameters())
 
 
+@pytest.mark.parametrize("network", ["resnet18", "mobilenet_v2", "googlenet"])
+def test_predicted_widths_give_the_pruned_networks_architecture(network):
+    """A level's widths, predicted from the groups, re-propagate the base's traced architecture
+    into the pruned clone's, traced: every layer's shapes, groups and parameters, and its
+    features, the same (residual sums, depthwise groups, inception concatenations)."""
+    base = build_torchvision(network, num_classes=10, device="meta")
+    pruner = ChannelPruner(base, input_size=SIZE, seed=3)
+    template = trace_architecture(base, SIZE, name=network, num_classes=10)
+    for level in (0, 40, 80):
+        widths = pruner.prune_widths(level)
+        pruned = pruner.prune(level, meta=True)
+        assert (widths.params, widths.level) == (pruned.params, pruned.level)
+        variant = widths.architecture(template, f"{network}_{level}")
+        traced = trace_architecture(pruned.module, SIZE, name=f"{network}_{level}", num_classes=10)
+        assert [(layer.name, layer.inputs, layer.output, layer.groups, layer.params) for layer in variant.layers] == \
+            [(layer.name, layer.inputs, layer.output, layer.groups, layer.params) for layer in traced.layers]
+        pd.testing.assert_frame_equal(network_features(variant, [1, 8]), network_features(traced, [1, 8]))
+        if level:
+            assert variant.params < template.params
+
+
+def test_widths_that_are_not_the_pruned_networks_are_refused():
+    """Widths that the base's dataflow cannot take, or whose parameters are not the count
+    pruning predicted, give no architecture: the caller traces the pruned module instead."""
+    base = build_torchvision("resnet18", num_classes=10, device="meta")
+    widths = ChannelPruner(base, input_size=SIZE).prune_widths(50)
+    template = trace_architecture(base, SIZE, name="resnet18", num_classes=10)
+    assert widths.architecture(template, "resnet18_50") is not None
+    broken = {name: dict(values) for name, values in widths.widths.items()}
+    broken["layer1.0.conv2"]["in_channels"] -= 1  # its input is conv1's output
+    assert dataclasses.replace(widths, widths=broken).architecture(template, "x") is None
+    assert dataclasses.replace(widths, params=widths.params + 1).architecture(template, "x") is None
+
+
 class _Scaled(nn.Module):
     """A free parameter in the forward: its count cannot be predicted, so clones are pruned."""
 
@@ -166,6 +204,7 @@ def test_networks_whose_counts_cannot_be_predicted_are_pruned_exactly():
     groups = list(graph.get_all_groups(ignored_layers=[model.fc], root_module_types=(nn.Conv2d,)))
     with pytest.raises(UnpredictableError):
         ParamCounter(model, groups, [np.arange(len(g[0].idxs)) for g in groups])
+    assert ChannelPruner(_Scaled(), input_size=(3, 8, 8)).prune_widths(50) is None
     pruned = prune_network(_Scaled(), 50, input_size=(3, 8, 8))
     assert abs(pruned.level - 50) <= 1
     assert pruned.module.scale.shape[1] == pruned.module.conv1.out_channels

@@ -17,6 +17,7 @@ from perf4sight.config import FingerprintSettings
 from perf4sight.device.definitions import LATENCY, MEMORY
 from perf4sight.errors import DataNotFoundError, UsageError
 from perf4sight.fit import ArchitectureCatalog, build_dataset, fingerprint_device, read_logs
+from perf4sight.networks import ChannelPruner, load_network
 from perf4sight.predict import MEMORY_BOUND, BudgetError, Predictor, plan_variants
 
 LEVELS = [0, 30, 60, 90]
@@ -134,6 +135,44 @@ def test_plan_ranks_feasible_variants(predictor: Predictor) -> None:
     assert by_level.loc[0, "batch_size"] == 16  # the unpruned network just fits at 16
     assert by_level.loc[90, "batch_size"] > by_level.loc[0, "batch_size"]
     assert abs(by_level.loc[50, "level_reached"] - 50) <= 1
+
+
+@pytest.fixture(scope="module")
+def replay_predictor(h200_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> Predictor:
+    """The same runs' models with memory replayed from recorded tensor lifetimes."""
+    out = tmp_path_factory.mktemp("predict_replay")
+    fingerprint_device(FingerprintSettings(
+        train_nets=["resnet18", "squeezenet"], train_logs=LEVELS, memory_logs=[h200_dir / "memory"],
+        latency_logs=[h200_dir / "latency"], pruned_models_storedir=h200_dir / "models", model_storedir=out,
+        method="replay",
+    ))
+    return Predictor.load(out)
+
+
+@pytest.mark.parametrize("fitted", ["predictor", "replay_predictor"])
+def test_plan_predicts_each_variant_as_its_pruned_module(fitted: str, request: pytest.FixtureRequest,
+                                                         monkeypatch: pytest.MonkeyPatch) -> None:
+    """The plan re-propagates the network's architecture (with its recorded tensor lifetimes,
+    which the replay reads) to each level's widths instead of pruning and tracing a clone: the
+    same batch size, memory and latency as the pruned module's own prediction."""
+    predictor = request.getfixturevalue(fitted)
+    assert predictor.models[MEMORY.name].method == {"predictor": "physical", "replay_predictor": "replay"}[fitted]
+    loaded = load_network("mobilenet_v2")
+    budget = float(predictor.predict(loaded.module, [12])[MEMORY.name].iloc[0])
+    pruned_levels = []
+    with monkeypatch.context() as patch:
+        prune = ChannelPruner.prune
+        patch.setattr(ChannelPruner, "prune", lambda self, level, **kw: (pruned_levels.append(level),
+                                                                         prune(self, level, **kw))[1])
+        table = plan_variants(predictor=predictor, network="mobilenet_v2", levels=[30, 70], budget_mib=budget)
+    assert pruned_levels == []  # no clone pruned
+    pruner = ChannelPruner(loaded.module, input_size=loaded.input_size, name="mobilenet_v2")
+    for level in (30, 70):
+        row = table.set_index("level").loc[level]
+        pruned = pruner.prune(level, meta=True)
+        best = predictor.max_batch_size(pruned.module, budget, input_size=loaded.input_size)
+        assert row["batch_size"] == best["batch_size"] > 12 and row["params"] == pruned.params
+        assert (row[MEMORY.name], row[LATENCY.name]) == (best[MEMORY.name], best[LATENCY.name])
 
 
 def test_plan_says_which_limit_no_variant_meets(predictor: Predictor) -> None:

@@ -11,7 +11,7 @@ __all__, __getattr__, __dir__ = lazy_exports(__name__, {
     ".loader": ("LoadedNetwork", "load_architecture", "load_network"),
     ".model_writer": ("CHECKED_STACKS", "model_file_source", "write_model_file"),
     ".checks": ("MAX_LEVEL", "MODES"),
-    ".pruning": ("ChannelPruner", "PrunedNetwork", "prune_network"),
+    ".pruning": ("ChannelPruner", "PrunedNetwork", "PrunedWidths", "prune_network"),
     ".registry": ("NETWORK_ALIASES", "known_networks", "resolve_network"),
     ".spec": ("architecture_from_spec", "build_from_spec", "read_spec", "spec_architecture", "spec_from_module",
               "spec_macs", "write_spec"),

@@ -8,7 +8,9 @@ one common ratio, searched until the parameter count is on target.
 The graph is built once per network. The search predicts parameter counts from the
 groups (param_count.py), or prunes clones where that is not possible; the network of
 each level is then one clone of the network and its graph, pruned (on the meta device
-when only shapes are wanted, so no weights are copied).
+when only shapes are wanted, so no weights are copied). Where the counts are predicted,
+so are the widths of a level's Conv2d and Linear layers (`ChannelPruner.prune_widths`):
+its architecture follows from its base's without a clone or a trace.
 
 Modes: `random` draws, from the seed, a per-group weight on that ratio (so layers are
 pruned unevenly, as in the original tool) and which channels go; `l1-norm` prunes every
@@ -33,12 +35,13 @@ import torch_pruning as tp
 from torch import nn
 from torch_pruning.pruner import function as tp_function
 
-from perf4sight.architecture import output_shape
+from perf4sight.architecture import Architecture, LayerShape, output_shape, with_layer_shapes
+from perf4sight.architecture.kinds import CONV2D, LINEAR
 from perf4sight.errors import NetworkError
 from perf4sight.networks.checks import check_level, check_mode, check_seed
 from perf4sight.networks.param_count import ParamCounter, UnpredictableError, meta_memo
 
-__all__ = ["MIN_CHANNELS", "PrunedNetwork", "ChannelPruner", "prune_network"]
+__all__ = ["MIN_CHANNELS", "PrunedNetwork", "PrunedWidths", "ChannelPruner", "prune_network"]
 
 MIN_CHANNELS = 2
 # The search stops once the level reached is this close to the target (percentage points).
@@ -56,6 +59,39 @@ class PrunedNetwork:
     level: float
     params: int
     base_params: int
+
+
+@dataclass(frozen=True)
+class PrunedWidths:
+    """One pruned network as the widths of its Conv2d and Linear layers (`in_channels`,
+    `out_channels`, `groups`; `in_features`, `out_features`; by qualified name), no module built."""
+
+    widths: dict[str, dict[str, int]]
+    target_level: float
+    level: float
+    params: int
+    base_params: int
+
+    def architecture(self, base: Architecture, name: str) -> Architecture | None:
+        """`base` (the architecture of the network pruned, under any recipe) with these widths,
+        every other layer following (`with_layer_shapes`); None where they cannot follow, or
+        the parameters they give are not the pruned network's (the module must be traced)."""
+        shapes = {}
+        for layer in base.of_kind(CONV2D, LINEAR):
+            width = self.widths.get(layer.name)
+            if width is None:
+                return None
+            if layer.kind == CONV2D:
+                shapes[layer.name] = LayerShape((width["in_channels"], *layer.in_shape[1:]),
+                                                (width["out_channels"], *layer.output[1:]), width["groups"])
+            else:
+                shapes[layer.name] = LayerShape((*layer.in_shape[:-1], width["in_features"]),
+                                                (*layer.output[:-1], width["out_features"]))
+        try:
+            variant = with_layer_shapes(base, shapes, name=name)
+        except NetworkError:
+            return None
+        return variant if variant.params == self.params else None
 
 
 @dataclass(frozen=True)
@@ -257,6 +293,17 @@ class ChannelPruner:
             else:
                 hi = step
         return lo if self._evaluated[lo] - target_params < target_params - self._evaluated[hi] else hi
+
+    def prune_widths(self, level: float) -> PrunedWidths | None:
+        """The widths of the network pruned to `level` percent of parameters removed, as `prune`
+        would cut it, from the groups alone; None where they cannot be predicted (`prune`)."""
+        level = check_level(level)
+        if self._counter is None:
+            return None
+        counts = self._counts(self._search(self.base_params * (1 - level / 100)) if level else 0)
+        params = self._counter(counts)
+        return PrunedWidths(self._counter.widths(counts), level, round(100 * (1 - params / self.base_params), 2), params,
+                            self.base_params)
 
     def prune(self, level: float, *, meta: bool = False) -> PrunedNetwork:
         """Prune a copy to `level` percent of parameters removed; `meta` for shapes only."""

@@ -40,23 +40,27 @@ def plan_variants(
     """Feasible pruned variants under each of `recipes`, best predicted throughput (images
     per second) first; with `bound`, a variant's batch size is chosen by its memory bound
     (`Predictor.max_batch_size`)."""
-    from perf4sight.networks import ChannelPruner, load_network
+    from perf4sight.networks import ChannelPruner, PrunedNetwork, PrunedWidths, load_network
 
     if not levels:
         raise UsageError("no pruning level given to plan")
     loaded = load_network(network, input_size=input_size, num_classes=num_classes)
     pruner = ChannelPruner(loaded.module, input_size=loaded.input_size, mode=mode, seed=seed, name=loaded.name)
+    shape = {"input_size": loaded.input_size, "num_classes": loaded.num_classes}
+    # each recipe's architecture of the network, which a variant's follows from where its widths do
+    bases = {recipe: predictor.describe(loaded.module, recipe=recipe, **shape) for recipe in recipes}
     rows = []
     infeasible: list[tuple[float, BudgetError]] = []
     with console.progress("planning", total=len(levels) * len(recipes)) as bar:
         for level in levels:
-            pruned = pruner.prune(level, meta=True)  # shapes are all a prediction needs
+            name = f"{loaded.name}_{level:g}"
+            pruned: PrunedWidths | PrunedNetwork | None = pruner.prune_widths(level)
             for recipe in recipes:
-                arch = dataclasses.replace(
-                    predictor.describe(pruned.module, recipe=recipe, input_size=loaded.input_size,
-                                       num_classes=loaded.num_classes),
-                    name=f"{loaded.name}_{level:g}",
-                )
+                arch = pruned.architecture(bases[recipe], name) if isinstance(pruned, PrunedWidths) else None
+                if arch is None or arch.lifetimes.keys() != bases[recipe].lifetimes.keys():
+                    if not isinstance(pruned, PrunedNetwork):
+                        pruned = pruner.prune(level, meta=True)  # shapes are all a prediction needs
+                    arch = dataclasses.replace(predictor.describe(pruned.module, recipe=recipe, **shape), name=name)
                 bar.advance(f"level {level:g}, {recipe.label()}")
                 try:
                     best = predictor.max_batch_size(arch, budget_mib, max_latency_ms=max_latency_ms, bound=bound)
