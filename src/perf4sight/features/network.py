@@ -191,17 +191,17 @@ def network_features(arch: Architecture, batch_sizes: Sequence[int], stage: str 
     # Backward of layer i: what is kept up to i (and, in a checkpointed segment, what its
     # recomputed layers up to i saved again), plus the gradients of its output and input
     # and its workspace, all at once (forward: its input and output).
+    # Every amount is per sample, so the layer of the peak is the same at every batch size.
     batch = bs[:, None]
     alive = np.cumsum(kept) + _recomputed_alive(layers, segment, saved) if checkpointed else np.cumsum(kept)
-    alive_saved = alive[None, :] * batch
     held = np.full(len(bs), trainable_bytes)
     if training:
-        transient = (in_bytes + out_bytes)[None, :] * batch + im2col[None, :] * batch
-        peak = (alive_saved + transient).max(axis=1) + saved_fixed
+        at_layers = alive + in_bytes + out_bytes + im2col
+        peak = bs * at_layers.max() + saved_fixed
         if arch.recipe.clears_gradients_first:
-            held = _gradients_made_at_peak(layers, alive_saved + transient, dtype, trainable_bytes)
+            held = _gradients_made_at_peak(layers, at_layers[None, :] * batch, dtype, trainable_bytes)
     else:
-        peak = ((in_bytes + out_bytes + im2col)[None, :] * batch).max(axis=1)
+        peak = bs * (in_bytes + out_bytes + im2col).max()
     # every output a layer allocates that the graph holds to the backward pass (in inference,
     # every output): a frozen prefix frees its outputs as soon as the next layer has read them, and
     # so does a checkpointed segment's first forward pass; its recomputation keeps them

@@ -19,7 +19,7 @@ import pandas as pd
 
 from perf4sight.architecture import FIRST_COPYING, Architecture, Detail
 from perf4sight.console import warn
-from perf4sight.device.definitions import LATENCY, MEMORY, check_batch_sizes, check_stage
+from perf4sight.device.definitions import LATENCY, MEMORY, BatchSizes, check_batch_sizes, check_stage
 from perf4sight.device.recipe import DEFAULT_RECIPE, Recipe
 from perf4sight.errors import DataNotFoundError, UsageError
 from perf4sight.features import FEATURE_SETS, queries, recipe_extrapolation
@@ -166,7 +166,8 @@ class Predictor:
             raise DataNotFoundError("the loaded models have no memory model; fingerprint memory first")
         if max_latency_ms is not None and LATENCY.name not in self.models:
             raise DataNotFoundError("the loaded models have no latency model; fingerprint latency first")
-        sizes = sorted(set(batch_sizes)) if batch_sizes else list(range(1, MAX_SEARCH_BATCH + 1))
+        # 1..MAX_SEARCH_BATCH are batch sizes by construction: a record no check need walk
+        sizes = sorted(set(batch_sizes)) if batch_sizes else BatchSizes(range(1, MAX_SEARCH_BATCH + 1))
         table = self.predict(network, sizes, dataset_size=dataset_size, **load_options)
         memory = MEMORY_BOUND if bound else MEMORY.name
         if memory not in table:
