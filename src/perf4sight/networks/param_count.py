@@ -106,7 +106,7 @@ class ParamCounter:
         counted = sum(math.prod(s) for shapes in self._shapes.values() for s in shapes.values())
         self._fixed = sum(p.numel() for p in module.parameters()) - counted
         self._names = {layer: name for name, layer in module.named_modules()}
-        self._base_widths = {name: _widths(layer) for name, layer in module.named_modules() if _widths(layer)}
+        self._base_widths = {name: widths for name, layer in module.named_modules() if (widths := _widths(layer))}
 
     def _removed(self, counts: Sequence[int]) -> dict[Key, int]:
         removed: dict[Key, int] = defaultdict(int)

@@ -300,16 +300,23 @@ class ChannelPruner:
         level = check_level(level)
         if self._counter is None:
             return None
-        counts = self._counts(self._search(self.base_params * (1 - level / 100)) if level else 0)
+        counts = self._level_counts(level)
         params = self._counter(counts)
-        return PrunedWidths(self._counter.widths(counts), level, round(100 * (1 - params / self.base_params), 2), params,
-                            self.base_params)
+        return PrunedWidths(self._counter.widths(counts), level, self._reached(params), params, self.base_params)
+
+    def _level_counts(self, level: float) -> tuple[int, ...]:
+        """Channels pruned per group at the breakpoint closest to `level`."""
+        return self._counts(self._search(self.base_params * (1 - level / 100)) if level else 0)
+
+    def _reached(self, params: int) -> float:
+        """The level (percent of parameters removed) a network of `params` parameters is at."""
+        return round(100 * (1 - params / self.base_params), 2)
 
     def prune(self, level: float, *, meta: bool = False) -> PrunedNetwork:
         """Prune a copy to `level` percent of parameters removed; `meta` for shapes only."""
         level = check_level(level)
         try:
-            counts = self._counts(self._search(self.base_params * (1 - level / 100)) if level else 0)
+            counts = self._level_counts(level)
             module = self._apply(counts, meta=meta)
             params = _count_params(module)
             if self._counter is not None and self._counter(counts) != params:
@@ -322,7 +329,7 @@ class ChannelPruner:
         return PrunedNetwork(
             module=module,
             target_level=level,
-            level=round(100 * (1 - params / self.base_params), 2),
+            level=self._reached(params),
             params=params,
             base_params=self.base_params,
         )
