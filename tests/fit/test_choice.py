@@ -23,7 +23,7 @@ from perf4sight.fit import (
     load_model,
     read_logs,
 )
-from perf4sight.fit.choice import held_out_errors
+from perf4sight.fit.choice import _clearly_positive, held_out_errors
 from perf4sight.features import queries
 from perf4sight.features.network import NETWORK_TERMS
 from perf4sight.predict import Predictor
@@ -106,6 +106,22 @@ def test_latency_chooses_between_one_rate_and_a_rate_per_stream_of_bytes(latency
     planes = fit_method("planes", latency_dataset.rows, latency_dataset.target, "latency_ms")[-1]
     assert set(planes.terms_) - set(fit_method("physical", latency_dataset.rows, latency_dataset.target,
                                                "latency_ms")[-1].terms_) == {"planes", "depthwise_taps"}
+
+
+def test_a_gain_on_one_network_alone_is_not_clearly_better():
+    """A rate that only one training network's refit uses (the others' refits set it to 0,
+    the simpler model's fit exactly) gains on that network alone: its mean gain is exactly one
+    standard error, which rounding decided either way (about a fifth of such gains came out
+    "above"), and the extra rate was kept on one network's word."""
+    for gain in np.linspace(0.1, 10.0, 200):
+        for groups in (3, 4, 5):
+            alone = np.zeros(groups)
+            alone[0] = gain
+            assert not _clearly_positive(alone)
+            assert not _clearly_positive(np.roll(alone, 1))
+    assert _clearly_positive(np.array([1.0, 0.9, 1.1]))  # every network gains
+    assert not _clearly_positive(np.array([1.0, -1.0, 0.5]))  # uneven
+    assert not _clearly_positive(np.zeros(3))
 
 
 def test_a_model_with_more_rates_must_be_clearly_better_on_what_was_left_out():

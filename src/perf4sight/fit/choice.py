@@ -13,7 +13,8 @@ another's with more rates (`Method.extends`: `streams` splits `physical`'s traff
 `physical` adds a rate for pooling to `flat`'s) fits the training networks at least as well by
 construction, so it must also be clearly better on those left out: lower by more than one
 standard error of the paired differences over the left-out groups (the one-standard-error
-rule); otherwise the simpler one is chosen, and checked against the one it extends in turn. The same
+rule; a gain on one group alone is exactly one standard error, not clearly lower); otherwise
+the simpler one is chosen, and checked against the one it extends in turn. The same
 measure chooses how autograd saved on a device whose PyTorch nothing names
 (`choose_torch_version`).
 """
@@ -75,6 +76,15 @@ def _standard_error(differences: np.ndarray) -> float:
     return float(differences.std(ddof=1) / np.sqrt(len(differences)))
 
 
+def _clearly_positive(differences: np.ndarray) -> bool:
+    """Whether the mean of paired differences exceeds one standard error of them. A gain on one
+    group alone, the others unchanged, is exactly one standard error ([x, 0, 0]: mean and
+    standard error both x / 3), which floating-point rounding would otherwise decide: it is not
+    a consistent gain."""
+    mean, error = float(differences.mean()), _standard_error(differences)
+    return mean > error and not np.isclose(mean, error, rtol=1e-9, atol=0.0)
+
+
 def choose_method(datasets: Mapping[str, Dataset], target: str,
                   excluded: Mapping[str, str] | None = None) -> MethodChoice:
     """The candidate (a key of `datasets`, in `CANDIDATE_METHODS` order, each with the
@@ -109,7 +119,7 @@ def choose_method(datasets: Mapping[str, Dataset], target: str,
             gains = per_group[simpler] - per_group[chosen]
             error = _standard_error(gains)
             margin = f"{gains.mean():.2f} points, against one standard error of the paired differences of {error:.2f}"
-            if gains.mean() > error:
+            if _clearly_positive(gains):
                 steps.append(f"below {simpler}, which has fewer rates, by {margin}")
                 break
             steps.append(f"not {chosen}: {simpler} with more rates, not lower than it by more than one standard error "
