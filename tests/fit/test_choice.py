@@ -23,7 +23,7 @@ from perf4sight.fit import (
     load_model,
     read_logs,
 )
-from perf4sight.fit.choice import _clearly_positive, held_out_errors
+from perf4sight.fit.choice import _clearly_above, _standard_error, held_out_errors
 from perf4sight.features import queries
 from perf4sight.features.network import NETWORK_TERMS
 from perf4sight.predict import Predictor
@@ -113,6 +113,9 @@ def test_a_gain_on_one_network_alone_is_not_clearly_better():
     the simpler model's fit exactly) gains on that network alone: its mean gain is exactly one
     standard error, which rounding decided either way (about a fifth of such gains came out
     "above"), and the extra rate was kept on one network's word."""
+    def _clearly_positive(gains: np.ndarray) -> bool:
+        return _clearly_above(float(gains.mean()), _standard_error(gains))
+
     for gain in np.linspace(0.1, 10.0, 200):
         for groups in (3, 4, 5):
             alone = np.zeros(groups)

@@ -76,12 +76,11 @@ def _standard_error(differences: np.ndarray) -> float:
     return float(differences.std(ddof=1) / np.sqrt(len(differences)))
 
 
-def _clearly_positive(differences: np.ndarray) -> bool:
-    """Whether the mean of paired differences exceeds one standard error of them. A gain on one
+def _clearly_above(mean: float, error: float) -> bool:
+    """Whether a mean of paired differences exceeds one standard error of them. A gain on one
     group alone, the others unchanged, is exactly one standard error ([x, 0, 0]: mean and
     standard error both x / 3), which floating-point rounding would otherwise decide: it is not
     a consistent gain."""
-    mean, error = float(differences.mean()), _standard_error(differences)
     return mean > error and not np.isclose(mean, error, rtol=1e-9, atol=0.0)
 
 
@@ -117,9 +116,9 @@ def choose_method(datasets: Mapping[str, Dataset], target: str,
         simpler = METHODS[chosen].extends
         while simpler in scored:
             gains = per_group[simpler] - per_group[chosen]
-            error = _standard_error(gains)
-            margin = f"{gains.mean():.2f} points, against one standard error of the paired differences of {error:.2f}"
-            if _clearly_positive(gains):
+            mean, error = float(gains.mean()), _standard_error(gains)
+            margin = f"{mean:.2f} points, against one standard error of the paired differences of {error:.2f}"
+            if _clearly_above(mean, error):
                 steps.append(f"below {simpler}, which has fewer rates, by {margin}")
                 break
             steps.append(f"not {chosen}: {simpler} with more rates, not lower than it by more than one standard error "

@@ -52,9 +52,9 @@ def _widths(layer: nn.Module) -> dict[str, int]:
     return {name: int(getattr(layer, name)) for name in names}
 
 
-def _cut_dims(layer: nn.Module, handler: Any) -> tuple[dict[str, tuple[int, ...]], dict[str, int]]:
+def _cut_dims(layer: nn.Module, handler: Any) -> tuple[dict[str, tuple[int, ...]], tuple[str, ...]]:
     """For each own parameter of `layer`, the dimensions `handler` cuts by one per index; and
-    for each of its widths, the entries it cuts per index (0 or 1)."""
+    the widths it cuts by one per index."""
     before = {n: tuple(p.shape) for n, p in layer.named_parameters(recurse=False)}
     widths = _widths(layer)
     cuts, width_cuts = [], []
@@ -74,7 +74,7 @@ def _cut_dims(layer: nn.Module, handler: Any) -> tuple[dict[str, tuple[int, ...]
             raise UnpredictableError(f"pruning {type(layer).__name__} is not a cut of one channel per index")
     if cuts[0] != cuts[1] or width_cuts[0].keys() != width_cuts[1].keys():
         raise UnpredictableError(f"pruning {type(layer).__name__} cuts different dimensions")
-    return cuts[0], dict.fromkeys(width_cuts[0], 1)
+    return cuts[0], tuple(width_cuts[0])
 
 
 class ParamCounter:
@@ -84,7 +84,7 @@ class ParamCounter:
     def __init__(self, module: nn.Module, groups: Sequence[Any], orders: Sequence[np.ndarray]) -> None:
         self._items: list[list[tuple[Key, np.ndarray]]] = []
         self._cuts: dict[nn.Module, dict[Any, dict[str, tuple[int, ...]]]] = defaultdict(dict)
-        self._width_cuts: dict[nn.Module, dict[Any, dict[str, int]]] = defaultdict(dict)
+        self._width_cuts: dict[nn.Module, dict[Any, tuple[str, ...]]] = defaultdict(dict)
         for group, order in zip(groups, orders):
             rank = np.empty(len(order), dtype=np.int64)
             rank[order] = np.arange(len(order))
@@ -121,9 +121,9 @@ class ParamCounter:
         removed = self._removed(counts)
         widths = {name: dict(values) for name, values in self._base_widths.items()}
         for layer, handlers in self._width_cuts.items():
-            for handler, cuts in handlers.items():
-                for width, per_index in cuts.items():
-                    widths[self._names[layer]][width] -= per_index * removed.get((layer, handler), 0)
+            for handler, cut in handlers.items():
+                for width in cut:
+                    widths[self._names[layer]][width] -= removed.get((layer, handler), 0)
         return widths
 
     def __call__(self, counts: Sequence[int]) -> int:

@@ -74,8 +74,9 @@ class PrunedWidths:
 
     def architecture(self, base: Architecture, name: str) -> Architecture | None:
         """`base` (the architecture of the network pruned, under any recipe) with these widths,
-        every other layer following (`with_layer_shapes`); None where they cannot follow, or
-        the parameters they give are not the pruned network's (the module must be traced)."""
+        every other layer following (`with_layer_shapes`); None where they cannot follow, the
+        parameters they give are not the pruned network's, or `base`'s recorded tensor lifetimes
+        cannot be scaled to them (the module must be traced)."""
         shapes = {}
         for layer in base.of_kind(CONV2D, LINEAR):
             width = self.widths.get(layer.name)
@@ -91,7 +92,7 @@ class PrunedWidths:
             variant = with_layer_shapes(base, shapes, name=name)
         except NetworkError:
             return None
-        return variant if variant.params == self.params else None
+        return variant if variant.params == self.params and variant.lifetimes.keys() == base.lifetimes.keys() else None
 
 
 @dataclass(frozen=True)

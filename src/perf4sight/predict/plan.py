@@ -40,7 +40,7 @@ def plan_variants(
     """Feasible pruned variants under each of `recipes`, best predicted throughput (images
     per second) first; with `bound`, a variant's batch size is chosen by its memory bound
     (`Predictor.max_batch_size`)."""
-    from perf4sight.networks import ChannelPruner, PrunedNetwork, PrunedWidths, load_network
+    from perf4sight.networks import ChannelPruner, load_network
 
     if not levels:
         raise UsageError("no pruning level given to plan")
@@ -54,11 +54,12 @@ def plan_variants(
     with console.progress("planning", total=len(levels) * len(recipes)) as bar:
         for level in levels:
             name = f"{loaded.name}_{level:g}"
-            pruned: PrunedWidths | PrunedNetwork | None = pruner.prune_widths(level)
+            widths = pruner.prune_widths(level)
+            pruned = None  # the level's module, pruned only where its widths cannot give its architecture
             for recipe in recipes:
-                arch = pruned.architecture(bases[recipe], name) if isinstance(pruned, PrunedWidths) else None
-                if arch is None or arch.lifetimes.keys() != bases[recipe].lifetimes.keys():
-                    if not isinstance(pruned, PrunedNetwork):
+                arch = None if widths is None else widths.architecture(bases[recipe], name)
+                if arch is None:
+                    if pruned is None:
                         pruned = pruner.prune(level, meta=True)  # shapes are all a prediction needs
                     arch = dataclasses.replace(predictor.describe(pruned.module, recipe=recipe, **shape), name=name)
                 bar.advance(f"level {level:g}, {recipe.label()}")
@@ -67,7 +68,8 @@ def plan_variants(
                 except BudgetError as exc:
                     infeasible.append((level, exc))
                     continue
-                rows.append({"level": level, "level_reached": round(pruned.level, 2), "params": pruned.params, **best})
+                made = widths if pruned is None else pruned  # the level reached and parameters, either way the same
+                rows.append({"level": level, "level_reached": round(made.level, 2), "params": made.params, **best})
     limits = "the budget" + (" and the latency limit" if max_latency_ms is not None else "")
     if not rows:
         level, reason = max(infeasible, key=lambda item: item[0])  # the smallest variant
