@@ -38,7 +38,8 @@ def memory_datasets():
     catalog = ArchitectureCatalog(H200 / "models")
     return {method: build_dataset(logs, target="mem_used_mib", feature_set=method_set, stage="training",
                                   catalog=catalog)
-            for method, method_set in (("physical", "network"), ("copies", "network"), ("replay", "replay"))}
+            for method, method_set in (("physical", "network"), ("copies", "network"), ("replay", "replay"),
+                                       ("heap", "heap"))}
 
 
 @pytest.fixture(scope="module")

@@ -136,9 +136,9 @@ class Timeline:
     per_sample_bytes: np.ndarray
     scaling: Scaling | None = field(default=None, compare=False)
     copies: np.ndarray | None = field(default=None, compare=False)
-    # The allocator's peaks (allocated, reserved) replayed at a batch size, kept for the
-    # next query of this timeline (`perf4sight.features.caching_allocator.replay_peaks`).
-    peaks: dict[int, tuple[int, int]] = field(default_factory=dict, compare=False, repr=False)
+    # An allocator's peaks (live, held) replayed at a batch size, by (allocator, batch size),
+    # kept for the next query of this timeline (`perf4sight.features.allocator_grid`).
+    peaks: dict[tuple[str, int], tuple[int, int]] = field(default_factory=dict, compare=False, repr=False)
 
     def sizes(self, batch_size: int) -> np.ndarray:
         """Each event's size in bytes at `batch_size` (0 for a free)."""

@@ -19,7 +19,7 @@ from perf4sight.features.network import (
 )
 from perf4sight.features.paper import paper_features
 from perf4sight.features.recipes import Extrapolation, recipe_extrapolation
-from perf4sight.features.replay import REPLAY_TERMS, replay_features
+from perf4sight.features.replay import HEAP_TERMS, REPLAY_TERMS, heap_features, replay_features
 from perf4sight.features.terms import TermSet
 from perf4sight.features.transform import (
     ARCHITECTURE,
@@ -34,8 +34,8 @@ from perf4sight.features.transform import (
 
 __all__ = [
     "ARCHITECTURE", "BATCH_SIZE", "FEATURE_SETS", "FEATURE_TERMS", "Extrapolation", "FeatureFunction",
-    "FeatureTransformer", "TERM_SETS", "feature_table", "network_features", "paper_features", "queries",
-    "recipe_extrapolation", "replay_features", "with_device_costs",
+    "FeatureTransformer", "TERM_SETS", "feature_table", "heap_features", "network_features", "paper_features",
+    "queries", "recipe_extrapolation", "replay_features", "with_device_costs",
 ]
 
 # The term sets each feature set declares for the physical models (`perf4sight.features.terms`):
@@ -43,6 +43,7 @@ __all__ = [
 FEATURE_TERMS: dict[str, tuple[TermSet, ...]] = {
     "network": (FLAT_TERMS, NETWORK_TERMS, PLANES_TERMS, STREAM_TERMS, COPIES_TERMS),
     "replay": (REPLAY_TERMS,),
+    "heap": (HEAP_TERMS,),
 }
 # Every term set by its name (a fitted model's term design names the one it weighs).
 TERM_SETS: dict[str, TermSet] = {terms.name: terms for sets in FEATURE_TERMS.values() for terms in sets}

@@ -31,6 +31,8 @@ import numba
 import numpy as np
 
 from perf4sight.architecture import Timeline
+from perf4sight.features.allocator_grid import event_arrays, peaks_on_grid
+from perf4sight.features.free_pool import insert, position, remove_at
 
 __all__ = ["AllocatorPeaks", "replay", "replay_peaks", "replays"]
 
@@ -40,8 +42,6 @@ _SMALL_BUFFER = 2 << 20
 _LARGE_BUFFER = 20 << 20
 _MIN_LARGE_ALLOC = 10 << 20
 _ROUND_LARGE = 2 << 20
-# Batch sizes the peaks are replayed at (`replay_peaks`): 1, 2, 3, 4, 6, 8, 12, ... 65536.
-_GRID = tuple(sorted({1, *(2**k for k in range(1, 17)), *(3 * 2**k for k in range(15))}))
 
 
 class AllocatorPeaks(NamedTuple):
@@ -61,37 +61,15 @@ def replays(timeline: Timeline, batch_sizes: Sequence[int]) -> list[AllocatorPea
     over the events cost 1.5-2 us each, and a query replays 16 batch sizes)."""
     if not batch_sizes:  # nothing to compile or load the compiled code for
         return []
-    # Tensors numbered from 0, so that the compiled replay finds each one's block by index.
-    ids, tensor = np.unique(timeline.tensor, return_inverse=True)
-    sizes = np.array([timeline.sizes(size) for size in batch_sizes], dtype=np.int64)
-    peaks = _replay(tensor.astype(np.int64), timeline.allocates.astype(np.bool_), sizes, len(ids))
+    peaks = _replay(*event_arrays(timeline, batch_sizes))
     return [AllocatorPeaks(int(allocated), int(reserved)) for allocated, reserved in peaks]
 
 
 def replay_peaks(timeline: Timeline, batch_sizes: Sequence[int]) -> tuple[np.ndarray, np.ndarray]:
-    """Peak bytes of live tensors, and peak bytes reserved beyond them, at each batch size.
-
-    An allocator's peaks do not always grow with the batch size (a larger request may split
-    a cached block where a smaller one did not), but predictions must: each peak is replayed
-    at the batch sizes of `_GRID` up to the largest asked for, made non-decreasing (the
-    running maximum), and interpolated between them (beyond the grid, in proportion). The
-    replays are kept with the timeline: another query of it replays only new grid sizes.
-    """
-    sizes = np.asarray(batch_sizes, dtype=float)
-    top = float(sizes.max())
-    # the grid's sizes below the largest asked for, and the first at or above it (if any)
-    grid = [size for size in _GRID if size < top] + [size for size in _GRID if size >= top][:1]
-    missing = [size for size in grid if size not in timeline.peaks]
-    timeline.peaks.update((size, tuple(run)) for size, run in zip(missing, replays(timeline, missing)))
-    runs = [timeline.peaks[size] for size in grid]
-    allocated = np.maximum.accumulate([peak for peak, _ in runs])
-    cached = np.maximum.accumulate([reserved - peak for peak, reserved in runs])
-
-    def at(values: np.ndarray) -> np.ndarray:
-        inside = np.interp(sizes, grid, values)
-        return np.where(sizes > grid[-1], values[-1] * sizes / grid[-1], inside)
-
-    return at(allocated.astype(float)), at(cached.astype(float))
+    """Peak bytes of live tensors, and peak bytes reserved beyond them, at each batch size,
+    non-decreasing in it (`peaks_on_grid`)."""
+    return peaks_on_grid(timeline, batch_sizes, "cuda_caching",
+                         lambda t, sizes: [(peak, reserved - peak) for peak, reserved in replays(t, sizes)])
 
 
 @numba.njit(cache=True)
@@ -106,38 +84,6 @@ def _segment_size(size: int) -> int:
     if size < _MIN_LARGE_ALLOC:
         return _LARGE_BUFFER
     return -(-size // _ROUND_LARGE) * _ROUND_LARGE
-
-
-@numba.njit(cache=True)
-def _position(pool: np.ndarray, count: int, size_of: np.ndarray, address_of: np.ndarray,
-              size: int, address: int) -> int:
-    """Where (size, address) is, or would go, among the `count` free blocks of `pool` (their
-    ids, sorted by size, then address: the first that fits a request is the allocator's pick)."""
-    low, high = 0, count
-    while low < high:
-        middle = (low + high) // 2
-        block = pool[middle]
-        if size_of[block] < size or (size_of[block] == size and address_of[block] < address):
-            low = middle + 1
-        else:
-            high = middle
-    return low
-
-
-@numba.njit(cache=True)
-def _insert(pool: np.ndarray, count: int, size_of: np.ndarray, address_of: np.ndarray, block: int) -> None:
-    """Free `block` into its place among the `count` of `pool`, which has room for one more."""
-    place = _position(pool, count, size_of, address_of, size_of[block], address_of[block])
-    for i in range(count, place, -1):
-        pool[i] = pool[i - 1]
-    pool[place] = block
-
-
-@numba.njit(cache=True)
-def _remove_at(pool: np.ndarray, count: int, place: int) -> None:
-    """Take the block at `place` out of the `count` of `pool`, keeping the rest in order."""
-    for i in range(place, count - 1):
-        pool[i] = pool[i + 1]
 
 
 @numba.njit(cache=True)
@@ -176,9 +122,9 @@ def _replay(tensor: np.ndarray, allocates: np.ndarray, sizes: np.ndarray, tensor
                 kind = pool_of[block]
                 previous, following = prev_of[block], next_of[block]
                 if previous >= 0 and free_of[previous]:
-                    place = _position(pools[kind], counts[kind], size_of, address_of,
+                    place = position(pools[kind], counts[kind], size_of, address_of,
                                       size_of[previous], address_of[previous])
-                    _remove_at(pools[kind], counts[kind], place)
+                    remove_at(pools[kind], counts[kind], place)
                     counts[kind] -= 1
                     address_of[block] = address_of[previous]
                     size_of[block] += size_of[previous]
@@ -186,15 +132,15 @@ def _replay(tensor: np.ndarray, allocates: np.ndarray, sizes: np.ndarray, tensor
                     if prev_of[previous] >= 0:
                         next_of[prev_of[previous]] = block
                 if following >= 0 and free_of[following]:
-                    place = _position(pools[kind], counts[kind], size_of, address_of,
+                    place = position(pools[kind], counts[kind], size_of, address_of,
                                       size_of[following], address_of[following])
-                    _remove_at(pools[kind], counts[kind], place)
+                    remove_at(pools[kind], counts[kind], place)
                     counts[kind] -= 1
                     size_of[block] += size_of[following]
                     next_of[block] = next_of[following]
                     if next_of[following] >= 0:
                         prev_of[next_of[following]] = block
-                _insert(pools[kind], counts[kind], size_of, address_of, block)
+                insert(pools[kind], counts[kind], size_of, address_of, block)
                 counts[kind] += 1
                 continue
             if sizes[run, event] == 0:
@@ -203,10 +149,10 @@ def _replay(tensor: np.ndarray, allocates: np.ndarray, sizes: np.ndarray, tensor
             small = size <= _SMALL_SIZE
             kind = 1 if small else 0
             # the smallest free block that fits, then the lowest address (addresses are >= 0)
-            place = _position(pools[kind], counts[kind], size_of, address_of, size, -1)
+            place = position(pools[kind], counts[kind], size_of, address_of, size, -1)
             if place < counts[kind]:
                 block = pools[kind, place]
-                _remove_at(pools[kind], counts[kind], place)
+                remove_at(pools[kind], counts[kind], place)
                 counts[kind] -= 1
             else:
                 # Segments take addresses in the order they are made, as from an empty device.
@@ -232,7 +178,7 @@ def _replay(tensor: np.ndarray, allocates: np.ndarray, sizes: np.ndarray, tensor
                     prev_of[next_of[block]] = remainder
                 next_of[block] = remainder
                 size_of[block] = size
-                _insert(pools[kind], counts[kind], size_of, address_of, remainder)
+                insert(pools[kind], counts[kind], size_of, address_of, remainder)
                 counts[kind] += 1
             free_of[block] = False
             allocated += size_of[block]

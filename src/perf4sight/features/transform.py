@@ -25,7 +25,7 @@ from perf4sight.device.system import BYTES_PER_MIB
 from perf4sight.features.inputs import checked_batch_sizes
 from perf4sight.features.network import FRESH_PAGES, FRESH_PAGES_MS, PROCESS_MEMORY_COLUMNS, network_features
 from perf4sight.features.paper import paper_features
-from perf4sight.features.replay import replay_features
+from perf4sight.features.replay import heap_features, replay_features
 
 __all__ = ["ARCHITECTURE", "BATCH_SIZE", "FEATURE_SETS", "FeatureFunction", "FeatureTransformer", "feature_table", "queries",
            "with_device_costs"]
@@ -48,6 +48,7 @@ FEATURE_SETS: dict[str, FeatureFunction] = {
     "paper": paper_features,
     "network": network_features,
     "replay": replay_features,
+    "heap": heap_features,
 }
 
 

@@ -100,6 +100,10 @@ METHODS: dict[str, Method] = {
     # memory as `physical` with copies of the largest layer's tensors (a CPU's convolution
     # library's reorders) at a rate of their own; latency as `physical`
     "copies": Method("network", partial(physical_steps, "copies"), extends="physical"),
+    # memory as `copies` plus the C library's heap holes from a replay of the tensor lifetimes
+    # (a CPU's tensors live in that heap); latency as `physical`; `copies` where the lifetimes
+    # cannot be recorded (autocast)
+    "heap": Method("heap", partial(physical_steps, "heap"), fallback="copies", extends="copies"),
 }
 # The types a fitted regressor of any method holds, which skops may load.
 _TRUSTED = (Pipeline, FeatureTransformer, TermDesign, MemorySolver, LatencySolver, PaperExtraTrees)
@@ -115,9 +119,9 @@ _TRUSTED_SKLEARN = (
 # predict with.
 DEFAULT_METHOD = "default"
 # The candidates that differ in each target: `replay` differs from `physical` in memory only
-# (the replay's features, seconds per base network, are not computed for latency), and so does
-# `copies`; `flat`, `planes` and `streams` in latency only.
-_CANDIDATES = {MEMORY.name: ("physical", "copies", "replay"), LATENCY.name: ("flat", "physical", "planes", "streams")}
+# (the replay's features, seconds per base network, are not computed for latency), and so do
+# `copies` and `heap`; `flat`, `planes` and `streams` in latency only.
+_CANDIDATES = {MEMORY.name: ("physical", "copies", "replay", "heap"), LATENCY.name: ("flat", "physical", "planes", "streams")}
 CANDIDATE_METHODS = tuple(dict.fromkeys(method for methods in _CANDIDATES.values() for method in methods))
 
 

@@ -1,0 +1,51 @@
+"""An allocator replay's peaks at any batch size, from replays at a fixed grid of them.
+
+An allocator's peaks do not always grow with the batch size (a larger request may split a
+free block where a smaller one did not), but predictions must: each allocator's peaks are
+replayed at the batch sizes of `GRID` up to the largest asked for, made non-decreasing (the
+running maximum), and interpolated between them (beyond the grid, in proportion). The
+replays are kept with the timeline, by allocator: another query replays only new grid sizes.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+
+import numpy as np
+
+from perf4sight.architecture import Timeline
+
+__all__ = ["GRID", "event_arrays", "peaks_on_grid"]
+
+# Batch sizes the peaks are replayed at: 1, 2, 3, 4, 6, 8, 12, ... 65536.
+GRID = tuple(sorted({1, *(2**k for k in range(1, 17)), *(3 * 2**k for k in range(15))}))
+
+# A replay: (a peak, another) at each of a list of batch sizes.
+Replays = Callable[[Timeline, Sequence[int]], Sequence[tuple[int, int]]]
+
+
+def event_arrays(timeline: Timeline, batch_sizes: Sequence[int]) -> tuple[np.ndarray, np.ndarray, np.ndarray, int]:
+    """What a compiled replay reads: each event's tensor numbered from 0 (so that the replay
+    finds its block by index), whether it allocates, its sizes at each batch size (one row
+    each), and the number of tensors."""
+    ids, tensor = np.unique(timeline.tensor, return_inverse=True)
+    sizes = np.array([timeline.sizes(size) for size in batch_sizes], dtype=np.int64)
+    return tensor.astype(np.int64), timeline.allocates.astype(np.bool_), sizes, len(ids)
+
+
+def peaks_on_grid(timeline: Timeline, batch_sizes: Sequence[int], allocator: str,
+                  replays: Replays) -> tuple[np.ndarray, np.ndarray]:
+    """The peaks `replays` gives (two per batch size, such as live and held bytes), each made
+    non-decreasing over the grid, at each of `batch_sizes`."""
+    sizes = np.asarray(batch_sizes, dtype=float)
+    top = float(sizes.max())
+    # the grid's sizes below the largest asked for, and the first at or above it (if any)
+    grid = [size for size in GRID if size < top] + [size for size in GRID if size >= top][:1]
+    missing = [size for size in grid if (allocator, size) not in timeline.peaks]
+    timeline.peaks.update(((allocator, size), tuple(run)) for size, run in zip(missing, replays(timeline, missing)))
+    runs = np.array([timeline.peaks[(allocator, size)] for size in grid], dtype=float)
+    monotone = np.maximum.accumulate(runs, axis=0)
+    inside = np.stack([np.interp(sizes, grid, values) for values in monotone.T])
+    beyond = monotone[-1][:, None] * sizes / grid[-1]
+    first, second = np.where(sizes > grid[-1], beyond, inside)
+    return first, second
