@@ -20,7 +20,7 @@ __all__ = ["GRID", "event_arrays", "peaks_on_grid"]
 # Batch sizes the peaks are replayed at: 1, 2, 3, 4, 6, 8, 12, ... 65536.
 GRID = tuple(sorted({1, *(2**k for k in range(1, 17)), *(3 * 2**k for k in range(15))}))
 
-# A replay: (a peak, another) at each of a list of batch sizes.
+# A replay: (peak live bytes, peak bytes held beyond them) at each of a list of batch sizes.
 Replays = Callable[[Timeline, Sequence[int]], Sequence[tuple[int, int]]]
 
 
@@ -35,8 +35,8 @@ def event_arrays(timeline: Timeline, batch_sizes: Sequence[int]) -> tuple[np.nda
 
 def peaks_on_grid(timeline: Timeline, batch_sizes: Sequence[int], allocator: str,
                   replays: Replays) -> tuple[np.ndarray, np.ndarray]:
-    """The peaks `replays` gives (two per batch size, such as live and held bytes), each made
-    non-decreasing over the grid, at each of `batch_sizes`."""
+    """Peak bytes of live tensors, and peak bytes the allocator holds beyond them, at each
+    batch size; `replays` gives those two at each of a list of batch sizes."""
     sizes = np.asarray(batch_sizes, dtype=float)
     top = float(sizes.max())
     # the grid's sizes below the largest asked for, and the first at or above it (if any)

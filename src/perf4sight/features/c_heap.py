@@ -76,10 +76,11 @@ def heap_replays(timeline: Timeline, batch_sizes: Sequence[int]) -> list[HeapPea
 
 def heap_peaks(timeline: Timeline, batch_sizes: Sequence[int]) -> tuple[np.ndarray, np.ndarray]:
     """Peak bytes of live tensors, and peak bytes resident beyond them (the heap's free holes
-    and the padding of its chunks), at each batch size: the live and the resident peaks each
-    non-decreasing in it (`peaks_on_grid`), so that what is resident is too."""
-    live, resident = peaks_on_grid(timeline, batch_sizes, "c_heap", heap_replays)
-    return live, resident - live
+    and the padding of its chunks), at each batch size, both non-decreasing in it
+    (`peaks_on_grid`): a larger batch's activations may fill holes a smaller one's left, but a
+    prediction must not fall with the batch size."""
+    return peaks_on_grid(timeline, batch_sizes, "c_heap",
+                         lambda t, sizes: [(live, resident - live) for live, resident in heap_replays(t, sizes)])
 
 
 @numba.njit(cache=True)

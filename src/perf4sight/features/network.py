@@ -110,7 +110,9 @@ _PROCESS_STEP_TEMP = "process_step_temp_bytes"
 # context dominate its measurement, and its few training networks cannot tell these amounts
 # from the runtime (on the TX2's four, fitting them put 57 MiB on each kind of layer: cuBLAS's
 # footprint, which only squeezenet lacks).
-PROCESS_MEMORY_COLUMNS = (_HEAP_GRADIENTS, _LARGEST_LAYER, _PROCESS_STEP_TEMP, _LAYER_KINDS, _CONV_CONFIGS)
+# The C library's heap holes (the `heap` feature set's, `perf4sight.features.replay`) are one too.
+HEAP_HOLES = "heap_hole_bytes"
+PROCESS_MEMORY_COLUMNS = (_HEAP_GRADIENTS, _LARGEST_LAYER, _PROCESS_STEP_TEMP, _LAYER_KINDS, _CONV_CONFIGS, HEAP_HOLES)
 
 
 def networks_per_group(features: pd.DataFrame, nets: pd.Series) -> dict[str, int]:

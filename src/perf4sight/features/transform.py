@@ -95,7 +95,7 @@ def with_device_costs(table: pd.DataFrame, fresh_pages_ms_per_mib: float | None)
         return table
     costs = {FRESH_PAGES_MS: table[FRESH_PAGES] / BYTES_PER_MIB * (fresh_pages_ms_per_mib or 0.0)}
     if fresh_pages_ms_per_mib is None:
-        costs.update(dict.fromkeys(PROCESS_MEMORY_COLUMNS, 0.0))
+        costs.update(dict.fromkeys((column for column in PROCESS_MEMORY_COLUMNS if column in table.columns), 0.0))
     return table.assign(**costs)
 
 

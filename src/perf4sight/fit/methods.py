@@ -101,9 +101,9 @@ METHODS: dict[str, Method] = {
     # library's reorders) at a rate of their own; latency as `physical`
     "copies": Method("network", partial(physical_steps, "copies"), extends="physical"),
     # memory as `copies` plus the C library's heap holes from a replay of the tensor lifetimes
-    # (a CPU's tensors live in that heap); latency as `physical`; `copies` where the lifetimes
-    # cannot be recorded (autocast)
-    "heap": Method("heap", partial(physical_steps, "heap"), fallback="copies", extends="copies"),
+    # (a CPU's tensors live in that heap; added as they are, no rate of their own); latency as
+    # `physical`; `copies` where the lifetimes cannot be recorded (autocast)
+    "heap": Method("heap", partial(physical_steps, "heap"), fallback="copies"),
 }
 # The types a fitted regressor of any method holds, which skops may load.
 _TRUSTED = (Pipeline, FeatureTransformer, TermDesign, MemorySolver, LatencySolver, PaperExtraTrees)
