@@ -117,9 +117,9 @@ def test_the_process_s_own_memory_is_counted_where_the_device_measured_fresh_pag
     largest = feature_table(widened, [2], "network", "training", fresh_pages_ms_per_mib=0.25)["largest_layer_bytes"]
     assert largest.tolist() == [(9216 + 36864) * 4 * 2]
     elsewhere = feature_table(arch, [1, 8], "network", "training")
-    assert (elsewhere[list(PROCESS_MEMORY_COLUMNS)] == 0).all().all()
-    assert elsewhere.drop(columns=[*PROCESS_MEMORY_COLUMNS, FRESH_PAGES_MS]).equals(
-        cpu.drop(columns=[*PROCESS_MEMORY_COLUMNS, FRESH_PAGES_MS]))
+    process = [column for column in PROCESS_MEMORY_COLUMNS if column in cpu.columns]  # the heap replay's holes not
+    assert (elsewhere[process] == 0).all().all()
+    assert elsewhere.drop(columns=[*process, FRESH_PAGES_MS]).equals(cpu.drop(columns=[*process, FRESH_PAGES_MS]))
 
 
 @pytest.mark.parametrize(("kernel", "size", "stride"), [(3, 16, 1), (7, 4, 1), (5, 7, 2), (7, 2, 1)])
