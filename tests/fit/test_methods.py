@@ -49,7 +49,7 @@ def _targets(query: pd.DataFrame) -> dict[str, np.ndarray]:
     return {"mem_used_mib": 300 + 2 * batch + state / 2**20, "latency_ms": 1 + 0.5 * batch + state / 2**16}
 
 
-@pytest.mark.parametrize("method", ["physical", "replay", "planes", "streams"])
+@pytest.mark.parametrize("method", ["physical", "replay", "planes", "streams", "copies", "heap"])
 def test_physical_methods_clone_and_refit(method, query):
     y = _targets(query)
     fitted = fit_method(method, query.assign(net=query["architecture"].map(id)), y["mem_used_mib"], "mem_used_mib")
