@@ -34,7 +34,7 @@ import numba
 import numpy as np
 
 from perf4sight.architecture import Timeline
-from perf4sight.features.allocator_grid import event_arrays, peaks_on_grid
+from perf4sight.features.allocator_grid import compiled_replays, peaks_on_grid
 from perf4sight.features.free_pool import insert, position, remove_at
 
 __all__ = ["HeapPeaks", "heap_peaks", "heap_replay", "heap_replays"]
@@ -68,10 +68,7 @@ def heap_replay(timeline: Timeline, batch_size: int) -> HeapPeaks:
 
 def heap_replays(timeline: Timeline, batch_sizes: Sequence[int]) -> list[HeapPeaks]:
     """The heap's peaks at each batch size, replayed in one compiled call."""
-    if not batch_sizes:
-        return []
-    peaks = _replay(*event_arrays(timeline, batch_sizes))
-    return [HeapPeaks(int(live), int(resident)) for live, resident in peaks]
+    return [HeapPeaks(*peaks) for peaks in compiled_replays(_replay, timeline, batch_sizes)]
 
 
 def heap_peaks(timeline: Timeline, batch_sizes: Sequence[int]) -> tuple[np.ndarray, np.ndarray]:
@@ -79,8 +76,7 @@ def heap_peaks(timeline: Timeline, batch_sizes: Sequence[int]) -> tuple[np.ndarr
     and the padding of its chunks), at each batch size, both non-decreasing in it
     (`peaks_on_grid`): a larger batch's activations may fill holes a smaller one's left, but a
     prediction must not fall with the batch size."""
-    return peaks_on_grid(timeline, batch_sizes, "c_heap",
-                         lambda t, sizes: [(live, resident - live) for live, resident in heap_replays(t, sizes)])
+    return peaks_on_grid(timeline, batch_sizes, "c_heap", heap_replays)
 
 
 @numba.njit(cache=True)

@@ -31,7 +31,7 @@ import numba
 import numpy as np
 
 from perf4sight.architecture import Timeline
-from perf4sight.features.allocator_grid import event_arrays, peaks_on_grid
+from perf4sight.features.allocator_grid import compiled_replays, peaks_on_grid
 from perf4sight.features.free_pool import insert, position, remove_at
 
 __all__ = ["AllocatorPeaks", "replay", "replay_peaks", "replays"]
@@ -59,17 +59,13 @@ def replay(timeline: Timeline, batch_size: int) -> AllocatorPeaks:
 def replays(timeline: Timeline, batch_sizes: Sequence[int]) -> list[AllocatorPeaks]:
     """The allocator's peaks at each batch size, replayed in one compiled call (a Python loop
     over the events cost 1.5-2 us each, and a query replays 16 batch sizes)."""
-    if not batch_sizes:  # nothing to compile or load the compiled code for
-        return []
-    peaks = _replay(*event_arrays(timeline, batch_sizes))
-    return [AllocatorPeaks(int(allocated), int(reserved)) for allocated, reserved in peaks]
+    return [AllocatorPeaks(*peaks) for peaks in compiled_replays(_replay, timeline, batch_sizes)]
 
 
 def replay_peaks(timeline: Timeline, batch_sizes: Sequence[int]) -> tuple[np.ndarray, np.ndarray]:
     """Peak bytes of live tensors, and peak bytes reserved beyond them, at each batch size,
     non-decreasing in it (`peaks_on_grid`)."""
-    return peaks_on_grid(timeline, batch_sizes, "cuda_caching",
-                         lambda t, sizes: [(peak, reserved - peak) for peak, reserved in replays(t, sizes)])
+    return peaks_on_grid(timeline, batch_sizes, "cuda_caching", replays)
 
 
 @numba.njit(cache=True)
