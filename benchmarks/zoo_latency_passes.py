@@ -18,6 +18,12 @@ merged latency.
 
     .venv/bin/python benchmarks/zoo_latency_passes.py --out /tmp/zoo_passes --passes 5
     cp -r /tmp/zoo_passes/latency /tmp/zoo_passes/environment-*.json benchmarks/data/cpu_zoo/
+
+More campaigns join those already merged (`--merge-with`, a folder whose latency/ holds them),
+numbered on from `--first-pass` so that their orders are new ones:
+
+    .venv/bin/python benchmarks/zoo_latency_passes.py --out /tmp/zoo_passes2 --passes 5 --first-pass 5 \
+        --merge-with benchmarks/data/cpu_zoo
 """
 
 from __future__ import annotations
@@ -126,17 +132,21 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", type=Path, required=True, help="folder for the passes and the merged latency/")
     parser.add_argument("--passes", type=int, default=5, help="campaigns to run (default: %(default)s)")
+    parser.add_argument("--first-pass", type=int, default=0,
+                        help="number of the first campaign, which sets its order (default: %(default)s)")
+    parser.add_argument("--merge-with", type=Path, action="append", default=[],
+                        help="a folder whose latency/ holds campaigns merged earlier, to merge with (repeatable)")
     args = parser.parse_args(argv)
-    if args.passes < 2:
-        parser.error("--passes: at least 2, to merge and compare")
+    if args.passes + len(args.merge_with) < 2:
+        parser.error("--passes: at least 2 campaigns in all, to merge and compare")
     folders = []
-    for number in range(args.passes):
+    for number in range(args.first_pass, args.first_pass + args.passes):
         config = write_pass_config(args.out, number)
         for command in ("create-config", "run"):
             subprocess.run([str(PERF4SIGHT), "--quiet", "profile", command, "-c", str(config)], check=True, cwd=ROOT)
         folders.append(config.parent)
-    merge(folders, args.out)
-    measured = {folder.name: latencies(folder) for folder in folders}
+    merge([*args.merge_with, *folders], args.out)
+    measured = {folder.name: latencies(folder) for folder in [*args.merge_with, *folders]}
     for (a, first), (b, second) in itertools.combinations(measured.items(), 2):
         print(f"{a} against {b}: {compared_pct(first, second):.1f} % per test after a global factor")
     merged = latencies(args.out)
