@@ -71,6 +71,8 @@ TX2_DIR = Path(__file__).resolve().parents[1].parent / "shared" / "datasets" / "
 # SqueezeNet as the TX2's runs trained it (the dataset's specs name torchvision's; see the file)
 SQUEEZENET_AS_PROFILED = Path(__file__).resolve().parent / "data" / "tx2" / "squeezenet_as_profiled.py"
 PROTOCOL_TRAIN_LEVELS = (0, 30, 50, 70, 90)
+# Batch-size bands of the latency's signed error: where along the batch size a network's error lies.
+BS_BANDS = ((1, 8), (9, 32), (33, 96), (97, np.inf))
 # The TX2 README's order: the trees' random draws, hence the `paper` figures, follow the row order.
 TX2_NETS = ("resnet18", "googlenet", "squeezenet", "mobilenetv2")
 _LOG_NAME = re.compile(r"(?P<net>.+)_(?P<level>\d+)" + re.escape(GT_SUFFIX))
@@ -209,13 +211,15 @@ def versions_of(data: Data, target: str) -> tuple[str | None, ...]:
 
 def evaluate_method(
     method: str, data: Data, catalog: ArchitectureCatalog, stage: str = "training", calibrate: bool = True
-) -> tuple[dict[tuple[str, str], dict[str, float]], dict[tuple[str, str], dict[str, str]]]:
-    """MAPE per (case, net) and target for one method, and the method fitted for each
-    (the one `default` chose); with `calibrate`, as the tool predicts: corrected on the
-    evaluated network's family where it was trained on (the protocol's case; an unseen
-    network's family never is)."""
+) -> tuple[dict[tuple[str, str], dict[str, float]], dict[tuple[str, str], dict[str, str]],
+           dict[tuple[str, str, str], float]]:
+    """MAPE per (case, net) and target for one method, the method fitted for each (the one
+    `default` chose), and the latency's mean signed error (%) per (case, net, batch-size band
+    of `BS_BANDS`); with `calibrate`, as the tool predicts: corrected on the evaluated network's
+    family where it was trained on (the protocol's case; an unseen network's family never is)."""
     results: dict[tuple[str, str], dict[str, float]] = {}
     fitted: dict[tuple[str, str], dict[str, tuple[str, str | None]]] = {}
+    signed: dict[tuple[str, str, str], float] = {}
     for target in QUANTITIES:
         logs = read_logs(data.nets, data.levels, [data.logs / target.kind], [target])
         full = {v: method_datasets(method, logs, target.name, catalog, stage, torch_version=v)
@@ -229,7 +233,18 @@ def evaluate_method(
             predicted = model.predict(evaluated.rows, calibrate=calibrate)
             results.setdefault((case, net), {})[target.name] = mape_pct(evaluated.target, predicted)
             fitted.setdefault((case, net), {})[target.name] = (chosen, version)
-    return results, fitted
+            if target is LATENCY:
+                error = 100 * (predicted / evaluated.target - 1)
+                bs = evaluated.rows["batch_size"].to_numpy()
+                for low, high in BS_BANDS:
+                    band = (bs >= low) & (bs <= high)
+                    if band.any():
+                        signed[(case, net, _band_name(low, high))] = float(np.mean(error[band]))
+    return results, fitted, signed
+
+
+def _band_name(low: int, high: float) -> str:
+    return f"bs {low}+" if high == np.inf else f"bs {low}-{high}"
 
 
 def memory_boundary(
@@ -332,7 +347,7 @@ def main(argv: list[str] | None = None) -> int:
     summary = []
     for method in args.method or [*METHODS, DEFAULT_METHOD]:
         start = time.perf_counter()
-        results, fitted = evaluate_method(method, data, catalog, args.stage, calibrate=not args.raw)
+        results, fitted, signed = evaluate_method(method, data, catalog, args.stage, calibrate=not args.raw)
         seconds = time.perf_counter() - start
         rows = [(case, net, r[MEMORY.name], r[LATENCY.name],
                  *(f"{m}" + (f" ({v})" if v else "") for m, v in fitted[(case, net)].values()))
@@ -345,6 +360,11 @@ def main(argv: list[str] | None = None) -> int:
         console.print_table(f"{device} {args.stage} MAPE %, method = {method} ({seconds:.1f} s)",
                             ("case", "evaluated net", MEMORY.name, LATENCY.name, f"{MEMORY.name} method",
                              f"{LATENCY.name} method"), rows)
+        bands = list(dict.fromkeys(band for _, _, band in signed))
+        console.print_table(f"{device} unseen network, latency, mean signed error % by batch size, method = {method}",
+                            ("evaluated net", *bands),
+                            [(net, *(signed.get(("unseen", net, band), float("nan")) for band in bands))
+                             for case, net in results if case == "unseen"])
         boundary = memory_boundary(method, data, catalog, fitted, args.stage, calibrate=not args.raw)
         rows = [(case, net, *values) for (case, net), values in boundary.items()]
         for case in ("protocol", "unseen"):

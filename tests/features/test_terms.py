@@ -11,7 +11,7 @@ import pytest
 from perf4sight.architecture import Detail
 from perf4sight.device.recipe import Recipe
 from perf4sight.features import FEATURE_TERMS, feature_table
-from perf4sight.features.network import LAYER_GROUPS, NETWORK_TERMS, STREAM_TERMS, group_column
+from perf4sight.features.network import LAYER_GROUPS, NETWORK_TERMS, PLANES_TERMS, STREAM_TERMS, group_column
 from perf4sight.features.terms import Role, Term, TermSet, report_only
 from perf4sight.fit.physical import term_design
 from perf4sight.networks import load_architecture
@@ -68,6 +68,23 @@ def test_the_split_latency_model_moves_the_same_bytes(tables):
     np.testing.assert_array_equal(one["parameters"], table["param_traffic_bytes"])
     ties = {t.name: t.tie for t in STREAM_TERMS.latency}
     assert ties["depthwise"] is None and ties["parameters"] is None and ties["grouped"] == "gemm"
+
+
+@pytest.mark.parametrize("recipe", [Recipe(), Recipe(precision="amp-bf16")])
+def test_planes_takes_the_linear_layers_operations_out_of_the_gemm_term(recipe):
+    """`PLANES_TERMS` prices the Linear layers' GEMM work at a rate of its own: its `gemm` and
+    `linear` terms add up to `NETWORK_TERMS`' `gemm`, in fp32 and under autocast (where that
+    work is all `autocast_gemm`'s and neither holds any), counted once."""
+    table = feature_table(load_architecture("resnet18", input_size=(3, 32, 32), num_classes=10, recipe=recipe),
+                          [2, 8], "network", "training")
+    one = dict(zip((t.name for t in NETWORK_TERMS.latency), term_design(table, NETWORK_TERMS.latency).T))
+    planes = dict(zip((t.name for t in PLANES_TERMS.latency), term_design(table, PLANES_TERMS.latency).T))
+    linear = table[group_column("linear", "padded_flops")].to_numpy()
+    assert linear.all() and (planes["gemm"] > 0).all() == (recipe == Recipe())
+    np.testing.assert_allclose(planes["gemm"] + planes["linear"], one["gemm"], rtol=1e-9, atol=1e-3)
+    np.testing.assert_array_equal(planes["autocast_gemm"], one["autocast_gemm"])
+    np.testing.assert_allclose(planes["linear"], linear if recipe == Recipe() else 0 * linear, atol=1e-3)
+    assert {t.name: t.tie for t in PLANES_TERMS.latency}["linear"] == "gemm"
 
 
 def test_a_term_on_a_renamed_group_is_caught(tables):

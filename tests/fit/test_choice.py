@@ -106,7 +106,7 @@ def test_latency_chooses_between_one_rate_and_a_rate_per_stream_of_bytes(latency
                                    "depthwise", "pooling", "grouped", "autocast_gemm", "fresh_pages"}
     planes = fit_method("planes", latency_dataset.rows, latency_dataset.target, "latency_ms")[-1]
     assert set(planes.terms_) - set(fit_method("physical", latency_dataset.rows, latency_dataset.target,
-                                               "latency_ms")[-1].terms_) == {"planes", "depthwise_taps"}
+                                               "latency_ms")[-1].terms_) == {"planes", "depthwise_taps", "linear"}
 
 
 def test_a_gain_on_one_network_alone_is_not_clearly_better():

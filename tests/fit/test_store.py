@@ -140,7 +140,7 @@ def test_another_library_version_is_refused(stored, tmp_path, edit_header):
 
 def test_an_older_storage_format_is_refused(stored, tmp_path, edit_header):
     edit_header(stored[1], lambda meta: meta.update(format=1))
-    with pytest.raises(FittedModelError, match="stored in format 1, this perf4sight reads format 28; fingerprint again"):
+    with pytest.raises(FittedModelError, match="stored in format 1, this perf4sight reads format 29; fingerprint again"):
         load_model(tmp_path, stage="training", target="latency_ms")
 
 
@@ -155,7 +155,7 @@ def test_a_model_of_format_14_is_refused_in_one_line(dataset, fitted, tmp_path):
         "sha256": "0" * 64}))
     with pytest.raises(FittedModelError) as error:
         load_model(tmp_path, stage="training", target="latency_ms")
-    assert str(error.value) == (f"{path.with_suffix('.json')}: stored in format 14, this perf4sight reads format 28; "
+    assert str(error.value) == (f"{path.with_suffix('.json')}: stored in format 14, this perf4sight reads format 29; "
                                 "fingerprint again to refit")
 
 
@@ -261,7 +261,7 @@ def test_a_model_file_that_is_not_skops_is_one_error(stored, tmp_path, content):
     # what a prediction reads is the model's, in the skops object: no field of the header
     (lambda m: m.update(training_ranges={"batch_size": [1, 2]}), "training_ranges: Extra inputs are not permitted"),
     (lambda m: m.update(layer_groups={}), "layer_groups: Extra inputs are not permitted"),
-    (lambda m: m.update(format="17"), "stored in format '17', this perf4sight reads format 28"),
+    (lambda m: m.update(format="17"), "stored in format '17', this perf4sight reads format 29"),
     (lambda m: m.update(method="replay", feature_set="replay"),
      "the model inside says it was fitted for stage training, target latency_ms, method physical, feature_set network"),
 ])

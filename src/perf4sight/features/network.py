@@ -69,8 +69,10 @@ _GRADIENTS = "gradient_bytes"
 _OPTIMIZER_STATE = "optimizer_state_bytes"
 _SAVED = "saved_bytes"
 _OPTIMIZER_TEMP = "optimizer_temp_bytes"
-# The GEMM work (`_GEMM_WORK`'s, padded) that autocast computes in its 16-bit dtype.
+# The GEMM work (`_GEMM_WORK`'s, padded) that autocast computes in its 16-bit dtype, and the
+# Linear layers' share of it.
 _AUTOCAST_GEMM = "autocast_padded_flops"
+_AUTOCAST_LINEAR = "autocast_linear_padded_flops"
 _OUTPUTS = "output_bytes"
 _ACTIVATION_PEAK = "activation_peak_bytes"
 _LAYERS = "layers"
@@ -260,6 +262,7 @@ def network_features(arch: Architecture, batch_sizes: Sequence[int], stage: str 
         columns[group_column(group, "count")] = float(mask.sum())
     half = precision.autocast_dtype is not None
     columns[_AUTOCAST_GEMM] = sum(columns[column] for column in _GEMM_WORK_COLUMNS) if half else bs * 0.0
+    columns[_AUTOCAST_LINEAR] = columns[_LINEAR_WORK_COLUMN] if half else bs * 0.0
     # a memory-bound layer reads and writes in its forward pass (again where recomputed)
     # and in its backward pass, where that runs
     bound_passes = 1.0 + recomputed + backward
@@ -473,6 +476,7 @@ MEMORY_PARTS = {
 _GEMM_WORK_COLUMNS = tuple(group_column(group, "padded_flops") for group in GEMM_GROUPS
                            if group not in (_DEPTHWISE, _GROUPED))
 _GEMM_WORK = Term("gemm", {**dict.fromkeys(_GEMM_WORK_COLUMNS, 1.0), _AUTOCAST_GEMM: -1.0}, "flops")
+_LINEAR_WORK_COLUMN = group_column(_LINEAR, "padded_flops")
 _AUTOCAST_GEMM_WORK = Term("autocast_gemm", {_AUTOCAST_GEMM: 1.0}, "flops", tie="gemm")
 # The latency terms whose rates only runs under autocast show.
 AUTOCAST_TERMS = (_AUTOCAST_GEMM_WORK.name,)
@@ -545,9 +549,21 @@ FLAT_TERMS = TermSet("flat", memory=_MEMORY_TERMS,
 # the same bytes. Kept where a device's own data clearly show it (`method = default`). On the CPU
 # zoo, each family left out, the taps took latency 9.78 -> 9.42 % (convnext 16.2 -> 12.6,
 # mobilenet 9.3 -> 8.1); in the `physical` model, without the planes, they cost 0.5 points.
+# Beside them, the Linear layers' GEMMs at a rate of their own (tied to the convolutions' where no
+# training network holds such layers): a CPU runs them in its matrix library, its convolutions in
+# its convolution library, at other rates per operation (on the CPU zoo, fitted on every family,
+# 1.4 times the convolutions'; convnext's pointwise layers are Linear layers). With each family left
+# out, latency 7.81 -> 7.50 % (convnext 11.85 -> 6.6; the taps' rate then fits to 0). Where the
+# training networks' Linear layers are only their classifiers (the TX2's four), the rate fits their
+# noise (each left out, 7.85 -> 10.9 %), and `default` keeps a model without it.
 _PLANES = Term("planes", {_GROUP_PLANES: 1.0}, "count")
 _DEPTHWISE_TAPS = Term("depthwise_taps", {group_column(_DEPTHWISE, "flops"): 1.0}, "flops")
-PLANES_TERMS = TermSet("planes", memory=_MEMORY_TERMS, latency=(*_LATENCY_TERMS, _PLANES, _DEPTHWISE_TAPS))
+_CONV_GEMM_WORK = Term("gemm", {**{column: 1.0 for column in _GEMM_WORK_COLUMNS if column != _LINEAR_WORK_COLUMN},
+                                _AUTOCAST_LINEAR: 1.0, _AUTOCAST_GEMM: -1.0}, "flops")
+_LINEAR_WORK = Term("linear", {_LINEAR_WORK_COLUMN: 1.0, _AUTOCAST_LINEAR: -1.0}, "flops", tie="gemm")
+PLANES_TERMS = TermSet("planes", memory=_MEMORY_TERMS, latency=(
+    *(_CONV_GEMM_WORK if term is _GEMM_WORK else term for term in _LATENCY_TERMS), _PLANES, _DEPTHWISE_TAPS,
+    _LINEAR_WORK))
 # The `network` memory model with copies of the largest layer's tensors at a rate of their own
 # (`_LARGEST_LAYER`, a CPU's only), kept where a device's own data clearly show it (`method =
 # default`). On the whole CPU zoo it comes out at 2.5 copies, the activations' scale falling from

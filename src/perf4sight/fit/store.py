@@ -72,8 +72,9 @@ __all__ = ["Fingerprint", "library_versions", "load_model", "load_models", "mode
 # a footprint per distinct convolution; 24: where the step clears the gradients (the recipe's
 # `zero_grad`); 25: a CPU's step temporaries beside the activations; 26: a CPU's copies of the
 # largest layer's tensors (the `copies` method); 27: `planes` prices depthwise taps; 28: the C
-# library's heap holes from a lifetime replay (the `heap` method)
-_FORMAT = 28
+# library's heap holes from a lifetime replay (the `heap` method); 29: `planes` prices the Linear
+# layers' GEMMs at a rate of their own
+_FORMAT = 29
 # Versions that must match for a stored model to be used: the estimator's internals
 # (scikit-learn) and the feature definitions (perf4sight).
 _PINNED = ("scikit-learn", "perf4sight")
