@@ -36,8 +36,10 @@ import shutil
 import sys
 import tempfile
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pandas as pd
@@ -234,17 +236,24 @@ def evaluate_method(
             results.setdefault((case, net), {})[target.name] = mape_pct(evaluated.target, predicted)
             fitted.setdefault((case, net), {})[target.name] = (chosen, version)
             if target is LATENCY:
-                error = 100 * (predicted / evaluated.target - 1)
-                bs = evaluated.rows["batch_size"].to_numpy()
-                for low, high in BS_BANDS:
-                    band = (bs >= low) & (bs <= high)
-                    if band.any():
-                        signed[(case, net, _band_name(low, high))] = float(np.mean(error[band]))
+                bands = signed_error_pct(predicted, evaluated.target, evaluated.rows["batch_size"], BS_BANDS)
+                signed.update({(case, net, band): error for band, error in bands.items()})
     return results, fitted, signed
 
 
-def _band_name(low: int, high: float) -> str:
-    return f"bs {low}+" if high == np.inf else f"bs {low}-{high}"
+def signed_error_pct(predicted: np.ndarray, measured: Any, batch_sizes: pd.Series,
+                     bands: Sequence[tuple[int, float]]) -> dict[str, float]:
+    """The mean signed error (%) of the rows in each batch-size band (lowest, highest) that holds
+    any, by the band's name (`bs 8`, `bs 9-32`, `bs 97+`)."""
+    error = 100 * (predicted / np.asarray(measured, dtype=float) - 1)
+    sizes = batch_sizes.to_numpy()
+    found = {}
+    for low, high in bands:
+        band = (sizes >= low) & (sizes <= high)
+        if band.any():
+            name = f"bs {low}" if low == high else f"bs {low}+" if high == np.inf else f"bs {low}-{high}"
+            found[name] = float(np.mean(error[band]))
+    return found
 
 
 def memory_boundary(

@@ -29,7 +29,7 @@ from perf4sight import console
 from perf4sight.device.definitions import LATENCY, MEMORY, QUANTITIES
 from perf4sight.fit import DEFAULT_METHOD, METHODS, ArchitectureCatalog, mape_pct, read_logs
 from perf4sight.fit.logs import device_fresh_pages
-from tx2_accuracy import fit_chosen, method_datasets, profiled
+from tx2_accuracy import fit_chosen, method_datasets, profiled, signed_error_pct
 
 ZOO_DIR = Path(__file__).resolve().parent / "data" / "cpu_zoo"
 # What is held out together: networks of one design (their widths, depths and pruned levels).
@@ -51,12 +51,13 @@ FAMILIES = {
 
 def leave_family_out(method: str, logs_dir: Path, catalog: ArchitectureCatalog, nets: tuple[str, ...],
                      levels: tuple[int, ...], memory_dir: Path | None = None
-                     ) -> tuple[dict[str, dict[str, float]], dict[str, dict[str, str]], dict[tuple[str, int], float]]:
+                     ) -> tuple[dict[str, dict[str, float]], dict[str, dict[str, str]], dict[tuple[str, str], float]]:
     """MAPE per family and target, the method fitted for each, and the latency's mean signed
-    error (%) per (family, batch size); the memory logs from `memory_dir` (default `logs_dir`)."""
+    error (%) per (family, batch size named as `signed_error_pct` names it: `bs 8`); the memory
+    logs from `memory_dir` (default `logs_dir`)."""
     results: dict[str, dict[str, float]] = {}
     chosen_methods: dict[str, dict[str, str]] = {}
-    signed: dict[tuple[str, int], float] = {}
+    signed: dict[tuple[str, str], float] = {}
     for target in QUANTITIES:
         folder = (memory_dir or logs_dir) if target is MEMORY else logs_dir
         logs = read_logs(nets, levels, [folder / target.kind], [target])
@@ -75,9 +76,9 @@ def leave_family_out(method: str, logs_dir: Path, catalog: ArchitectureCatalog, 
             results.setdefault(family, {})[target.name] = mape_pct(evaluated.target, predicted)
             chosen_methods.setdefault(family, {})[target.name] = chosen
             if target is LATENCY:
-                error = 100 * (predicted / evaluated.target - 1)
-                for bs in sorted(set(evaluated.rows["batch_size"])):
-                    signed[(family, int(bs))] = float(np.mean(error[evaluated.rows["batch_size"].to_numpy() == bs]))
+                sizes = evaluated.rows["batch_size"]
+                bands = signed_error_pct(predicted, evaluated.target, sizes, [(bs, bs) for bs in sorted(set(sizes))])
+                signed.update({(family, band): error for band, error in bands.items()})
     return results, chosen_methods, signed
 
 
@@ -111,10 +112,9 @@ def main(argv: list[str] | None = None) -> int:
         console.print_table(f"CPU zoo, each family left out, training MAPE %, method = {method} ({seconds:.1f} s)",
                             ("family", "networks", MEMORY.name, LATENCY.name, f"{MEMORY.name} method",
                              f"{LATENCY.name} method"), rows)
-        sizes = sorted({bs for _, bs in signed})
-        console.print_table(f"latency, mean signed error % by batch size, method = {method}",
-                            ("family", *(f"bs {bs}" for bs in sizes)),
-                            [(family, *(signed.get((family, bs), float("nan")) for bs in sizes)) for family in results])
+        bands = list(dict.fromkeys(band for _, band in signed))
+        console.print_table(f"latency, mean signed error % by batch size, method = {method}", ("family", *bands),
+                            [(family, *(signed.get((family, band), float("nan")) for band in bands)) for family in results])
     console.print_table("CPU zoo, each family left out: mean over families, MAPE %",
                         ("method", MEMORY.name, LATENCY.name), summary)
     return 0

@@ -32,29 +32,31 @@ from zoo_accuracy import ZOO_DIR, leave_family_out
 from zoo_latency_passes import ITERATIONS
 
 
-def campaigns_held(logs: Path) -> int:
-    """The number of campaigns every passed latency test of `logs` holds (its iterations over
-    `ITERATIONS`); an error where tests hold different numbers."""
-    counts = {len(row["latency_iters_ms"]) // ITERATIONS
-              for journal in (logs / LATENCY.kind).glob("*.csv") if not journal.name.endswith(GT_SUFFIX)
-              for row in latest_rows(read_journal(journal)).values() if row["passed"]}
+def latency_rows(logs: Path) -> dict[str, list[dict]]:
+    """Each latency journal's latest rows, by the journal's name, read once for every set."""
+    return {journal.name: list(latest_rows(read_journal(journal)).values())
+            for journal in sorted((logs / LATENCY.kind).glob("*.csv")) if not journal.name.endswith(GT_SUFFIX)}
+
+
+def campaigns_held(journals: dict[str, list[dict]], logs: Path) -> int:
+    """The number of campaigns every passed latency test holds (its iterations over
+    `ITERATIONS`); an error naming `logs` where tests hold different numbers."""
+    counts = {len(row["latency_iters_ms"]) // ITERATIONS for rows in journals.values() for row in rows if row["passed"]}
     if len(counts) != 1:
         raise SystemExit(f"{logs / LATENCY.kind}: tests hold different numbers of campaigns: {sorted(counts)}")
     return counts.pop()
 
 
-def subset_folder(logs: Path, campaigns: tuple[int, ...], out: Path) -> Path:
-    """`out`: `logs` with each latency test the mean of `campaigns`' iterations (memory, models
-    and environment records as they are)."""
+def subset_folder(logs: Path, journals: dict[str, list[dict]], campaigns: tuple[int, ...], out: Path) -> Path:
+    """`out`: `logs` with each latency test of `journals` the mean of `campaigns`' iterations
+    (memory, models and environment records as they are)."""
     out.mkdir(parents=True)
     for entry in logs.iterdir():
         if entry.name != LATENCY.kind:
             (out / entry.name).symlink_to(entry.resolve())
-    for journal in sorted((logs / LATENCY.kind).glob("*.csv")):
-        if journal.name.endswith(GT_SUFFIX):
-            continue
-        target = out / LATENCY.kind / journal.name
-        for row in latest_rows(read_journal(journal)).values():
+    for name, rows in journals.items():
+        target = out / LATENCY.kind / name
+        for row in rows:
             if row["passed"]:
                 times = [t for c in campaigns for t in row["latency_iters_ms"][c * ITERATIONS:(c + 1) * ITERATIONS]]
                 row = {**row, "latency": float(np.mean(times)), "latency_iters_ms": times}
@@ -80,16 +82,20 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--sizes", default="1,2,3,5,all", help="numbers of campaigns to average (default: %(default)s)")
     parser.add_argument("--subsets", type=int, default=3, help="sets of campaigns per number (default: %(default)s)")
     args = parser.parse_args(argv)
+    asked = args.sizes.split(",")
+    if any(size != "all" and not (size.isdigit() and int(size) > 0) for size in asked):
+        parser.error(f"--sizes: {args.sizes!r}: numbers of campaigns above 0, or 'all', comma-separated")
     console.set_quiet(True)
-    total = campaigns_held(args.logs)
-    sizes = sorted({total if size == "all" else min(int(size), total) for size in args.sizes.split(",")})
+    journals = latency_rows(args.logs)
+    total = campaigns_held(journals, args.logs)
+    sizes = sorted({total if size == "all" else min(int(size), total) for size in asked})
     nets, levels = profiled(args.logs)
     catalog = ArchitectureCatalog(args.logs / "models")
     rows, per_size = [], {}
     with tempfile.TemporaryDirectory() as scratch:
         for size in sizes:
             for campaigns in subsets(total, size, args.subsets):
-                folder = subset_folder(args.logs, campaigns, Path(scratch) / "-".join(map(str, campaigns)))
+                folder = subset_folder(args.logs, journals, campaigns, Path(scratch) / "-".join(map(str, campaigns)))
                 results, _, _ = leave_family_out(args.method, folder, catalog, nets, levels)
                 error = float(np.mean([r[LATENCY.name] for r in results.values()]))
                 per_size.setdefault(size, []).append(error)
