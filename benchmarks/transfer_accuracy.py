@@ -1,16 +1,25 @@
 """Accuracy where the query differs from everything profiled: fit on one profiled set, evaluate on another.
 
 Each method is fitted on every passed run of the training set (`--train-logs`, `--train-models`)
+as fingerprinting fits it (the device's fresh-page cost read from the training logs' environment
+records, so a CPU's process-memory terms count; `default` chooses on the training runs alone)
 and evaluated on every passed run of the other (`--eval-logs`, `--eval-models`), for memory
-(`mem_used_mib`) and latency (`latency_ms`), as the tool predicts (calibrated where a network's family, at the same
-input size, was trained on); MAPE in percent per evaluated network. The two sets may differ in
-input size (the demo's 3x64x64 against `examples/cpu_resolution.ini`'s 3x128x128), in networks,
-or in both; what is evaluated was never seen by the fit.
+(`mem_used_mib`) and latency (`latency_ms`), as the tool predicts (calibrated where a network's
+family, at the same input size, was trained on); MAPE in percent per evaluated network, and the
+latency's mean signed error per batch size. The two sets may differ in input size (the demo's
+3x64x64 against `examples/cpu_resolution.ini`'s 3x128x128), in networks, or in both; what is
+evaluated was never seen by the fit; `--train-nets` and `--eval-nets` keep some networks of
+either set. What a user with `make demo`'s fingerprint gets on the twenty networks of the CPU zoo
+(same machine, same input size), and on the zoo's networks that none of the demo's six is, from
+all six or from the original tool's three alone:
 
     make demo
-    .venv/bin/perf4sight run --config examples/cpu_resolution.ini
     .venv/bin/python benchmarks/transfer_accuracy.py --train-logs out/demo/logs --train-models out/demo/models \
-        --eval-logs out/resolution/logs --eval-models out/resolution/models
+        --eval-logs benchmarks/data/cpu_zoo --eval-models benchmarks/data/cpu_zoo/models
+    .venv/bin/python benchmarks/transfer_accuracy.py --train-logs out/demo/logs --train-models out/demo/models \
+        --eval-logs benchmarks/data/cpu_zoo --eval-models benchmarks/data/cpu_zoo/models --eval-nets \
+        convnext_tiny,densenet121,efficientnet_b0,googlenet,mnasnet1_0,mobilenet_v3_large,regnet_y_400mf,regnet_y_800mf,resnet34,resnet50,resnext50_32x4d,squeezenet1_1,vgg11,wide_resnet50_2 \
+        [--train-nets resnet18,mobilenetv2,squeezenet]
 """
 
 from __future__ import annotations
@@ -23,25 +32,25 @@ import numpy as np
 
 from perf4sight import console
 from perf4sight.device.definitions import LATENCY, MEMORY, QUANTITIES, Quantity
-from perf4sight.fit import (
-    METHODS,
-    ArchitectureCatalog,
-    CalibratedModel,
-    Dataset,
-    build_dataset,
-    mape_pct,
-    read_logs,
-)
-from tx2_accuracy import profiled
+from perf4sight.fit import DEFAULT_METHOD, METHODS, ArchitectureCatalog, Dataset, mape_pct, read_logs
+from perf4sight.fit.logs import device_fresh_pages
+from tx2_accuracy import fit_chosen, method_datasets, profiled, signed_error_pct
 
 
-def _dataset(logs: Path, models: Path, feature_set: str, target: Quantity) -> Dataset:
-    nets, levels = profiled(logs)
-    if not nets:
+def _datasets(method: str, logs: Path, models: Path, target: Quantity, fresh_pages: float | None,
+              nets: list[str] | None) -> dict[str, Dataset]:
+    """The passed training runs of `nets` (None: every network) under `logs` in each feature set
+    `method` fits, on a device whose fresh pages cost `fresh_pages` ms per MiB (the training
+    device's: the evaluated runs are predicted for it)."""
+    profiled_nets, levels = profiled(logs)
+    if not profiled_nets:
         raise SystemExit(f"no logs under {logs / MEMORY.kind}")
-    runs = read_logs(nets, levels, [logs / target.kind], [target])
-    catalog = ArchitectureCatalog(models)
-    return build_dataset(runs, target=target.name, feature_set=feature_set, stage="training", catalog=catalog)
+    unknown = sorted(set(nets or ()) - set(profiled_nets))
+    if unknown:
+        raise SystemExit(f"{logs}: no logs of {', '.join(unknown)} (it holds {', '.join(profiled_nets)})")
+    runs = read_logs(nets or profiled_nets, levels, [logs / target.kind], [target])
+    return method_datasets(method, runs, target.name, ArchitectureCatalog(models), "training",
+                           fresh_pages_ms_per_mib=fresh_pages)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -49,27 +58,43 @@ def main(argv: list[str] | None = None) -> int:
     for role in ("train", "eval"):
         parser.add_argument(f"--{role}-logs", type=Path, required=True, help=f"{role} set: folder with memory/, latency/")
         parser.add_argument(f"--{role}-models", type=Path, required=True, help=f"{role} set: folder of the specs")
-    parser.add_argument("--method", action="append", choices=sorted(METHODS),
-                        help="method to evaluate (repeatable); default: every method")
+    for role in ("train", "eval"):
+        parser.add_argument(f"--{role}-nets", type=lambda text: text.split(","),
+                            help=f"{role} set: its networks to use, comma-separated (default: every one)")
+    parser.add_argument("--method", action="append", choices=sorted([*METHODS, DEFAULT_METHOD]),
+                        help=f"method to evaluate (repeatable); default: '{DEFAULT_METHOD}'")
     args = parser.parse_args(argv)
-    for method in args.method or list(METHODS):
-        feature_set = METHODS[method].feature_set
+    console.set_quiet(True)
+    summary = []
+    for method in args.method or [DEFAULT_METHOD]:
         results: dict[str, dict[str, float]] = {}
+        chosen: dict[str, str] = {}
+        signed: dict[tuple[str, str], float] = {}
         for target in QUANTITIES:
-            train = _dataset(args.train_logs, args.train_models, feature_set, target)
-            evaluated = _dataset(args.eval_logs, args.eval_models, feature_set, target)
-            # as the tool predicts: a network of a profiled family (same input size) is calibrated
-            model = CalibratedModel(method, target.name, train.stage).fit(train.rows, train.target)
+            fresh_pages = device_fresh_pages([args.train_logs / target.kind])  # as fingerprinting reads it
+            train = _datasets(method, args.train_logs, args.train_models, target, fresh_pages, args.train_nets)
+            evaluated_sets = _datasets(method, args.eval_logs, args.eval_models, target, fresh_pages, args.eval_nets)
+            chosen[target.name], _, model = fit_chosen(method, {None: train}, target.name)
+            evaluated = evaluated_sets[chosen[target.name]]
             predicted = model.predict(evaluated.rows)
-            rows = evaluated.rows.assign(predicted=predicted)
+            rows = evaluated.rows.assign(predicted=predicted, measured=evaluated.target)
             for net, group in rows.groupby("net", sort=True):
                 results.setdefault(str(net), {})[target.name] = mape_pct(group["measured"], group["predicted"])
-            results.setdefault("all", {})[target.name] = mape_pct(rows["measured"], rows["predicted"])
-        table = [(net, r[MEMORY.name], r[LATENCY.name]) for net, r in results.items()]
-        console.print_table(f"{args.eval_logs} predicted from {args.train_logs}, MAPE %, method = {method}",
-                            ("evaluated net", MEMORY.name, LATENCY.name), table)
-        means = np.mean([[r[MEMORY.name], r[LATENCY.name]] for net, r in results.items() if net != "all"], axis=0)
-        console.info(f"mean over networks: {MEMORY.name} {means[0]:.2f} %, {LATENCY.name} {means[1]:.2f} %")
+                if target is LATENCY:
+                    sizes = group["batch_size"]
+                    bands = signed_error_pct(group["predicted"].to_numpy(), group["measured"], sizes,
+                                             [(bs, bs) for bs in sorted(set(rows["batch_size"]))])
+                    signed.update({(str(net), band): error for band, error in bands.items()})
+        means = [float(np.mean([r[q.name] for r in results.values()])) for q in (MEMORY, LATENCY)]
+        summary.append((f"{method} ({chosen[MEMORY.name]} / {chosen[LATENCY.name]})", *means))
+        bands = list(dict.fromkeys(band for _, band in signed))
+        console.print_table(f"{args.eval_logs} predicted from {args.train_logs}, MAPE % and latency's signed error %, "
+                            f"method = {method}", ("evaluated net", MEMORY.name, LATENCY.name, *bands),
+                            [(net, r[MEMORY.name], r[LATENCY.name], *(signed.get((net, band), float("nan"))
+                                                                     for band in bands))
+                             for net, r in results.items()] + [("mean over networks", *means)])
+    console.print_table("mean over the evaluated networks, MAPE % (the methods chosen for memory / latency)",
+                        ("method", MEMORY.name, LATENCY.name), summary)
     return 0
 
 

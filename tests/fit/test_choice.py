@@ -8,7 +8,7 @@ from dataclasses import replace
 
 import numpy as np
 import pytest
-from repository_data import H200
+from repository_data import H200, ZOO
 
 from perf4sight.config import FingerprintSettings
 from perf4sight.device.definitions import LATENCY, MEMORY
@@ -23,6 +23,7 @@ from perf4sight.fit import (
     load_model,
     read_logs,
 )
+from perf4sight.fit.logs import device_fresh_pages
 from perf4sight.fit.choice import _clearly_above, _standard_error, held_out_errors
 from perf4sight.features import queries
 from perf4sight.features.network import NETWORK_TERMS
@@ -92,6 +93,30 @@ def test_a_kind_no_training_network_has_takes_its_ties_rate_or_none(latency_data
     assert with_depthwise.tied_terms_ == ["grouped", "autocast_gemm"]
     # a byte of the H200's depthwise kernels costs about ten of its other layers' (fitted: 11.6)
     assert with_depthwise.coef_[terms.index("depthwise")] > 5 * with_depthwise.coef_[terms.index("traffic")]
+
+
+def test_a_classifier_alone_leaves_the_linear_layers_rate_tied_to_the_convolutions():
+    """A CNN's classifier holds well under 1 % of its GEMM operations: fitted on the CPU zoo's
+    networks whose only Linear layer is it, a rate of its own for the Linear layers would fit the
+    other rates' noise, so they take the convolutions' rate, and alexnet (whose body is Linear
+    layers) is predicted at that rate, not hundreds of times slower; with alexnet among the
+    training networks the Linear layers' rate is its own."""
+    logs = read_logs(["resnet18", "mobilenet_v2", "squeezenet1_0", "alexnet"], [0, 45, 90], [ZOO / "latency"],
+                     [LATENCY])
+    fresh_pages = device_fresh_pages([ZOO / "latency"])  # alexnet's large gradients, as fingerprinting counts them
+    data = build_dataset(logs, target="latency_ms", feature_set="network", stage="training",
+                         catalog=ArchitectureCatalog(ZOO / "models"), fresh_pages_ms_per_mib=fresh_pages)
+    alexnet = (data.rows["net"] == "alexnet").to_numpy()
+    classifiers = data.select(~alexnet)
+    tied = fit_method("planes", classifiers.rows, classifiers.target, "latency_ms",
+                      fresh_pages_ms_per_mib=fresh_pages)
+    terms = list(tied[-1].terms_)
+    assert "linear" in tied[-1].tied_terms_
+    assert tied[-1].coef_[terms.index("linear")] == tied[-1].coef_[terms.index("gemm")]
+    ratio = tied.predict(data.rows[alexnet]) / data.target[alexnet]
+    assert 0.5 < ratio.min() and ratio.max() < 2.0, ratio
+    own = fit_method("planes", data.rows, data.target, "latency_ms", fresh_pages_ms_per_mib=fresh_pages)[-1]
+    assert "linear" not in own.tied_terms_
 
 
 def test_latency_chooses_between_one_rate_and_a_rate_per_stream_of_bytes(latency_dataset):

@@ -8,6 +8,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 import pytest
+from repository_data import ZOO
 import torchvision
 
 from perf4sight.errors import LogFormatError
@@ -98,10 +99,9 @@ def test_an_unknown_dataset_in_a_log_names_the_file(tmp_path):
     ("net", "vgg11", "the spec's net is 'vgg11', but the logs that name this file measured the network 'alexnet'"),
 ])
 def test_a_spec_that_says_another_network_than_its_logs_is_refused(tmp_path, key, value, message):
-    zoo = Path(__file__).resolve().parents[2] / "benchmarks" / "data" / "cpu_zoo"
     # as logs that record no spec digest (the original's) read it: the names are what is checked
-    logs = read_logs(["alexnet"], [45], [zoo / "memory"], [MEMORY]).drop(columns=SPEC_DIGEST)
-    spec = json.loads((zoo / "models" / "alexnet_45.json").read_text())
+    logs = read_logs(["alexnet"], [45], [ZOO / "memory"], [MEMORY]).drop(columns=SPEC_DIGEST)
+    spec = json.loads((ZOO / "models" / "alexnet_45.json").read_text())
     (tmp_path / "alexnet_45.json").write_text(json.dumps({**spec, key: value}))
     with pytest.raises(LogFormatError, match=rf"{tmp_path / 'alexnet_45.json'}: {message}"):
         build_dataset(logs, target="mem_used_mib", feature_set="paper", stage="training",

@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pandas as pd
 import pytest
+from repository_data import ZOO
 
 from perf4sight.device.definitions import LATENCY, MEMORY
 from perf4sight.device.logs import read_journal, write_gt
@@ -174,8 +175,6 @@ def test_the_journal_and_the_gt_log_read_every_missing_spelling_alike(tmp_path, 
         read_gt_log(gt, [MEMORY])
 
 
-# The CPU zoo's logs (kept in the repository, of our own format: with `stage`).
-ZOO = Path(__file__).resolve().parents[2] / "benchmarks" / "data" / "cpu_zoo"
 
 
 def _zoo_log(tmp_path: Path, kind: str = "memory", name: str = "alexnet_45") -> Path:

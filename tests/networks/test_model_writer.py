@@ -148,7 +148,8 @@ def example_model_files(tmp_path_factory) -> list[dict]:
 def test_example_model_files_build_train_and_load_the_pruned_state_on_old_stacks(old_stack, example_model_files, tmp_path):
     names = {job["name"] for job in example_model_files}
     assert {n.rsplit("_", 1)[0] for n in names} == {
-        "resnet18", "mobilenetv2", "squeezenet", "alexnet", "vgg11", "googlenet", "mnasnet", "resnet50"}
+        "resnet18", "mobilenetv2", "squeezenet", "alexnet", "mobilenet_v3_small", "regnet_x_400mf", "vgg11", "googlenet",
+        "mnasnet", "resnet50"}
     jobs = tmp_path / "jobs.json"
     jobs.write_text(json.dumps(example_model_files))
     run = old_stack.run(["-c", _TRAIN_OLD, jobs], timeout=600)

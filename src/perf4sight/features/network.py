@@ -550,12 +550,13 @@ FLAT_TERMS = TermSet("flat", memory=_MEMORY_TERMS,
 # zoo, each family left out, the taps took latency 9.78 -> 9.42 % (convnext 16.2 -> 12.6,
 # mobilenet 9.3 -> 8.1); in the `physical` model, without the planes, they cost 0.5 points.
 # Beside them, the Linear layers' GEMMs at a rate of their own (tied to the convolutions' where no
-# training network holds such layers): a CPU runs them in its matrix library, its convolutions in
-# its convolution library, at other rates per operation (on the CPU zoo, fitted on every family,
-# 1.4 times the convolutions'; convnext's pointwise layers are Linear layers). With each family left
-# out, latency 7.81 -> 7.50 % (convnext 11.85 -> 6.6; the taps' rate then fits to 0). Where the
-# training networks' Linear layers are only their classifiers (the TX2's four), the rate fits their
-# noise (each left out, 7.85 -> 10.9 %), and `default` keeps a model without it.
+# training network holds such layers beyond a classifier's share, `perf4sight.fit.physical`): a CPU
+# runs them in its matrix library, its convolutions in its convolution library, at other rates per
+# operation (on the CPU zoo, fitted on every family, 1.4 times the convolutions'; convnext's
+# pointwise layers are Linear layers). With each family left out, latency 7.81 -> 7.50 % (convnext
+# 11.85 -> 6.6; the taps' rate then fits to 0). Where the training networks' Linear layers are
+# only their classifiers (the TX2's four), the rate is tied (fitted on them, it fitted their noise:
+# each network left out, 7.86 % tied against 10.9).
 _PLANES = Term("planes", {_GROUP_PLANES: 1.0}, "count")
 _DEPTHWISE_TAPS = Term("depthwise_taps", {group_column(_DEPTHWISE, "flops"): 1.0}, "flops")
 _CONV_GEMM_WORK = Term("gemm", {**{column: 1.0 for column in _GEMM_WORK_COLUMNS if column != _LINEAR_WORK_COLUMN},

@@ -30,7 +30,8 @@ class Term:
     """`name` = sum of `columns[c] * weight` over the feature columns `c`, in `unit`.
 
     `tie` names the fitted term whose coefficient this one takes where the training rows
-    cannot identify its own (none of them holds any of it). A term is itself (compared and
+    cannot identify its own (none of them holds a share of the two worth a rate of its own,
+    `perf4sight.fit.physical`). A term is itself (compared and
     hashed by identity), so that what a model derives from its terms can be kept per term."""
 
     name: str

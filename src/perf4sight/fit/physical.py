@@ -345,12 +345,36 @@ def _measured(fitted: dict[str, Any], amounts: _Amounts) -> np.ndarray:
     return _smooth_min(demand, fitted["capacity"])
 
 
+# A term tied to another (`Term.tie`) has a rate of its own only where some training row holds
+# at least this share of the two terms' amounts together in it; else it takes the other's. A rate
+# fitted on amounts that small fits the other terms' noise, not the device: a CNN's classifier
+# beside its convolutions holds 0.01-0.9 % of the GEMM operations (the TX2's four networks, the
+# CPU zoo's), on which the Linear layers' rate came out at 184 (TX2) and 4268 (the demo's original
+# three) times the convolutions', and networks whose Linear layers are their body were predicted
+# 90-520 times too slow (alexnet, vgg11, convnext). Networks that hold such layers in earnest hold
+# 5-96 % (mobilenet_v3's classifier heads 5.4 and 9.0, vgg11 16, alexnet 59, convnext 96).
+_TIE_SHARE = 0.02
+
+
+def _held_shares(X: np.ndarray, terms: list[str], ties: dict[str, str]) -> dict[str, float]:  # noqa: N803
+    """Per tied term, the largest share of its and its tie's amounts together that it holds in
+    one row (0 where neither holds any)."""
+    shares = {}
+    for name, tie in ties.items():
+        own, other = X[:, terms.index(name)], X[:, terms.index(tie)]
+        together = own + other
+        shares[name] = float(np.max(np.divide(own, together, out=np.zeros_like(own), where=together > 0),
+                                    initial=0.0))
+    return shares
+
+
 class LatencySolver(RegressorMixin, BaseEstimator):
     """Latency as a fixed cost plus a non-negative rate per term, from term amounts.
 
-    `terms` names X's columns; `ties` pairs (term, fitted term): a term that no training row
-    holds takes its tie's rate (`tied_terms_` names those); `exact` names terms whose amounts
-    are milliseconds known before the fit (a cost the device measured), added as they are.
+    `terms` names X's columns; `ties` pairs (term, fitted term): a term of which no training
+    row holds `_TIE_SHARE` of the two together takes its tie's rate (`tied_terms_` names
+    those); `exact` names terms whose amounts are milliseconds known before the fit (a cost
+    the device measured), added as they are.
     Fitted: `intercept_`, `coef_` (one per term, named by `terms_`; 1 for an exact term).
     """
 
@@ -375,8 +399,8 @@ class LatencySolver(RegressorMixin, BaseEstimator):
         unknown = sorted({*ties, *ties.values(), *self.exact} - set(terms))
         if unknown:
             raise ValueError(f"LatencySolver: ties or exact terms name unknown terms: {', '.join(unknown)}")
-        absent = ~X.any(axis=0)
-        tied = [i for i, name in enumerate(terms) if name in ties and absent[i]]
+        held = _held_shares(X, terms, ties)
+        tied = [i for i, name in enumerate(terms) if name in ties and held[name] < _TIE_SHARE]
         exact = np.isin(terms, list(self.exact))
         parameters = _Parameters(intercept=None, coef=len(terms))
         fitted = parameters.vector(intercept=True, coef=~np.isin(np.arange(len(terms)), tied) & ~exact).astype(bool)
