@@ -43,11 +43,6 @@ def _datasets(method: str, logs: Path, models: Path, target: Quantity, fresh_pag
     `method` fits, on a device whose fresh pages cost `fresh_pages` ms per MiB (the training
     device's: the evaluated runs are predicted for it)."""
     profiled_nets, levels = profiled(logs)
-    if not profiled_nets:
-        raise SystemExit(f"no logs under {logs / MEMORY.kind}")
-    unknown = sorted(set(nets or ()) - set(profiled_nets))
-    if unknown:
-        raise SystemExit(f"{logs}: no logs of {', '.join(unknown)} (it holds {', '.join(profiled_nets)})")
     runs = read_logs(nets or profiled_nets, levels, [logs / target.kind], [target])
     return method_datasets(method, runs, target.name, ArchitectureCatalog(models), "training",
                            fresh_pages_ms_per_mib=fresh_pages)
@@ -64,6 +59,15 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--method", action="append", choices=sorted([*METHODS, DEFAULT_METHOD]),
                         help=f"method to evaluate (repeatable); default: '{DEFAULT_METHOD}'")
     args = parser.parse_args(argv)
+    for role in ("train", "eval"):
+        logs, nets = getattr(args, f"{role}_logs"), getattr(args, f"{role}_nets")
+        profiled_nets, _ = profiled(logs)
+        if not profiled_nets:
+            parser.error(f"--{role}-logs: no logs under {logs / MEMORY.kind}")
+        unknown = sorted(set(nets or ()) - set(profiled_nets))
+        if unknown:
+            parser.error(f"--{role}-nets: {logs} holds no logs of {', '.join(unknown)} "
+                         f"(it holds {', '.join(profiled_nets)})")
     console.set_quiet(True)
     summary = []
     for method in args.method or [DEFAULT_METHOD]:
@@ -73,9 +77,10 @@ def main(argv: list[str] | None = None) -> int:
         for target in QUANTITIES:
             fresh_pages = device_fresh_pages([args.train_logs / target.kind])  # as fingerprinting reads it
             train = _datasets(method, args.train_logs, args.train_models, target, fresh_pages, args.train_nets)
-            evaluated_sets = _datasets(method, args.eval_logs, args.eval_models, target, fresh_pages, args.eval_nets)
             chosen[target.name], _, model = fit_chosen(method, {None: train}, target.name)
-            evaluated = evaluated_sets[chosen[target.name]]
+            # the evaluated runs in the chosen method's features alone (a replay's are seconds per base)
+            evaluated = _datasets(chosen[target.name], args.eval_logs, args.eval_models, target, fresh_pages,
+                                  args.eval_nets)[chosen[target.name]]
             predicted = model.predict(evaluated.rows)
             rows = evaluated.rows.assign(predicted=predicted, measured=evaluated.target)
             for net, group in rows.groupby("net", sort=True):

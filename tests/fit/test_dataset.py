@@ -3,13 +3,12 @@
 from __future__ import annotations
 
 import json
-from pathlib import Path
 
 import numpy as np
 import pandas as pd
 import pytest
-from repository_data import ZOO
 import torchvision
+from repository_data import ZOO
 
 from perf4sight.errors import LogFormatError
 from perf4sight.features import paper_features

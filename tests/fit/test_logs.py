@@ -175,8 +175,6 @@ def test_the_journal_and_the_gt_log_read_every_missing_spelling_alike(tmp_path, 
         read_gt_log(gt, [MEMORY])
 
 
-
-
 def _zoo_log(tmp_path: Path, kind: str = "memory", name: str = "alexnet_45") -> Path:
     return Path(shutil.copy(ZOO / kind / f"{name}-gt.csv", tmp_path))
 
