@@ -1,6 +1,6 @@
 """A campaign planned for a time budget, run with the budget kept and then to its end.
 
-The demo's three networks (`examples/cpu_quick.ini`: seven levels, batch sizes 2 to 128, memory
+The demo's six networks (`examples/cpu_quick.ini`: seven levels, batch sizes 2 to 128, memory
 and latency) are pruned into a scratch folder, `perf4sight profile plan --minutes M` plans the
 campaign on this machine, and `perf4sight profile run` runs it twice: with `budget_minutes` the
 share F of M (no test starts once its tests have held the CPU that long: F below 1 stands for a

@@ -67,9 +67,10 @@ def time_tests(settings: ProfileSettings, tests: pd.DataFrame,
             probes[network] = probe_network(settings, Path(files[0]), settings.bs)
             bar.advance(network)
         network, files = next(iter(local.items()))
-        bar.label(f"a memory test of {Path(files[-1]).stem}")
+        memory_test = f"a memory test of {Path(files[-1]).stem}"
+        bar.label(memory_test)
         start_s = test_start_seconds(settings, network, Path(files[-1]))
-        bar.advance("")
+        bar.advance(memory_test)
     return estimate_seconds(settings, tests, probes, start_s), start_s
 
 
