@@ -229,7 +229,7 @@ model_path = {out}/models
 
 [profile]
 network = ['squeezenet', 'resnet18']
-bs = [2, 4]
+bs = [2]
 stage = ['training']
 profile_variables = ['memory']
 local_model_loc = {out}/models
@@ -259,7 +259,7 @@ def test_runs_profiled_under_autocast_leave_the_replay_out_of_the_choice_and_ref
     config.write_text(AUTOCAST_CONFIG.format(out=tmp_path))
     assert main(["--quiet", "run", "--config", str(config)]) == 0
     logs = pd.read_csv(tmp_path / "logs" / "memory" / "resnet18_50-gt.csv", sep="|")
-    assert sorted(logs["precision"]) == ["amp-bf16", "amp-bf16", "fp32", "fp32"] and logs["passed"].all()
+    assert sorted(logs["precision"]) == ["amp-bf16", "fp32"] and logs["passed"].all()
     model = load_model(tmp_path / "fitted", stage="training", target=MEMORY.name)
     # chosen among the others (`physical` or `copies`, by these few runs' held-out errors)
     assert model.method in set(candidate_methods(MEMORY.name)) - {"replay"}
@@ -288,7 +288,7 @@ def test_runs_profiled_under_autocast_leave_the_replay_out_of_the_choice_and_ref
         eval_memory_logs=[tmp_path / "logs" / "memory"], latency_model=False, method="replay",
         pruned_models_storedir=tmp_path / "models", model_storedir=tmp_path / "replay",
     ))
-    assert report["mem_used_mib"]["method"] == "replay" and report["mem_used_mib"]["n"] == 16
+    assert report["mem_used_mib"]["method"] == "replay" and report["mem_used_mib"]["n"] == 8
 
 
 def _logs_with_records(h200_dir: Path, tmp_path: Path, versions: list[str]) -> Path:
