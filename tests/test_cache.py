@@ -94,6 +94,7 @@ print(json.dumps({"torchvision": "torchvision" in sys.modules, "name": arch.name
 """
 
 
+@pytest.mark.slow
 def test_a_cached_network_is_read_by_name_without_importing_torchvision(tmp_path: Path) -> None:
     """torchvision's import (it loads `torch._dynamo`) takes longer than a cached query's work:
     a later process checks the name against the builders the cache lists and reads the network

@@ -523,6 +523,7 @@ def test_a_backend_error_names_its_argument_and_the_pipeline_adds_file_and_secti
     assert f"error: {config}: [profile] device = cuda: CUDA is not available on this machine" in _one_error_line(capsys)
 
 
+@pytest.mark.slow
 def test_a_campaign_whose_journal_was_deleted_adds_no_test_twice_to_the_gt(
         tmp_path: Path, model_dir: Path, write_test_config) -> None:
     config = read_test_config(write_test_config(tmp_path / "t.ini", [model_dir / "tinynet_0.py"], [2, 4],

@@ -114,6 +114,7 @@ def test_clocks_locked_as_jetson_clocks_leaves_them(tmp_path: Path) -> None:
     assert clock_state(tmp_path / "nothing")["clocks_locked"] is None
 
 
+@pytest.mark.slow
 def test_a_restarted_worker_keeps_its_first_start_facts_and_skips_the_probes() -> None:
     """Each memory test restarts the worker; the CPU's fresh-pages probe runs at the first only."""
     assert FRESH_PAGES_COST in CpuBackend().setup()
