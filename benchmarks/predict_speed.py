@@ -58,7 +58,7 @@ from perf4sight.features.caching_allocator import replay_peaks
 from perf4sight.fit import fingerprint_device, load_model
 from perf4sight.networks import architecture_from_spec, create_network_dataset, read_spec
 from perf4sight.networks.model_file import build_from_file
-from perf4sight.networks.spec import _base_architecture
+from perf4sight.networks.spec import forget_traces
 from perf4sight.predict import Predictor
 
 TX2 = Path(__file__).resolve().parents[1].parent / "shared" / "datasets" / "tx2"
@@ -114,7 +114,7 @@ def _time_set(predictor: Predictor, sources: list[str], *, cleared: bool = True)
     """Seconds to predict every network, from a cleared state (each base traced once, in the
     run), or with the bases already described (`cleared` False)."""
     if cleared:
-        _base_architecture.cache_clear()
+        forget_traces()
     start = time.perf_counter()
     for source in sources:
         predictor.predict(source, BATCH_SIZES)
@@ -177,7 +177,7 @@ def main() -> None:
         gc.freeze()
         cold, original = [], []
         for source, model_file, net in networks:
-            _base_architecture.cache_clear()
+            forget_traces()
             start = time.perf_counter()
             predictor.predict(source, BATCH_SIZES)
             cold.append(time.perf_counter() - start)

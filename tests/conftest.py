@@ -19,7 +19,9 @@ from old_stacks import OldStack, StackUnavailable, provide_stack, stack_name
 from repository_data import H200
 
 from perf4sight import console
-from perf4sight.networks import CHECKED_STACKS
+from perf4sight.architecture import lifetimes
+from perf4sight.networks import CHECKED_STACKS, registry
+from perf4sight.networks.spec import forget_traces
 
 ROOT = Path(__file__).resolve().parents[1]
 # PERF4SIGHT_TX2 points elsewhere (a missing path runs the suite as a clean clone would).
@@ -162,3 +164,20 @@ def old_stack(request: pytest.FixtureRequest) -> OldStack:
 def oldest_stack() -> OldStack:
     """Python 3.6 + torch 1.10.2 (JetPack 4.6), the oldest stack the device side runs on."""
     return _stack(*CHECKED_STACKS[0])
+
+
+@pytest.fixture
+def recordings(monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    """The names of the networks recorded from now on (no base traced, nor torchvision's builders
+    listed, in this process before)."""
+    forget_traces()
+    registry._catalogue.cache_clear()
+    recorded: list[str] = []
+    original = lifetimes.record_timeline
+
+    def counting(build, input_size, num_classes, stage, arch=None, **options):  # noqa: ANN001, ANN202
+        recorded.append(arch.name if arch is not None else "")
+        return original(build, input_size, num_classes, stage, arch, **options)
+
+    monkeypatch.setattr(lifetimes, "record_timeline", counting)
+    return recorded

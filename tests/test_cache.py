@@ -19,7 +19,7 @@ from perf4sight.cache import cache_dir, cache_info
 from perf4sight.config import NetworkDatasetSettings
 from perf4sight.features.replay import replay_features
 from perf4sight.networks import create_network_dataset, load_architecture, registry
-from perf4sight.networks.spec import _base_architecture
+from perf4sight.networks.spec import forget_traces
 
 EXAMPLES = Path(__file__).resolve().parents[1] / "examples" / "model_files"
 SMALL = {"input_size": (3, 32, 32), "num_classes": 10}
@@ -27,25 +27,10 @@ BATCH_SIZES = [1, 3, 8, 50, 200]
 PERF4SIGHT = Path(sys.executable).with_name("perf4sight")
 
 
-@pytest.fixture
-def recordings(monkeypatch: pytest.MonkeyPatch) -> list[str]:
-    """The names of the networks recorded from now on (no base traced, nor torchvision's builders
-    listed, in this process before)."""
-    _base_architecture.cache_clear()
-    registry._catalogue.cache_clear()
-    recorded: list[str] = []
-    original = lifetimes.record_timeline
-
-    def counting(build, input_size, num_classes, stage, arch=None, **options):  # noqa: ANN001, ANN202
-        recorded.append(arch.name if arch is not None else "")
-        return original(build, input_size, num_classes, stage, arch, **options)
-
-    monkeypatch.setattr(lifetimes, "record_timeline", counting)
-    return recorded
 
 
 def _load(source: str | Path) -> Architecture:
-    _base_architecture.cache_clear()  # as a new process would: only the disk cache is left
+    forget_traces()  # as a new process would: only the disk cache is left
     return load_architecture(source, needs=Detail.LIFETIMES, **SMALL)
 
 
@@ -182,7 +167,7 @@ def _entry_bytes(folder: Path) -> dict[Path, int]:
 
 def test_the_entries_read_longest_ago_go_past_the_bound(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     def resnet18_at_48() -> None:
-        _base_architecture.cache_clear()
+        forget_traces()
         load_architecture("resnet18", needs=Detail.LIFETIMES, input_size=(3, 48, 48), num_classes=10)
 
     folder = cache_dir()

@@ -22,8 +22,8 @@ from perf4sight.features import FEATURE_SETS
 from perf4sight.features.caching_allocator import replay, replay_peaks, replays
 from perf4sight.features.network import network_features
 from perf4sight.features.replay import replay_features
-from perf4sight.networks import build_from_spec, create_network_dataset, load_architecture, read_spec
-from perf4sight.networks.spec import _base_architecture
+from perf4sight.networks import build_from_spec, create_network_dataset, load_architecture, load_network, read_spec
+from perf4sight.networks.spec import forget_traces
 
 MIB = 1 << 20
 INPUT = (3, 16, 16)
@@ -88,6 +88,7 @@ def test_recording_leaves_the_callers_module_alone():
 
 
 def test_lifetimes_are_recorded_with_the_architecture_and_replayed_from_it(monkeypatch):
+    forget_traces()  # the same network recorded by an earlier test would be scaled from it
     recorded = []
     original = lifetimes.record_timeline
     monkeypatch.setattr(lifetimes, "record_timeline", lambda *args: recorded.append(args[3]) or original(*args))
@@ -209,35 +210,47 @@ def _scaled_and_recorded(spec_path: Path, stage: str) -> tuple[Timeline, Timelin
 
 
 @pytest.mark.slow
-def test_a_pruned_variant_is_its_bases_recording_scaled(tmp_path, monkeypatch):
+def test_a_pruned_variant_is_its_bases_recording_scaled(tmp_path, recordings):
     create_network_dataset(NetworkDatasetSettings(
         networks=["resnet18", str(EXAMPLES / "model_files" / "mobilenet_like.py")], pruning_perc=[0, 50, 90],
         input_size=[3, 32, 32], num_classes=10, model_path=tmp_path,
     ))
-    _base_architecture.cache_clear()  # bases traced (and recorded) by earlier tests are traced anew
-    recorded = []
-    original = lifetimes.record_timeline
-
-    def counting(build, input_size, num_classes, stage, arch=None):
-        recorded.append(arch.name if arch is not None else None)
-        return original(build, input_size, num_classes, stage, arch)
-
-    monkeypatch.setattr(lifetimes, "record_timeline", counting)
     specs = sorted(tmp_path.glob("*.json"))
     timelines = [_with_lifetimes(path).lifetimes["training"] for path in specs]
-    assert sorted(recorded) == sorted(["resnet18", str(EXAMPLES / "model_files" / "mobilenet_like.py")])  # bases only
-    monkeypatch.setattr(lifetimes, "record_timeline", original)
+    assert sorted(recordings) == sorted(["resnet18", str(EXAMPLES / "model_files" / "mobilenet_like.py")])  # bases
     for path, scaled in zip(specs, timelines):
         assert scaled.same_events(_recorded(path, "training")), path.name
     # the levels differ, so the scaling did something
     assert len({int(t.per_sample_bytes.sum()) for t in timelines}) == len(specs)
 
 
+@pytest.mark.slow
+def test_a_model_files_other_levels_are_its_first_levels_recording_scaled(tmp_path, monkeypatch, recordings):
+    """Model files, pruned levels of one network each, share no base: the first level loaded is
+    recorded, the others get its recording scaled (their layers differ in width alone), the
+    same events as a recording of their own; a network of other layers is recorded anew."""
+    create_network_dataset(NetworkDatasetSettings(
+        networks=[str(EXAMPLES / "model_files" / f"{name}.py") for name in ("mobilenet_like", "resnet_like")],
+        pruning_perc=[0, 50, 90], input_size=[3, 32, 32], num_classes=10, model_path=tmp_path,
+        write_model_files=True,
+    ))
+    monkeypatch.setenv("PERF4SIGHT_CACHE", "0")
+    files = sorted(tmp_path.glob("*.py"))
+    assert len(files) == 6
+    timelines = {path.stem: _with_lifetimes(path).lifetimes["training"] for path in files}
+    assert sorted(recordings) == ["mobilenet_like_0", "resnet_like_0"]
+    for path in files:
+        module = load_network(path).module
+        own = record_timeline(lambda: module, (3, 32, 32), 10, "training")
+        assert timelines[path.stem].same_events(own), path.name
+    assert len({int(t.per_sample_bytes.sum()) for t in timelines.values()}) == len(files)
+
+
 def test_a_name_and_its_specs_share_one_recording(tmp_path, monkeypatch):
     create_network_dataset(NetworkDatasetSettings(
         networks=["squeezenet"], pruning_perc=[50], input_size=[3, 32, 32], num_classes=10, model_path=tmp_path,
     ))
-    _base_architecture.cache_clear()
+    forget_traces()
     recorded = []
     original = lifetimes.record_timeline
     monkeypatch.setattr(lifetimes, "record_timeline", lambda *args: recorded.append(args) or original(*args))

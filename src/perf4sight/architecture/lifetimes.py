@@ -24,9 +24,11 @@ gets the same events with its own sizes (`resized`), without being built or run.
 
 from __future__ import annotations
 
+import collections
 import contextlib
 import dataclasses
 import gc
+import hashlib
 import math
 import weakref
 from collections.abc import Callable, Iterable, Iterator
@@ -40,14 +42,15 @@ from torch.overrides import TorchFunctionMode
 from torch.utils._python_dispatch import TorchDispatchMode
 
 from perf4sight.architecture.autograd import COPIED_INPUT_OPS
+from perf4sight.architecture.derived import derived_values
 from perf4sight.architecture.ir import Architecture, Scaling, Timeline
-from perf4sight.architecture.kinds import layer_kind
+from perf4sight.architecture.kinds import BATCH_NORM, layer_kind
 from perf4sight.architecture.trace import LayerWatch
 from perf4sight.device.recipe import DEFAULT_RECIPE, PRECISIONS, Recipe
 from perf4sight.device.workload import tensors_in
 from perf4sight.errors import NetworkError
 
-__all__ = ["ITERATIONS", "record_timeline", "recording_problem", "resized", "with_lifetimes"]
+__all__ = ["ITERATIONS", "record_timeline", "recording_problem", "resized", "sibling_key", "with_lifetimes"]
 
 # The first iteration creates the momentum buffers; the second is the steady state.
 ITERATIONS = {"training": 2, "inference": 1}
@@ -495,11 +498,59 @@ def _scaling(timeline: Timeline, layers: list[int], backward: list[bool], templa
 
 
 def with_lifetimes(arch: Architecture, build: Callable[[], torch.nn.Module], stages: Iterable[str]) -> Architecture:
-    """`arch` holding the tensor lifetimes of `stages` too: those it lacks are recorded from
-    the network `build` makes (whose traced architecture `arch` is), as plain data; those it
-    holds (scaled from its base's by `with_layer_shapes`) are kept."""
+    """`arch` holding the tensor lifetimes of `stages` too: those it holds (scaled from its
+    base's by `with_layer_shapes`) are kept; those it lacks are scaled from the recording of a
+    network this process recorded whose layers differ from `arch`'s in their widths alone (a
+    model file's other pruning levels: `sibling_key`), else recorded from the network `build`
+    makes (whose traced architecture `arch` is), as plain data."""
     missing = [stage for stage in dict.fromkeys(stages) if stage not in arch.lifetimes]
     if not missing:
         return arch
-    recorded = {stage: record_timeline(build, arch.input_size, arch.num_classes, stage, arch) for stage in missing}
-    return dataclasses.replace(arch, lifetimes={**arch.lifetimes, **recorded})
+    key = sibling_key(arch)
+    sibling = _RECORDED.get(key) if key is not None else None
+    scaled = {stage: resized(sibling.lifetimes[stage], sibling, arch)
+              for stage in missing if sibling is not None and stage in sibling.lifetimes}
+    recorded = {stage: record_timeline(build, arch.input_size, arch.num_classes, stage, arch)
+                for stage in missing if scaled.get(stage) is None}
+    arch = dataclasses.replace(arch, lifetimes={**arch.lifetimes, **scaled, **recorded})
+    if recorded and key is not None:
+        _RECORDED[key] = arch
+        _RECORDED.move_to_end(key)
+        while len(_RECORDED) > _SIBLINGS_KEPT:
+            _RECORDED.popitem(last=False)
+    return arch
+
+
+# The architectures recorded in this process (the latest few), by `sibling_key`.
+_RECORDED: collections.OrderedDict[str, Architecture] = collections.OrderedDict()
+_SIBLINGS_KEPT = 32
+
+
+def forget_recordings() -> None:
+    """Forget what this process recorded, as a new process starts (to measure a cold start)."""
+    _RECORDED.clear()
+
+
+def sibling_key(arch: Architecture) -> str | None:
+    """What an iteration's events depend on besides the layers' widths: the input size, the
+    class count, the element size, the recipe and the buffers beside the normalisations'
+    statistics, and per layer its name, kind, dataflow, geometry (kernel, stride, padding,
+    dilation, grouping), output's spatial size and what the recipe does to it. Two
+    architectures with one key make the same allocations in the same order, each size
+    following the same quantity of its layer, so `resized` derives either's timeline from the
+    other's. None where parameters lie outside the layers (a module's own `nn.Parameter`):
+    their sizes follow no layer's widths. Found once per architecture object and kept with it."""
+    if arch.params != sum(layer.params for layer in arch.layers):
+        return None
+    kept = derived_values(arch)
+    if "sibling" not in kept:
+        statistics = 2 * arch.dtype_bytes * sum(layer.output[0] for layer in arch.of_kind(BATCH_NORM))
+        parts: list[Any] = [tuple(arch.input_size), arch.num_classes, arch.dtype_bytes, tuple(arch.recipe),
+                            arch.buffer_bytes - statistics]
+        for layer in arch.layers:
+            grouping = "depthwise" if layer.depthwise else layer.groups
+            parts.append((layer.name, layer.kind, layer.sources, layer.kernel, layer.stride, layer.padding,
+                          layer.dilation, grouping, layer.bias, layer.inplace, layer.output[1:], layer.trained,
+                          layer.grad_input, layer.backward, layer.segment, layer.element_bytes))
+        kept["sibling"] = hashlib.sha256(repr(parts).encode()).hexdigest()[:16]
+    return kept["sibling"]

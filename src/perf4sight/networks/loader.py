@@ -93,7 +93,8 @@ def load_architecture(
     millisecond. A torchvision network is traced once per process too (for each input
     size and class count), sharing its recording with the specs cut from it. Those traces and
     recordings, and a model file's (named by its path), are kept on disk (`perf4sight.cache`)
-    for later processes.
+    for later processes; a model file whose layers differ from one recorded in this process in
+    their widths alone (another pruning level of it) gets that recording scaled (`with_lifetimes`).
     """
     check_num_classes(num_classes)
     check_recipe(recipe)

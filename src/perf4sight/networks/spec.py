@@ -35,6 +35,7 @@ from perf4sight.architecture import (
     with_layer_shapes,
     with_lifetimes,
 )
+from perf4sight.architecture.lifetimes import forget_recordings
 from perf4sight.architecture.kinds import CONV2D, LINEAR, layer_kind, module_kind_name
 from perf4sight.cache import cached_architecture, file_digest
 from perf4sight.device.definitions import input_size_problem, is_positive_int, num_classes_problem
@@ -55,6 +56,7 @@ __all__ = [
     "spec_from_module",
     "spec_macs",
     "spec_text",
+    "forget_traces",
 ]
 
 SPEC_KEYS = ("name", "net", "torchvision", "num_classes", "input_size", "out_channels", "layers")
@@ -534,6 +536,13 @@ def torchvision_architecture(
     shared with the specs cut from it."""
     return _base_architecture(builder, json.dumps(kwargs, sort_keys=True), None, num_classes, tuple(input_size),
                               lifetimes, recipe)
+
+
+def forget_traces() -> None:
+    """Forget the networks this process traced and recorded, as a new process starts (to
+    measure or test a cold start); the disk cache stays."""
+    _base_architecture.cache_clear()
+    forget_recordings()
 
 
 @functools.lru_cache(maxsize=32)
