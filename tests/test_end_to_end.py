@@ -14,6 +14,8 @@ from perf4sight.cli import main
 from perf4sight.fit import load_model
 
 ROOT = Path(__file__).resolve().parents[1]
+# One worker runs the module's tests (make test: --dist loadgroup), so that `run_dir` runs once.
+pytestmark = pytest.mark.xdist_group("end_to_end")
 
 CONFIG = """
 [create_network_dataset]

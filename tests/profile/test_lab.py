@@ -82,7 +82,7 @@ def _device_processes(running: bool = False) -> list[psutil.Process]:
 @pytest.mark.slow
 def test_a_lab_campaign_survives_a_killed_driver_and_a_killed_device(
         tmp_path: Path, model_dir: Path, write_test_config, cluster: str) -> None:
-    config = _campaign(tmp_path, model_dir, write_test_config, "lab", [2, 4, 8])
+    config = _campaign(tmp_path, model_dir, write_test_config, "lab", [2, 4])
     log_dir = tmp_path / "lab"
     command = CLI + ["--quiet", "profile", "run", "--config", str(config), "--ray", cluster]
 
@@ -94,7 +94,7 @@ def test_a_lab_campaign_survives_a_killed_driver_and_a_killed_device(
     _, alive = psutil.wait_procs(orphans, timeout=60)
     assert not alive, "a device or its worker outlived the driver"
     before = sum(len(r) for r in _rows(log_dir).values())
-    assert 3 <= before < 12
+    assert 3 <= before < 8
 
     with LogFolderLock(log_dir):  # held as a running campaign holds it: a second driver is refused in one line
         second = subprocess.run(command, capture_output=True, text=True, timeout=120)
@@ -113,12 +113,12 @@ def test_a_lab_campaign_survives_a_killed_driver_and_a_killed_device(
 
     rows = _rows(log_dir)
     tests = read_test_config(tmp_path / "lab.ini")
-    assert len(rows) == len(tests) == 12  # every test, none lost
+    assert len(rows) == len(tests) == 8  # every test, none lost
     assert all(len(test_rows) == 1 for test_rows in rows.values())  # none twice
     assert all(row["status"] == "ok" for (row,) in rows.values())
     assert {row["params"][LAB_DEVICE] for (row,) in rows.values()} == set(DEVICES)  # both devices worked
     for gt in log_dir.glob("*/*-gt.csv"):
-        assert len(pd.read_csv(gt, sep="|")) == 3
+        assert len(pd.read_csv(gt, sep="|")) == 2
     records = sorted(path.name for path in log_dir.glob("environment-*.json"))
     assert {name.rsplit("-", 1)[1][:-len(".json")] for name in records} == set(DEVICES)
 
