@@ -14,7 +14,8 @@ from perf4sight.cli import main
 from perf4sight.fit import load_model
 
 ROOT = Path(__file__).resolve().parents[1]
-# One worker runs the module's tests (make test: --dist loadgroup), so that `run_dir` runs once.
+# One worker runs the module's tests (make test: --dist loadgroup), so that `run_dir`, kept for the
+# worker's session (its tests need not run one after another), runs once.
 pytestmark = pytest.mark.xdist_group("end_to_end")
 
 CONFIG = """
@@ -49,7 +50,7 @@ report = {out}/report.json
 """
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="session")
 def run_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     out = tmp_path_factory.mktemp("e2e")
     config = out / "config.ini"
