@@ -14,7 +14,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from perf4sight.architecture import Architecture, Detail, lifetimes
+from perf4sight.architecture import Architecture, Detail
 from perf4sight.cache import cache_dir, cache_info
 from perf4sight.config import NetworkDatasetSettings
 from perf4sight.features.replay import replay_features
@@ -25,8 +25,6 @@ EXAMPLES = Path(__file__).resolve().parents[1] / "examples" / "model_files"
 SMALL = {"input_size": (3, 32, 32), "num_classes": 10}
 BATCH_SIZES = [1, 3, 8, 50, 200]
 PERF4SIGHT = Path(sys.executable).with_name("perf4sight")
-
-
 
 
 def _load(source: str | Path) -> Architecture:

@@ -21,7 +21,7 @@ from __future__ import annotations
 import functools
 import math
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from perf4sight.architecture.ir import CONV2D, LINEAR, Layer, Shape
 from perf4sight.errors import NetworkError
@@ -30,7 +30,7 @@ __all__ = [
     "ACT", "BATCH_NORM", "CONCAT", "CONV2D", "CONV_DEPTHWISE", "CONV_GROUPED", "ELEMENTWISE", "FOLLOW", "GEMM_GROUPS",
     "IDENTITY", "LINEAR", "LINEAR_GROUP", "MEMORY_BOUND_GROUPS", "NORM", "OTHER", "OWN", "POOL", "LayerKind",
     "does_work", "gemm_flops", "layer_group", "layer_kind", "layer_kinds", "module_kind_name", "op_kind_name",
-    "register_layer_kind",
+    "register_layer_kind", "statistics_bytes",
 ]
 
 # Channel rules: a pruned variant's output channels are its own (the spec's), its first input's,
@@ -246,6 +246,14 @@ register_layer_kind(LayerKind(
                                 "_scaled_dot_product_efficient_attention", "_scaled_dot_product_flash_attention"),
     flops=_attention_flops))
 BATCH_NORM = "batch_norm"
+
+
+def statistics_bytes(layers: Iterable[Layer], dtype_bytes: int) -> int:
+    """The bytes of the BatchNorm layers' running mean and variance: the buffers that follow
+    the channels."""
+    return 2 * dtype_bytes * sum(layer.output[0] for layer in layers if layer.kind == BATCH_NORM)
+
+
 _memory_bound(
     NORM, BATCH_NORM, "layer_norm", "layer_norm2d", "group_norm", "instance_norm", "local_response_norm",
     batch_norm=("BatchNorm1d", "BatchNorm2d", "BatchNorm3d", "op:native_batch_norm", "op:_native_batch_norm_legit",

@@ -44,7 +44,7 @@ from torch.utils._python_dispatch import TorchDispatchMode
 from perf4sight.architecture.autograd import COPIED_INPUT_OPS
 from perf4sight.architecture.derived import derived_values
 from perf4sight.architecture.ir import Architecture, Scaling, Timeline
-from perf4sight.architecture.kinds import BATCH_NORM, layer_kind
+from perf4sight.architecture.kinds import layer_kind, statistics_bytes
 from perf4sight.architecture.trace import LayerWatch
 from perf4sight.device.recipe import DEFAULT_RECIPE, PRECISIONS, Recipe
 from perf4sight.device.workload import tensors_in
@@ -510,8 +510,9 @@ def with_lifetimes(arch: Architecture, build: Callable[[], torch.nn.Module], sta
     sibling = _RECORDED.get(key) if key is not None else None
     scaled = {stage: resized(sibling.lifetimes[stage], sibling, arch)
               for stage in missing if sibling is not None and stage in sibling.lifetimes}
+    scaled = {stage: timeline for stage, timeline in scaled.items() if timeline is not None}
     recorded = {stage: record_timeline(build, arch.input_size, arch.num_classes, stage, arch)
-                for stage in missing if scaled.get(stage) is None}
+                for stage in missing if stage not in scaled}
     arch = dataclasses.replace(arch, lifetimes={**arch.lifetimes, **scaled, **recorded})
     if recorded and key is not None:
         _RECORDED[key] = arch
@@ -544,9 +545,8 @@ def sibling_key(arch: Architecture) -> str | None:
         return None
     kept = derived_values(arch)
     if "sibling" not in kept:
-        statistics = 2 * arch.dtype_bytes * sum(layer.output[0] for layer in arch.of_kind(BATCH_NORM))
         parts: list[Any] = [tuple(arch.input_size), arch.num_classes, arch.dtype_bytes, tuple(arch.recipe),
-                            arch.buffer_bytes - statistics]
+                            arch.buffer_bytes - statistics_bytes(arch.layers, arch.dtype_bytes)]
         for layer in arch.layers:
             grouping = "depthwise" if layer.depthwise else layer.groups
             parts.append((layer.name, layer.kind, layer.sources, layer.kernel, layer.stride, layer.padding,

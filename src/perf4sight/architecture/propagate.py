@@ -15,7 +15,7 @@ import math
 from collections.abc import Mapping
 
 from perf4sight.architecture.ir import Architecture, Layer, Shape
-from perf4sight.architecture.kinds import BATCH_NORM, CONCAT, OWN, layer_kind
+from perf4sight.architecture.kinds import CONCAT, OWN, layer_kind, statistics_bytes
 from perf4sight.architecture.lifetimes import resized
 from perf4sight.errors import NetworkError
 
@@ -103,11 +103,8 @@ def with_layer_shapes(
         unchanged = inputs_tuple == layer.inputs and output == layer.output and groups == layer.groups
         layers.append(layer if unchanged else _resized(layer, inputs_tuple, output, groups))
     params = sum(layer.params for layer in layers)
-    bn_old = sum(l.output[0] for l in template.of_kind(BATCH_NORM))
-    bn_new = sum(l.output[0] for l in layers if l.kind == BATCH_NORM)
-    # BatchNorm's running mean and variance are the buffers that follow the channels.
-    stats_bytes = 2 * template.dtype_bytes
-    buffers = template.buffer_bytes + stats_bytes * (bn_new - bn_old)
+    buffers = (template.buffer_bytes + statistics_bytes(layers, template.dtype_bytes)
+               - statistics_bytes(template.layers, template.dtype_bytes))
     variant = dataclasses.replace(
         template,
         name=name or template.name,

@@ -35,8 +35,8 @@ from perf4sight.architecture import (
     with_layer_shapes,
     with_lifetimes,
 )
-from perf4sight.architecture.lifetimes import forget_recordings
 from perf4sight.architecture.kinds import CONV2D, LINEAR, layer_kind, module_kind_name
+from perf4sight.architecture.lifetimes import forget_recordings
 from perf4sight.cache import cached_architecture, file_digest
 from perf4sight.device.definitions import input_size_problem, is_positive_int, num_classes_problem
 from perf4sight.device.recipe import DEFAULT_RECIPE, Recipe
