@@ -81,10 +81,21 @@ def environment_record(worker_facts: Dict[str, Any], settings: Dict[str, Any]) -
     return record
 
 
-def _version(module_name: str) -> Optional[str]:
-    """The version of an optional library, None where it is not installed."""
+def _version(name: str) -> Optional[str]:
+    """The version of an optional library, None where it is not installed: read from its
+    metadata where Python has `importlib.metadata` (3.8+), since importing torchvision takes
+    seconds; imported on Python 3.6 or where the metadata is missing."""
     try:
-        module = __import__(module_name)
+        from importlib.metadata import PackageNotFoundError, version  # novermin: 3.6 takes the except
+    except ImportError:  # Python 3.6 and 3.7 (JetPack 4)
+        pass
+    else:
+        try:
+            return version(name)
+        except PackageNotFoundError:
+            pass
+    try:
+        module = __import__(name)
     except ImportError:
         return None
     return getattr(module, "__version__", None)
