@@ -160,6 +160,7 @@ def real_timelines(tmp_path_factory) -> dict[str, Timeline]:
             .lifetimes[stage] for source in sources for stage in ("training", "inference")}
 
 
+@pytest.mark.slow
 def test_real_timelines_replay_as_the_reference_does(real_timelines):
     assert len(real_timelines) == 4 * len(NETWORKS)
     for name, timeline in real_timelines.items():

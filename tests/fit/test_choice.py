@@ -153,6 +153,7 @@ def test_a_gain_on_one_network_alone_is_not_clearly_better():
     assert not _clearly_positive(np.zeros(3))
 
 
+@pytest.mark.slow
 def test_a_model_with_more_rates_must_be_clearly_better_on_what_was_left_out():
     """`streams` is `physical` with the traffic at two rates. Over three networks left out in
     turn it is lower on average, but unevenly (better on one, worse on another): between the

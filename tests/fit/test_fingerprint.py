@@ -117,6 +117,7 @@ def _features_computed_otherwise(meta: dict) -> None:
     meta["feature_probe"][0] = [value * 1.01 for value in meta["feature_probe"][0]]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("edit", [_older_format, _features_computed_otherwise])
 def test_a_stored_model_that_cannot_be_used_is_refitted(h200_dir, tmp_path, edit_header, capsys, edit):
     settings = _settings(h200_dir, tmp_path, report=None, latency_model=False)

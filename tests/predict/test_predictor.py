@@ -149,6 +149,7 @@ def replay_predictor(h200_dir: Path, tmp_path_factory: pytest.TempPathFactory) -
     return Predictor.load(out)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("fitted", ["predictor", "replay_predictor"])
 def test_plan_predicts_each_variant_as_its_pruned_module(fitted: str, request: pytest.FixtureRequest,
                                                          monkeypatch: pytest.MonkeyPatch) -> None:

@@ -118,6 +118,7 @@ def test_a_recipe_the_replay_cannot_record_is_predicted_by_its_stored_physical_f
     assert capsys.readouterr().err == ""
 
 
+@pytest.mark.slow
 def test_the_disk_cache_changes_no_prediction(replay_models: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """The replay's predictions with the cache off, with it on and empty (recording), and read
     back from it: of a torchvision name, a pruned spec and a model file."""

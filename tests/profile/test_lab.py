@@ -161,6 +161,7 @@ def test_a_lab_campaign_starts_no_test_once_its_budget_is_spent(
     assert sum(len(rows) for rows in _rows(tmp_path / "lab").values()) == len(summary.results)
 
 
+@pytest.mark.slow
 def test_a_lab_campaign_without_ray_is_one_line_naming_the_extra(tmp_path: Path) -> None:
     config = tmp_path / "config.ini"
     config.write_text(f"[profile]\ntest_config = {tmp_path / 't.ini'}\ndevices = cpu_a\n")
@@ -194,6 +195,7 @@ def test_devices_name_their_cores() -> None:
         ("orin", None), ("cpu_a", (0,)), ("cpu_b", (2, 3))]
 
 
+@pytest.mark.slow
 def test_a_cluster_address_where_no_head_answers_is_one_line_in_seconds(tmp_path: Path) -> None:
     with socket.socket() as free:  # a port nothing listens on once closed
         free.bind(("127.0.0.1", 0))

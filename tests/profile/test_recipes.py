@@ -95,7 +95,8 @@ def test_fp16_is_refused_only_where_the_tests_run(tmp_path: Path) -> None:
 
 
 @pytest.mark.parametrize(("key", "value", "message"), [
-    ("optimizer", "['sgd', 'lion']", "optimizer: unknown value 'lion'"),
+    pytest.param("optimizer", "['sgd', 'lion']", "optimizer: unknown value 'lion'",
+                 marks=pytest.mark.slow),  # main.py in a new process too
     ("trainable", "['all', 'layer9']", "trainable: no layer 'layer9' in resnet18"),
     ("precision", "['amp-fp16']", "precision amp-fp16 needs a CUDA device, not cpu"),
     ("checkpoint_segments", "[40]", "checkpoint_segments: 40 segments, resnet18 has 13 top-level blocks"),
