@@ -10,9 +10,9 @@ latency here is the mean of its timed iterations over all of them.
 
 For each pass this writes `OUT/pass-<n>/config.ini` ([profile] of `examples/cpu_zoo.ini`, latency
 only, its networks reordered), runs `perf4sight profile create-config` and `profile run` on it (a
-pass already recorded is resumed, not rerun), then writes `OUT/latency/`: each test's row of the
-first pass with the iterations of every pass, their mean, the largest `cpu_elsewhere` and the sum
-of `test_s`. Prints, for every pair of passes, the mean |difference| per test after a global
+pass already recorded is resumed, not rerun), then writes `OUT/latency/` as `[profile]
+latency_passes` does (`perf4sight.profile.passes.merge_passes`): each test once, with the
+iterations of every pass, their mean, the largest `cpu_elsewhere` and the sum of `test_s`. Prints, for every pair of passes, the mean |difference| per test after a global
 factor (the floor a model's error against one campaign reads against), and each pass against the
 merged latency.
 
@@ -31,8 +31,6 @@ from __future__ import annotations
 import argparse
 import configparser
 import itertools
-import random
-import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -40,25 +38,14 @@ from pathlib import Path
 import numpy as np
 
 from perf4sight.device.definitions import LATENCY
-from perf4sight.device.logs import GT_SUFFIX, append_row, latest_rows, read_journal, write_gt
+from perf4sight.device.logs import GT_SUFFIX, latest_rows, read_journal
+from perf4sight.profile.passes import merge_passes, pass_order
 
 ROOT = Path(__file__).resolve().parents[1]
 ZOO_CONFIG = ROOT / "examples" / "cpu_zoo.ini"
 PERF4SIGHT = Path(sys.executable).with_name("perf4sight")
 # Timed iterations and warm-up per test: the mean of ten settles a test within its minute.
 ITERATIONS, WARMUP = 10, 2
-
-
-def pass_order(networks: list[str], number: int) -> list[str]:
-    """The networks' order in pass `number`: as listed, reversed, then shuffled (seeded by the
-    pass), so that each network runs early in some passes and late in others."""
-    if number == 0:
-        return list(networks)
-    if number == 1:
-        return networks[::-1]
-    order = list(networks)
-    random.Random(number).shuffle(order)
-    return order
 
 
 def write_pass_config(out: Path, number: int) -> Path:
@@ -78,31 +65,6 @@ def write_pass_config(out: Path, number: int) -> Path:
     with open(path, "w", encoding="utf-8") as handle:
         config.write(handle)
     return path
-
-
-def merge(passes: list[Path], out: Path) -> None:
-    """`out/latency/`: each test of the first pass with the timed iterations of every pass."""
-    target = out / LATENCY.kind
-    if target.exists():
-        shutil.rmtree(target)
-    for journal in sorted((passes[0] / LATENCY.kind).glob("*.csv")):
-        if journal.name.endswith(GT_SUFFIX):
-            continue
-        runs = [latest_rows(read_journal(folder / LATENCY.kind / journal.name)) for folder in passes]
-        merged_journal = target / journal.name
-        for key, row in runs[0].items():
-            rows = [run[key] for run in runs]
-            times = [t for r in rows for t in (r["latency_iters_ms"] or [])]
-            shares = [r["cpu_elsewhere"] for r in rows if r["cpu_elsewhere"] is not None]
-            passed = all(r["passed"] for r in rows)
-            append_row(merged_journal, LATENCY.kind, {
-                **row, "passed": passed, "latency": float(np.mean(times)) if passed else None,
-                "latency_iters_ms": times, "cpu_elsewhere": max(shares) if shares else None,
-                "test_s": sum(r["test_s"] or 0.0 for r in rows), "status": "ok" if passed else rows[0]["status"]})
-        write_gt(merged_journal, LATENCY.kind)
-    for folder in passes:
-        for environment in folder.glob("environment-*.json"):
-            shutil.copy2(environment, out / environment.name)
 
 
 def latencies(folder: Path) -> dict[tuple, float]:
@@ -145,7 +107,7 @@ def main(argv: list[str] | None = None) -> int:
         for command in ("create-config", "run"):
             subprocess.run([str(PERF4SIGHT), "--quiet", "profile", command, "-c", str(config)], check=True, cwd=ROOT)
         folders.append(config.parent)
-    merge([*args.merge_with, *folders], args.out)
+    merge_passes([*args.merge_with, *folders], args.out)
     measured = {folder.name: latencies(folder) for folder in [*args.merge_with, *folders]}
     for (a, first), (b, second) in itertools.combinations(measured.items(), 2):
         print(f"{a} against {b}: {compared_pct(first, second):.1f} % per test after a global factor")

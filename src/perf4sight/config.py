@@ -114,6 +114,9 @@ class ProfileSettings:
     save: bool = True
     iterations: int = 3
     warmup: int = 1
+    # the latency tests run this many times, each pass in another order of the models, and
+    # merged (`perf4sight.profile.passes`): a shared machine's drift over minutes averaged out
+    latency_passes: int = 1
     memory_limit_mib: int | None = None
     # a campaign over a lab's devices on Ray (`perf4sight.profile.lab`): the cluster (auto: the one
     # this machine belongs to, or the head's address; None: this machine's device alone) and the

@@ -18,7 +18,7 @@ from pathlib import Path
 from perf4sight import __version__, console
 from perf4sight.config import Config, ProfileSettings, config_section, load_config
 from perf4sight.device import runner
-from perf4sight.errors import ConfigError, in_settings
+from perf4sight.errors import ArgumentError, ConfigError, in_settings
 from perf4sight.files import write_text
 from perf4sight.profile.campaign import check_settings
 from perf4sight.profile.test_config import find_model_files, network_models, test_config_text
@@ -60,18 +60,21 @@ def write_bundle(config: Config | str | Path, out: str | Path) -> Path:
         config = load_config(config)
     config_section(config, "profile")
     settings = _with_models(config)
-    with in_settings("[profile]"):
+    with in_settings(f"{config.path}: [profile]"):
         check_settings(settings, test_config=True)
+        if settings.latency_passes != 1:
+            raise ArgumentError(f"latency_passes = {settings.latency_passes}: a bundle runs each latency test once; "
+                                "set 1 (passes are for `perf4sight profile run` on the device itself)")
     assert settings.local_model_loc is not None  # _with_models sets it
-    with in_settings("[create_network_dataset]"):
+    with in_settings(f"{config.path}: [create_network_dataset]"):
         _make_specs(config, settings)
     out = Path(out)
     (out / MODELS).mkdir(parents=True, exist_ok=True)
     models: dict[str, list[str]] = {}
-    with in_settings("[profile]"):
+    with in_settings(f"{config.path}: [profile]"):
         found = network_models(settings, settings.local_model_loc)
-    for network, files in found.items():
-        models[network] = [_bundle_model(network, path, settings, out) for path in files]
+        for network, files in found.items():
+            models[network] = [_bundle_model(network, path, settings, out) for path in files]
     write_text(out / TEST_CONFIG, test_config_text(_device_plan(settings, models), models))
     _copy_device_package(out / PACKAGE)
     write_text(out / runner.BUNDLE_FILE, json.dumps(_record(settings), indent=2) + "\n")
@@ -101,7 +104,7 @@ def _with_models(config: Config) -> ProfileSettings:
     if settings.local_model_loc is not None:
         return settings
     if config.create_network_dataset is None:
-        raise ConfigError(f"{config.path} [profile] local_model_loc: needed to find the models to bundle "
+        raise ConfigError(f"{config.path}: [profile] local_model_loc: needed to find the models to bundle "
                           "(or a [create_network_dataset] section whose specs to bundle)")
     return dataclasses.replace(settings, local_model_loc=config.create_network_dataset.spec_dir)
 
@@ -136,7 +139,7 @@ def _bundle_model(network: str, path: Path, settings: ProfileSettings, out: Path
     if spec.is_file():
         write_text(target.with_suffix(".json"), spec.read_text(encoding="utf-8"))
     elif settings.dataset == "spec":
-        raise ConfigError(f"[profile] dataset = spec: the model file {path} has no spec {spec.name} beside it "
+        raise ArgumentError(f"dataset = spec: the model file {path} has no spec {spec.name} beside it "
                           "to take its input size from; add it or name a dataset")
     return f"{MODELS}/{target.name}"
 

@@ -14,6 +14,7 @@ from perf4sight.device.campaign import profile_campaign as device_campaign
 from perf4sight.device.test_config import ProfileTest, read_test_config
 from perf4sight.profile.lab import Lab, check_cluster
 from perf4sight.profile.models import LOADER, check_models, check_network_recipes
+from perf4sight.profile.passes import check_passes, run_in_passes
 from perf4sight.profile.test_config import check_budget, check_test_config_keys, create_test_config
 
 __all__ = ["check_settings", "profile_campaign", "run_test_config", "profile_from_settings"]
@@ -38,6 +39,7 @@ def check_settings(settings: ProfileSettings, *, test_config: bool | None = None
         check_budget(settings.budget_minutes)
     backend_name(settings.device)
     check_run(settings.iterations, settings.warmup, settings.memory_limit_mib)
+    check_passes(settings.latency_passes, settings.save)
     check_cluster(settings.cluster, settings.devices)
 
 
@@ -45,8 +47,8 @@ def run_test_config(settings: ProfileSettings) -> CampaignSummary:
     """Run the test config named by `settings.test_config` with the profile run keys, on this
     machine's device or, with `cluster`, on a lab's (`lab.py`); with `budget_minutes`, no test
     starts once this run's tests have held the device(s) that long."""
-    return profile_campaign(
-        read_test_config(settings.test_config),
+    tests = read_test_config(settings.test_config)
+    options = dict(
         log_dir=settings.log_dir,
         device=settings.device,
         gpu_id=settings.gpu_id,
@@ -59,6 +61,10 @@ def run_test_config(settings: ProfileSettings) -> CampaignSummary:
         runner=Lab(settings.cluster, settings.devices) if settings.cluster is not None else None,
         budget_s=None if settings.budget_minutes is None else 60.0 * settings.budget_minutes,
     )
+    if settings.latency_passes == 1:
+        return profile_campaign(tests, **options)
+    check_passes(settings.latency_passes, settings.save)
+    return run_in_passes(tests, settings.latency_passes, campaign=profile_campaign, **options)
 
 
 def profile_from_settings(settings: ProfileSettings) -> CampaignSummary | None:

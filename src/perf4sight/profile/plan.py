@@ -129,14 +129,14 @@ def estimate_seconds(settings: ProfileSettings, tests: pd.DataFrame, probes: dic
     """Seconds each candidate of `tests` (columns `net`, `local` (its model here), `bs`: a model
     at a batch size, run for each [profile] stage and variable) takes on this machine; a
     memory test starts as `test_start_seconds` measured (`start_s`), a latency test builds its
-    model in the worker the latency tests share."""
+    model in the worker the latency tests share, once in each of `latency_passes`."""
     runs = settings.warmup + settings.iterations
     flops = {path: _flops_per_sample(Path(path), settings) for path in dict.fromkeys(tests["local"])}
     seconds = []
     for net, path, bs in zip(tests["net"], tests["local"], tests["bs"]):
         probe = probes[net]
         loop = runs * probe.iteration_s(flops[path], int(bs))
-        per_variable = [start_s + loop if variable == MEMORY.kind else probe.build_s + loop
+        per_variable = [start_s + loop if variable == MEMORY.kind else settings.latency_passes * (probe.build_s + loop)
                         for variable in settings.profile_variables]
         seconds.append(len(settings.stage) * sum(per_variable))
     return np.asarray(seconds)
