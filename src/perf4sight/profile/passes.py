@@ -117,6 +117,8 @@ def run_in_passes(tests: Sequence[ProfileTest], passes: int, *, log_dir: Path, b
     others = [test for test in tests if test.test_var != LATENCY.kind]
     if others:
         add(campaign(others, log_dir=log_dir, budget_s=budget_s, **options))
+    if not latency:
+        return summary
     folders = [log_dir / PASSES_FOLDER / f"pass-{number}" for number in range(passes)]
     _adopt_single_pass(log_dir, folders[0])
     for number, folder in enumerate(folders):
