@@ -11,11 +11,10 @@ import json
 import os
 import re
 from collections.abc import Callable, Iterator
-from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
-from old_stacks import OldStack, StackUnavailable, provide_stack, stack_name
+from old_stacks import OldStack, StackUnavailable, provide_stacks, stack_name
 from repository_data import H200
 
 from perf4sight import console
@@ -140,11 +139,8 @@ def edit_header() -> Callable[[Path, Callable[[dict], None]], None]:
 
 @functools.cache
 def _made_stacks() -> dict[tuple[str, str], OldStack | StackUnavailable]:
-    """Every checked stack, made side by side on first use: their downloads overlap."""
-    with ThreadPoolExecutor(len(CHECKED_STACKS)) as pool:
-        futures = {stack: pool.submit(provide_stack, *stack) for stack in CHECKED_STACKS}
-    return {stack: future.exception() if isinstance(future.exception(), StackUnavailable) else future.result()
-            for stack, future in futures.items()}
+    """Every checked stack, made side by side on first use (or by `make test` before)."""
+    return provide_stacks(CHECKED_STACKS)
 
 
 def _stack(python_version: str, torch_version: str) -> OldStack:

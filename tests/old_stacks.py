@@ -7,15 +7,20 @@ found, in order, in the environment variable `PERF4SIGHT_PY36` (`PERF4SIGHT_PY38
 interpreter that already imports that torch is used as it is), in pyenv's versions
 (`$PYENV_ROOT/versions/3.6.*`, default `~/.pyenv`), or as `python3.6` on PATH. Where none is
 found, `StackUnavailable` says how to provide one (the fixtures skip with that message).
+
+Run as a script (`make test` starts it before installing `.venv`, so that the downloads overlap
+the install), it makes every stack perf4sight checks, side by side, and says what it made.
 """
 
 from __future__ import annotations
 
+import ast
 import fcntl
 import os
 import shutil
 import subprocess
 import sys
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -144,3 +149,26 @@ def provide_stack(python_version: str, torch_version: str) -> OldStack:
                 raise RuntimeError(f"{python} does not import torch {torch_version}; see {log}")
             (venv / _STAMP).write_text(f"{sys.platform} python {python_version} torch {torch_version}\n")
     return OldStack(python, python_version, torch_version)
+
+
+def checked_stacks() -> tuple[tuple[str, str], ...]:
+    """perf4sight's `CHECKED_STACKS`, read from its source: this script runs before perf4sight
+    is installed."""
+    source = ROOT / "src" / "perf4sight" / "networks" / "model_writer.py"
+    for node in ast.parse(source.read_text(encoding="utf-8")).body:
+        if isinstance(node, ast.Assign) and [getattr(target, "id", None) for target in node.targets] == ["CHECKED_STACKS"]:
+            return ast.literal_eval(node.value)
+    raise LookupError(f"no CHECKED_STACKS in {source}")
+
+
+def provide_stacks(stacks: tuple[tuple[str, str], ...]) -> dict[tuple[str, str], OldStack | StackUnavailable]:
+    """Every stack of `stacks`, made side by side (their downloads overlap)."""
+    with ThreadPoolExecutor(len(stacks)) as pool:
+        futures = {stack: pool.submit(provide_stack, *stack) for stack in stacks}
+    return {stack: future.exception() if isinstance(future.exception(), StackUnavailable) else future.result()
+            for stack, future in futures.items()}
+
+
+if __name__ == "__main__":
+    for (python_version, torch_version), made in provide_stacks(checked_stacks()).items():
+        print(f"{stack_name(python_version, torch_version)}: {made}")

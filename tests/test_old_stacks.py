@@ -6,7 +6,9 @@ import sys
 from pathlib import Path
 
 import pytest
-from old_stacks import StackUnavailable, find_interpreter, provide_stack
+from old_stacks import StackUnavailable, checked_stacks, find_interpreter, provide_stack
+
+from perf4sight.networks import CHECKED_STACKS
 
 
 def test_without_an_interpreter_it_says_how_to_provide_one(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -35,3 +37,9 @@ def test_a_named_interpreter_with_that_torch_is_used_as_it_is(monkeypatch: pytes
     assert stack.python == Path(sys.executable)
     done = stack.run(["-c", "import os; print(os.environ.get('PYTHONPATH'), os.environ.get('PYTHONNOUSERSITE'))"])
     assert done.stdout.split() == ["None", "1"]  # nothing of the host's packages
+
+
+def test_the_script_make_test_starts_makes_the_stacks_perf4sight_checks() -> None:
+    """`python3 tests/old_stacks.py` runs before perf4sight is installed: it reads the stacks from
+    perf4sight's source, which must say what the package says."""
+    assert checked_stacks() == CHECKED_STACKS
