@@ -46,7 +46,8 @@ def check_settings(settings: ProfileSettings, *, test_config: bool | None = None
 def run_test_config(settings: ProfileSettings) -> CampaignSummary:
     """Run the test config named by `settings.test_config` with the profile run keys, on this
     machine's device or, with `cluster`, on a lab's (`lab.py`); with `budget_minutes`, no test
-    starts once this run's tests have held the device(s) that long."""
+    starts once this run's tests have held the device(s) that long; with `latency_passes`
+    above 1, the latency tests in passes (`passes.py`)."""
     tests = read_test_config(settings.test_config)
     options = dict(
         log_dir=settings.log_dir,
@@ -61,9 +62,9 @@ def run_test_config(settings: ProfileSettings) -> CampaignSummary:
         runner=Lab(settings.cluster, settings.devices) if settings.cluster is not None else None,
         budget_s=None if settings.budget_minutes is None else 60.0 * settings.budget_minutes,
     )
+    check_passes(settings.latency_passes, settings.save)
     if settings.latency_passes == 1:
         return profile_campaign(tests, **options)
-    check_passes(settings.latency_passes, settings.save)
     return run_in_passes(tests, settings.latency_passes, campaign=profile_campaign, **options)
 
 
