@@ -12,9 +12,10 @@ For each pass this writes `OUT/pass-<n>/config.ini` ([profile] of `examples/cpu_
 only, its networks reordered), runs `perf4sight profile create-config` and `profile run` on it (a
 pass already recorded is resumed, not rerun), then writes `OUT/latency/` as `[profile]
 latency_passes` does (`perf4sight.profile.passes.merge_passes`): each test once, with the
-iterations of every pass, their mean, the largest `cpu_elsewhere` and the sum of `test_s`. Prints, for every pair of passes, the mean |difference| per test after a global
-factor (the floor a model's error against one campaign reads against), and each pass against the
-merged latency.
+iterations of every pass, their mean, the largest `cpu_elsewhere` and the sum of `test_s`.
+Prints, for every pair of passes, the mean |difference| per test after a global factor (the
+floor a model's error against one campaign reads against), and each pass against the merged
+latency.
 
     .venv/bin/python benchmarks/zoo_latency_passes.py --out /tmp/zoo_passes --passes 5
     cp -r /tmp/zoo_passes/latency /tmp/zoo_passes/environment-*.json benchmarks/data/cpu_zoo/

@@ -156,7 +156,8 @@ def checked_stacks() -> tuple[tuple[str, str], ...]:
     is installed."""
     source = ROOT / "src" / "perf4sight" / "networks" / "model_writer.py"
     for node in ast.parse(source.read_text(encoding="utf-8")).body:
-        if isinstance(node, ast.Assign) and [getattr(target, "id", None) for target in node.targets] == ["CHECKED_STACKS"]:
+        names = [getattr(target, "id", None) for target in getattr(node, "targets", ())]
+        if isinstance(node, ast.Assign) and names == ["CHECKED_STACKS"]:
             return ast.literal_eval(node.value)
     raise LookupError(f"no CHECKED_STACKS in {source}")
 

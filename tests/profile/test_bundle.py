@@ -281,8 +281,9 @@ def test_bundle_of_a_model_file_without_its_input_size_is_refused(
     config.write_text(f"[profile]\nnetwork = ['tinynet']\nbs = [2]\nlocal_model_loc = {model_dir}\n")
     assert main(["--quiet", "profile", "bundle", "--config", str(config), "--out", str(tmp_path / "out")]) == 2
     err = capsys.readouterr().err
-    assert err.splitlines() == [f"error: {config}: [profile] dataset = spec: the model file {model_dir / 'tinynet_0.py'} has "
-                                "no spec tinynet_0.json beside it to take its input size from; add it or name a dataset"]
+    assert err.splitlines() == [f"error: {config}: [profile] dataset = spec: the model file "
+                                f"{model_dir / 'tinynet_0.py'} has no spec tinynet_0.json beside it to take its input "
+                                "size from; add it or name a dataset"]
 
 
 def test_runner_without_torch_says_so_in_one_line(bundle: Path) -> None:

@@ -140,7 +140,7 @@ def _bundle_model(network: str, path: Path, settings: ProfileSettings, out: Path
         write_text(target.with_suffix(".json"), spec.read_text(encoding="utf-8"))
     elif settings.dataset == "spec":
         raise ArgumentError(f"dataset = spec: the model file {path} has no spec {spec.name} beside it "
-                          "to take its input size from; add it or name a dataset")
+                            "to take its input size from; add it or name a dataset")
     return f"{MODELS}/{target.name}"
 
 
