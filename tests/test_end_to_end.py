@@ -111,7 +111,7 @@ def test_the_original_interface_reports_bad_input_in_one_line(tmp_path: Path) ->
         capture_output=True, text=True, cwd=tmp_path, timeout=120,
     )
     assert result.returncode == 2
-    assert result.stderr.strip().splitlines() == [f"error: {config} [profile] bs: expected int, got 'four'"]
+    assert result.stderr.strip().splitlines() == [f"error: {config}: [profile] bs: expected int, got 'four'"]
 
 
 @pytest.mark.slow

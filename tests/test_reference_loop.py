@@ -35,7 +35,7 @@ from perf4sight.networks import spec_from_module, write_spec
 from perf4sight.profile import ProfileTest, profile_campaign
 
 REFERENCE = Path(__file__).with_name("reference_loop.py")
-ROUNDS = 4
+ROUNDS = 3
 SIZE = 64
 CLASSES = 10
 ITERATIONS = 6  # timed by both, after WARMUP: a mean of a few is noisy on a small machine

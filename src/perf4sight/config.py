@@ -224,21 +224,21 @@ def load_config(path: str | Path) -> Config:
     if not parser.sections():
         raise ConfigError(f"{path}: no sections; expected one of " + ", ".join(SECTIONS))
     raw = {name: dict(parser[name]) for name in SECTIONS if parser.has_section(name)}
-    values = {name: parse_section(SECTIONS[name], raw[name], where=f"{path} [{name}]")
+    values = {name: parse_section(SECTIONS[name], raw[name], where=f"{path}: [{name}]")
               for name in ("create_network_dataset", "profile") if name in raw}
     networks, profile = values.get("create_network_dataset"), values.get("profile")
     if networks is not None and networks.dataset is None and profile is not None and profile.dataset != "spec":
         values["create_network_dataset"] = networks = dataclasses.replace(networks, dataset=profile.dataset)
     if "fingerprint" in raw:
-        fingerprint = _fingerprint_folders(raw["fingerprint"], networks, where=f"{path} [fingerprint]")
-        values["fingerprint"] = parse_section(FingerprintSettings, fingerprint, where=f"{path} [fingerprint]")
+        fingerprint = _fingerprint_folders(raw["fingerprint"], networks, where=f"{path}: [fingerprint]")
+        values["fingerprint"] = parse_section(FingerprintSettings, fingerprint, where=f"{path}: [fingerprint]")
     if networks is not None:
         for folder in model_file_folders(networks.networks, networks.model_desc_dir):  # the user's own model files, named by this config
             trust_model_folder(folder)
     for name, settings in values.items():
         for key, kind in OUTPUT_PATHS[name].items():
             if getattr(settings, key) is not None:
-                check_output_path(getattr(settings, key), kind, f"{path} [{name}] {key}")
+                check_output_path(getattr(settings, key), kind, f"{path}: [{name}] {key}")
     _check_outputs_not_inputs(path, values)
     return Config(path=path, **values)
 
@@ -262,7 +262,7 @@ def _check_outputs_not_inputs(path: Path, values: dict[str, Any]) -> None:
                 continue
             for file in report_files(output) if key == "report" else [output]:
                 if file.resolve() in inputs:
-                    raise ArgumentError(f"{path} [{name}] {key}: {clip(str(file), 300)} would be written over an "
+                    raise ArgumentError(f"{path}: [{name}] {key}: {clip(str(file), 300)} would be written over an "
                                         f"input of this run, {file.resolve()} ({inputs[file.resolve()]})")
 
 

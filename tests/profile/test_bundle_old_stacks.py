@@ -56,9 +56,9 @@ def _bundle(root: Path, *, networks: list[str], levels: list[int], bs: list[int]
 
 @pytest.fixture(scope="module")
 def campaign_bundle(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """Two small specs (squeezenet at 0 and 50 %), two batch sizes, training and inference,
-    memory and latency: 16 tests."""
-    return _bundle(tmp_path_factory.mktemp("campaign"), networks=["squeezenet"], levels=[0, 50], bs=[2, 4],
+    """Two small specs (squeezenet at 0 and 50 %), batch size 2, training and inference,
+    memory and latency: 8 tests."""
+    return _bundle(tmp_path_factory.mktemp("campaign"), networks=["squeezenet"], levels=[0, 50], bs=[2],
                    stages=["training", "inference"])
 
 
@@ -72,10 +72,10 @@ def fit_bundle(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 @pytest.fixture(scope="module")
 def recipe_bundle(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """resnet18 at 0 %, batch sizes 2 and 4, training memory and latency, under two recipes:
-    adam + bf16 autocast + the classifier + 2 checkpointed segments, and adamw + bf16 from layer4
-    on: 16 tests."""
-    return _bundle(tmp_path_factory.mktemp("recipe"), networks=["resnet18"], levels=[0], bs=[2, 4],
+    """resnet18 at 0 %, batch size 2, training memory and latency, under each of two optimizers
+    (adam, adamw) and two trainable parts (the classifier, layer4 on), bf16 autocast and 2
+    checkpointed segments: 8 tests."""
+    return _bundle(tmp_path_factory.mktemp("recipe"), networks=["resnet18"], levels=[0], bs=[2],
                    stages=["training"], recipe="optimizer = ['adam', 'adamw']\nprecision = ['amp-bf16']\n"
                                                "trainable = ['classifier', 'layer4']\ncheckpoint_segments = [2]\n")
 
@@ -126,16 +126,15 @@ def test_a_campaign_killed_mid_way_resumes_with_one_row_per_test(old_stack: OldS
     os.killpg(process.pid, signal.SIGKILL)  # the campaign and its worker
     process.wait()
     done_before = sum(len(read_journal(p)) for p in log_dir.rglob("*.csv") if not p.stem.endswith("-gt"))
-    assert 1 <= done_before < 16
+    assert 1 <= done_before < 8
     _run(old_stack, campaign_bundle, log_dir)
     tests = _check_layout(campaign_bundle, log_dir, old_stack)
-    assert len(tests) == 16 and {t.stage for t in tests} == {"training", "inference"}
+    assert len(tests) == 8 and {t.stage for t in tests} == {"training", "inference"}
     for model in ("squeezenet_0", "squeezenet_50"):
         for variable in ("memory", "latency"):
             gt = _gt(log_dir, variable, model)
-            assert len(gt) == 4 and gt["passed"].all(), gt
-            assert sorted(zip(gt["stage"], gt["bs"])) == [("inference", 2), ("inference", 4),
-                                                          ("training", 2), ("training", 4)]
+            assert len(gt) == 2 and gt["passed"].all(), gt
+            assert sorted(gt["stage"]) == ["inference", "training"] and set(gt["bs"]) == {2}
             assert (gt[variable if variable == "latency" else "mem_used"] > 0).all()
 
 
@@ -178,12 +177,12 @@ def test_recipes_profile_under_the_oldest_stack(oldest_stack: OldStack, recipe_b
     log_dir = tmp_path / "logs"
     _run(oldest_stack, recipe_bundle, log_dir)
     tests = _check_layout(recipe_bundle, log_dir, oldest_stack)
-    assert len(tests) == 16
+    assert len(tests) == 8
     for variable in ("memory", "latency"):
         gt = _gt(log_dir, variable, "resnet18_0")
         assert gt["passed"].all(), gt["error"]
         assert sorted(zip(gt["optimizer"], gt["trainable"], gt["bs"])) == sorted(
-            (o, t, b) for o in ("adam", "adamw") for t in ("classifier", "layer4") for b in (2, 4))
+            (o, t, 2) for o in ("adam", "adamw") for t in ("classifier", "layer4"))
         assert set(gt["precision"]) == {"amp-bf16"} and set(gt["checkpoint_segments"]) == {2}
 
 

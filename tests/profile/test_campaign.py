@@ -46,7 +46,7 @@ def _gt(log_dir: Path, test_var: str, model: str) -> pd.DataFrame:
 
 
 @pytest.mark.slow
-def test_campaign_over_three_batch_sizes(tmp_path: Path) -> None:
+def test_campaign_over_two_batch_sizes_and_two_stages(tmp_path: Path) -> None:
     """[profile] -> test config -> campaign, on a spec whose input size (3x32x32) is used."""
     models = tmp_path / "models"
     spec = spec_from_module(torchvision.models.squeezenet1_1(num_classes=10), name="squeezenet_0",
@@ -54,10 +54,10 @@ def test_campaign_over_three_batch_sizes(tmp_path: Path) -> None:
                             torchvision_name="squeezenet1_1")
     write_spec(spec, models / "squeezenet_0.json")
     log_dir = tmp_path / "logs"
-    settings = ProfileSettings(network=["squeezenet"], bs=[32, 2, 8], stage=["training", "inference"],
+    settings = ProfileSettings(network=["squeezenet"], bs=[32, 2], stage=["training", "inference"],
                                local_model_loc=models, test_config=tmp_path / "t.ini", log_dir=log_dir)
     summary = profile_from_settings(settings)
-    assert (summary.passed, summary.failed, summary.skipped) == (12, 0, 0)
+    assert (summary.passed, summary.failed, summary.skipped) == (8, 0, 0)
     model_path = str(models / "squeezenet_0.json")
 
     memory = _gt(log_dir, "memory", "squeezenet_0")
@@ -68,10 +68,8 @@ def test_campaign_over_three_batch_sizes(tmp_path: Path) -> None:
     assert set(memory["net_name"]) == {"squeezenet"} and set(memory["dataset"]) == {"spec"}
     training = memory[memory["stage"] == "training"].set_index("bs")["mem_used"]
     inference = memory[memory["stage"] == "inference"].set_index("bs")["mem_used"]
-    assert list(training.index) == [2, 8, 32]
-    # on the CPU bs 2 and 8 differ by about as much as one reading's noise at 32x32; bs 32 clearly more
-    assert (training > 0).all() and training[2] < training[32] and training[8] < training[32]
-    assert training[8] > training[2] - 0.5
+    assert list(training.index) == [2, 32]
+    assert (training > 0).all() and training[2] < training[32]
     assert inference[32] < training[32]  # no saved activations, gradients or momentum
     assert memory["mem_alloc"].isna().all()  # no CUDA allocator on the CPU
     assert (memory["capacity"] > memory["mem_avail"]).all()
@@ -96,8 +94,8 @@ def test_campaign_over_three_batch_sizes(tmp_path: Path) -> None:
     assert 0 < record["fresh_pages_ms_per_mib"] < 10
 
     again = profile_campaign(read_test_config(settings.test_config), log_dir=log_dir)
-    assert again.already_recorded == 12 and again.results == []
-    assert len(read_journal(log_dir / "memory" / "squeezenet_0.csv")) == 6
+    assert again.already_recorded == 8 and again.results == []
+    assert len(read_journal(log_dir / "memory" / "squeezenet_0.csv")) == 4
 
 
 @pytest.mark.slow

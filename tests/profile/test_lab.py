@@ -80,9 +80,9 @@ def _device_processes(running: bool = False) -> list[psutil.Process]:
 
 
 @pytest.mark.slow
-def test_a_lab_campaign_survives_a_killed_driver_and_a_killed_device(
+def test_a_lab_campaign_survives_a_killed_driver_and_a_killed_device_and_writes_one_device_s_logs(
         tmp_path: Path, model_dir: Path, write_test_config, cluster: str) -> None:
-    config = _campaign(tmp_path, model_dir, write_test_config, "lab", [2, 4])
+    config = _campaign(tmp_path, model_dir, write_test_config, "lab", [2, 8])
     log_dir = tmp_path / "lab"
     command = CLI + ["--quiet", "profile", "run", "--config", str(config), "--ray", cluster]
 
@@ -117,38 +117,27 @@ def test_a_lab_campaign_survives_a_killed_driver_and_a_killed_device(
     assert all(len(test_rows) == 1 for test_rows in rows.values())  # none twice
     assert all(row["status"] == "ok" for (row,) in rows.values())
     assert {row["params"][LAB_DEVICE] for (row,) in rows.values()} == set(DEVICES)  # both devices worked
-    for gt in log_dir.glob("*/*-gt.csv"):
-        assert len(pd.read_csv(gt, sep="|")) == 2
     records = sorted(path.name for path in log_dir.glob("environment-*.json"))
     assert {name.rsplit("-", 1)[1][:-len(".json")] for name in records} == set(DEVICES)
 
-
-@pytest.mark.slow
-def test_a_lab_campaign_writes_the_logs_a_campaign_on_one_device_writes(
-        tmp_path: Path, model_dir: Path, write_test_config, cluster: str) -> None:
-    config = _campaign(tmp_path, model_dir, write_test_config, "lab", [2, 8])
-
-    lab = dataclasses.replace(load_config(config).profile, cluster=cluster)
-    alone = dataclasses.replace(lab, cluster=None, log_dir=tmp_path / "alone")
-    on_lab, on_one = run_test_config(lab), run_test_config(alone)
-    assert on_lab.passed == on_one.passed == 8
+    # the logs, faults and all, are those of the same campaign on one device
+    alone = dataclasses.replace(load_config(config).profile, log_dir=tmp_path / "alone")
+    assert run_test_config(alone).passed == 8
 
     def files(folder: Path) -> list[str]:
         return sorted(str(p.relative_to(folder)) for p in folder.glob("*/*.csv"))
 
-    assert files(tmp_path / "lab") == files(tmp_path / "alone") != []
-    for name in files(tmp_path / "lab"):
-        lab_lines = (tmp_path / "lab" / name).read_text().splitlines()
+    assert files(log_dir) == files(tmp_path / "alone") != []
+    for name in files(log_dir):
+        lab_lines = (log_dir / name).read_text().splitlines()
         one_lines = (tmp_path / "alone" / name).read_text().splitlines()
         assert lab_lines[0] == one_lines[0]  # the same header
         if name.endswith("-gt.csv"):
             columns = ["test_var", "bs", "dataset", "net_name", "model", "stage", "status", "passed"]
             read = [pd.read_csv(folder / name, sep="|")[columns].sort_values(["bs"]).reset_index(drop=True)
-                    for folder in (tmp_path / "lab", tmp_path / "alone")]
-            pd.testing.assert_frame_equal(*read)  # the same tests, statuses and what names them
-    assert _rows(tmp_path / "lab").keys() == _rows(tmp_path / "alone").keys()
-    devices = [row["params"][LAB_DEVICE] for (row,) in _rows(tmp_path / "lab").values()]
-    assert set(devices) == set(DEVICES) and min(map(devices.count, DEVICES)) >= 2  # both did a share
+                    for folder in (log_dir, tmp_path / "alone")]
+            pd.testing.assert_frame_equal(*read)  # the same tests, statuses and what names them, once each
+    assert rows.keys() == _rows(tmp_path / "alone").keys()
 
 
 @pytest.mark.slow
