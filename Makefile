@@ -26,11 +26,14 @@ bytecode: $(STAMP)
 demo: bytecode
 	$(BIN)/perf4sight run --config examples/cpu_demo.ini
 
+# The files that hold `serial` tests: the serial run collects those alone
+SERIAL_FILES := $(shell grep -rl --include='*.py' 'mark.serial' tests)
+
 # The old stacks are made in the background (tests/old_stacks.py) while .venv installs; a test
 # that needs one waits for it.
 test: stacks-started bytecode
 	$(BIN)/python -m pytest -q -n auto --dist loadgroup -m "not serial and not tx2"
-	$(BIN)/python -m pytest -q -p no:xdist -m "serial and not tx2"
+	$(BIN)/python -m pytest -q -p no:xdist -m "serial and not tx2" $(SERIAL_FILES)
 
 stacks-started:
 	mkdir -p .stacks
