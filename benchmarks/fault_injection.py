@@ -1281,6 +1281,7 @@ def _killed_fingerprint(moment: str) -> Callable[[Path, Fixtures], list[str]]:
             if moment == "staged" and any(models.glob(".*.staged")) or moment == "listed" and (
                     models / ".replacing.json").exists():
                 break
+            time.sleep(0.001)  # the folder looked at every millisecond, not a core taken from the fingerprint
         child.send_signal(signal.SIGKILL)
         child.wait()
         return _predict_at(models)
