@@ -1276,12 +1276,12 @@ def _killed_fingerprint(moment: str) -> Callable[[Path, Fixtures], list[str]]:
         config.write_text(_section("fingerprint", {**_fingerprint_base(fixtures, models), "overwrite": "True",
                                                    "train_logs": "[0, 90]"}))
         child = _child(["fingerprint", "--config", str(config)])
-        deadline = time.monotonic() + (120 if moment in ("staged", "listed") else float(moment))
-        while child.poll() is None and time.monotonic() < deadline:
-            if moment == "staged" and any(models.glob(".*.staged")) or moment == "listed" and (
-                    models / ".replacing.json").exists():
-                break
-            time.sleep(0.001)  # the folder looked at every millisecond, not a core taken from the fingerprint
+        if moment == "staged":
+            _until(child, lambda: any(models.glob(".*.staged")), 120, every_s=0.001)
+        elif moment == "listed":
+            _until(child, (models / ".replacing.json").exists, 120, every_s=0.001)
+        else:
+            _until(child, lambda: False, float(moment), every_s=0.001)
         child.send_signal(signal.SIGKILL)
         child.wait()
         return _predict_at(models)
@@ -1356,11 +1356,16 @@ def _wait(child: subprocess.Popen, out: Path, moment: str) -> None:
     if not moment.endswith(" specs"):
         time.sleep(float(moment))
         return
-    wanted, deadline = int(moment.split()[0]), time.monotonic() + 300
-    while child.poll() is None and time.monotonic() < deadline:
-        if out.is_dir() and len(list(out.glob("*.json"))) >= wanted:
-            return
-        time.sleep(0.005)
+    wanted = int(moment.split()[0])
+    _until(child, lambda: out.is_dir() and len(list(out.glob("*.json"))) >= wanted, 300, every_s=0.005)
+
+
+def _until(child: subprocess.Popen, ready: Callable[[], bool], timeout_s: float, *, every_s: float) -> None:
+    """Return once `ready()` holds, the child has ended or `timeout_s` has passed, looking every
+    `every_s`: the sleep between looks leaves the CPU to the child being watched."""
+    deadline = time.monotonic() + timeout_s
+    while child.poll() is None and time.monotonic() < deadline and not ready():
+        time.sleep(every_s)
 
 
 def _child(argv: list[str]) -> subprocess.Popen:
