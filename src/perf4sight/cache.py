@@ -7,7 +7,8 @@ and its arguments, or a model file's bytes), its input size and classes, the sta
 recipe, the PyTorch and torchvision that ran it and perf4sight's own code: keyed by all of
 them, it is stored once and read back in milliseconds by any later process, for the base and
 every pruned variant propagated from it. The list of torchvision's classification builders
-(which only importing torchvision, over a second, tells) is kept the same way (`cached_value`).
+(which only importing torchvision, over a second, tells) is kept the same way (`cached_value`),
+and so are the widths of a torchvision network's pruning levels (`perf4sight.networks.variants`).
 
 An entry is one `.npz` file: the arrays of the lifetimes and, as a byte array, JSON of the
 key and the layers; read with `allow_pickle=False`, never unpickled. It is written whole

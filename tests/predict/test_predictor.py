@@ -6,6 +6,9 @@ from __future__ import annotations
 import copy
 import json
 import math
+import os
+import subprocess
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -174,6 +177,30 @@ def test_plan_predicts_each_variant_as_its_pruned_module(fitted: str, request: p
         best = predictor.max_batch_size(pruned.module, budget, input_size=loaded.input_size)
         assert row["batch_size"] == best["batch_size"] > 12 and row["params"] == pruned.params
         assert (row[MEMORY.name], row[LATENCY.name]) == (best[MEMORY.name], best[LATENCY.name])
+
+
+# A new process planning through the command: whether it imported torchvision, and its table.
+_PLAN = """
+import contextlib, io, json, sys
+from perf4sight.cli import main
+out = io.StringIO()
+with contextlib.redirect_stdout(out):
+    code = main(["--quiet", "plan", "--models", sys.argv[1], "--net", "mobilenet_v2", "--levels", "0,40,80",
+                 "--budget", "3GiB", "--input-size", "3,64,64", "--num-classes", "10"])
+print(json.dumps({"code": code, "torchvision": "torchvision" in sys.modules, "table": out.getvalue()}))
+"""
+
+
+@pytest.mark.slow
+def test_a_second_plan_of_a_network_reads_its_levels_without_building_it(models_dir: Path, tmp_path: Path) -> None:
+    """The levels' widths and the network's recorded architecture are kept on disk: a later
+    process plans the same table without importing torchvision (most of a plan's own work)."""
+    env = {**os.environ, "PERF4SIGHT_CACHE_DIR": str(tmp_path / "cache")}
+    first, second = (json.loads(subprocess.run([sys.executable, "-c", _PLAN, str(models_dir)], capture_output=True,
+                                               text=True, env=env, timeout=300, check=True).stdout) for _ in range(2))
+    assert first["code"] == second["code"] == 0 and "mobilenet_v2" in first["table"]
+    assert first["torchvision"] and not second["torchvision"]
+    assert second["table"] == first["table"]
 
 
 def test_plan_says_which_limit_no_variant_meets(predictor: Predictor) -> None:

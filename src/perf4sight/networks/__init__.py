@@ -13,6 +13,7 @@ __all__, __getattr__, __dir__ = lazy_exports(__name__, {
     ".checks": ("MAX_LEVEL", "MODES"),
     ".pruning": ("ChannelPruner", "PrunedNetwork", "PrunedWidths", "prune_network"),
     ".registry": ("NETWORK_ALIASES", "known_networks", "resolve_network"),
+    ".variants": ("NetworkVariants",),
     ".spec": ("architecture_from_spec", "build_from_spec", "read_spec", "spec_architecture", "spec_from_module",
               "spec_macs", "write_spec"),
 })

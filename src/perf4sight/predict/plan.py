@@ -40,27 +40,26 @@ def plan_variants(
     """Feasible pruned variants under each of `recipes`, best predicted throughput (images
     per second) first; with `bound`, a variant's batch size is chosen by its memory bound
     (`Predictor.max_batch_size`)."""
-    from perf4sight.networks import ChannelPruner, load_network
+    from perf4sight.networks import NetworkVariants
 
     if not levels:
         raise UsageError("no pruning level given to plan")
-    loaded = load_network(network, input_size=input_size, num_classes=num_classes)
-    pruner = ChannelPruner(loaded.module, input_size=loaded.input_size, mode=mode, seed=seed, name=loaded.name)
-    shape = {"input_size": loaded.input_size, "num_classes": loaded.num_classes}
+    variants = NetworkVariants(network, input_size=input_size, num_classes=num_classes, mode=mode, seed=seed)
+    shape = {"input_size": variants.input_size, "num_classes": variants.num_classes}
     # each recipe's architecture of the network, which a variant's follows from where its widths do
-    bases = {recipe: predictor.describe(loaded.module, recipe=recipe, **shape) for recipe in recipes}
+    bases = {recipe: predictor.describe(variants.source, recipe=recipe, **shape) for recipe in recipes}
     rows = []
     infeasible: list[tuple[float, BudgetError]] = []
     with console.progress("planning", total=len(levels) * len(recipes)) as bar:
         for level in levels:
-            name = f"{loaded.name}_{level:g}"
-            widths = pruner.prune_widths(level)
+            name = f"{variants.name}_{level:g}"
+            widths = variants.widths(level)
             pruned = None  # the level's module, pruned only where its widths cannot give its architecture
             for recipe in recipes:
                 arch = None if widths is None else widths.architecture(bases[recipe], name)
                 if arch is None:
                     if pruned is None:
-                        pruned = pruner.prune(level, meta=True)  # shapes are all a prediction needs
+                        pruned = variants.prune(level)
                     arch = dataclasses.replace(predictor.describe(pruned.module, recipe=recipe, **shape), name=name)
                 bar.advance(f"level {level:g}, {recipe.label()}")
                 try:
@@ -73,7 +72,7 @@ def plan_variants(
     limits = "the budget" + (" and the latency limit" if max_latency_ms is not None else "")
     if not rows:
         level, reason = max(infeasible, key=lambda item: item[0])  # the smallest variant
-        raise BudgetError(f"no pruned variant of {loaded.name} at levels {list(levels)} fits {limits}; "
+        raise BudgetError(f"no pruned variant of {variants.name} at levels {list(levels)} fits {limits}; "
                           f"at level {level:g}, {reason}")
     if infeasible:
         console.info(f"{len(infeasible)} variant(s) do not fit {limits}: levels "
