@@ -3,6 +3,10 @@
 from __future__ import annotations
 
 import dataclasses
+import os
+import subprocess
+import sys
+from pathlib import Path
 
 import pytest
 import torch
@@ -144,6 +148,27 @@ def test_a_model_file_is_traced_without_initialising_its_weights(tinynet_file, m
     assert not calls  # no initialiser ran
     load_network(tinynet_file, input_size=(3, 16, 16))
     assert calls  # a network to run is initialised
+
+
+# A new process recording a model file with the cache off: whether it imported torchvision.
+_MODEL_FILE = """
+import sys
+from perf4sight.architecture import Detail
+from perf4sight.networks import load_architecture
+arch = load_architecture(sys.argv[1], needs=Detail.LIFETIMES, input_size=(3, 32, 32), num_classes=10)
+print(len(arch.layers), "torchvision" in sys.modules)
+"""
+
+
+@pytest.mark.slow
+def test_a_model_file_is_recorded_without_importing_torchvision():
+    """A path is no torchvision name: telling so lists no builders, which with the cache off
+    (or empty) would import torchvision, over a second, for a network that needs only torch."""
+    example = Path(__file__).resolve().parents[2] / "examples" / "model_files" / "resnet_like.py"
+    run = subprocess.run([sys.executable, "-c", _MODEL_FILE, f"{example}:resnet_like"], capture_output=True,
+                         text=True, env={**os.environ, "PERF4SIGHT_CACHE": "0"}, timeout=300, check=True)
+    layers, torchvision_imported = run.stdout.split()
+    assert int(layers) > 10 and torchvision_imported == "False"
 
 
 def test_the_loader_gives_each_source_what_is_needed(tmp_path, tinynet_file):
