@@ -61,6 +61,9 @@ def _recipes(optimizer: str, precision: str, trainable: str, segments: str, zero
             for combination in itertools.product(*(values[key] for key in RECIPE_COLUMNS))]
 
 
+# The network's shape options `predict` and `plan` share (None: the network's own).
+_INPUT_SIZE = typer.Option(None, "--input-size", help="C,H,W, e.g. 3,224,224.")
+_NUM_CLASSES = typer.Option(None, "--num-classes")
 # The recipe options `predict` and `plan` share: comma lists, every combination answered.
 _OPTIMIZER = typer.Option(DEFAULT_RECIPE.optimizer, "--optimizer",
                           help=f"Optimizer: {', '.join(OPTIMIZERS)} (comma-separated: each).")
@@ -125,8 +128,8 @@ def register(app: typer.Typer) -> None:
         budget: str | None = typer.Option(None, "--budget", help="Memory budget, e.g. 7.5GiB, 512MB, or 'auto'."),
         bound: bool = typer.Option(False, "--bound", help="Fit the memory bound, not the prediction, in --budget."),
         stage: str = typer.Option("training", "--stage", help="training or inference."),
-        input_size: str | None = typer.Option(None, "--input-size", help="C,H,W, e.g. 3,224,224."),
-        num_classes: int | None = typer.Option(None, "--num-classes"),
+        input_size: str | None = _INPUT_SIZE,
+        num_classes: int | None = _NUM_CLASSES,
         optimizer: str = _OPTIMIZER,
         precision: str = _PRECISION,
         trainable: str = _TRAINABLE,
@@ -177,8 +180,8 @@ def register(app: typer.Typer) -> None:
         bound: bool = typer.Option(False, "--bound", help="Fit the memory bound, not the prediction, in --budget."),
         mode: str = typer.Option("random", "--mode", help="random or l1-norm channel selection."),
         seed: int = typer.Option(0, "--seed"),
-        input_size: str | None = typer.Option(None, "--input-size", help="C,H,W, e.g. 3,224,224."),
-        num_classes: int | None = typer.Option(None, "--num-classes"),
+        input_size: str | None = _INPUT_SIZE,
+        num_classes: int | None = _NUM_CLASSES,
         optimizer: str = _OPTIMIZER,
         precision: str = _PRECISION,
         trainable: str = _TRAINABLE,
