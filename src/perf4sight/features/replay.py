@@ -17,8 +17,6 @@ from collections.abc import Sequence
 import pandas as pd
 
 from perf4sight.architecture import Architecture, Detail
-from perf4sight.features.c_heap import heap_peaks
-from perf4sight.features.caching_allocator import replay_peaks
 from perf4sight.features.inputs import needs
 from perf4sight.features.network import COPIES_TERMS, HEAP_HOLES, NETWORK_TERMS, network_features
 from perf4sight.features.terms import Role, Term, TermSet
@@ -47,6 +45,8 @@ def replay_features(arch: Architecture, batch_sizes: Sequence[int], stage: str =
     """`network_features` with `replay_allocated_bytes` (the peak of live tensors) and
     `replay_cached_bytes` (what the allocator holds beyond them at its peak), both
     non-decreasing in the batch size (`replay_peaks`)."""
+    from perf4sight.features.caching_allocator import replay_peaks  # numba's import (0.2 s) where a replay runs
+
     timeline = arch.lifetimes[stage]
     table = network_features(arch, batch_sizes, stage)
     allocated, cached = replay_peaks(timeline, table["batch_size"].astype(int).tolist())
@@ -70,6 +70,8 @@ HEAP_TERMS = TermSet(
 def heap_features(arch: Architecture, batch_sizes: Sequence[int], stage: str = "training") -> pd.DataFrame:
     """`network_features` with `heap_hole_bytes`: what the C library's heap holds beyond the
     live tensors at its peak, non-decreasing in the batch size (`heap_peaks`)."""
+    from perf4sight.features.c_heap import heap_peaks  # numba's import (0.2 s) where a replay runs
+
     table = network_features(arch, batch_sizes, stage)
     _, holes = heap_peaks(arch.lifetimes[stage], table["batch_size"].astype(int).tolist())
     return table.assign(**{HEAP_HOLES: holes})
