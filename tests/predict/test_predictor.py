@@ -21,7 +21,7 @@ from perf4sight.device.definitions import LATENCY, MEMORY
 from perf4sight.errors import DataNotFoundError, UsageError
 from perf4sight.fit import ArchitectureCatalog, build_dataset, fingerprint_device, read_logs
 from perf4sight.networks import ChannelPruner, load_network
-from perf4sight.predict import MEMORY_BOUND, BudgetError, Predictor, plan_variants
+from perf4sight.predict import MAX_SEARCH_BATCH, MEMORY_BOUND, BudgetError, Predictor, plan_variants
 
 LEVELS = [0, 30, 60, 90]
 CAPACITY_MIB = 4000.0
@@ -104,6 +104,21 @@ def test_largest_batch_size_within_a_budget(predictor: Predictor) -> None:
     assert best["batch_size"] == 32 and best[MEMORY.name] <= budget
     with pytest.raises(BudgetError, match="no batch size fits"):
         predictor.max_batch_size("resnet18", 1.0)
+
+
+@pytest.mark.parametrize("answer", [1, 64, 65, 256, 257, 1024, 1025, 4095, 4096])
+def test_the_search_in_chunks_finds_the_batch_size_a_search_of_every_size_finds(predictor: Predictor,
+                                                                               answer: int) -> None:
+    """The search predicts its batch sizes in chunks until one holds a size that does not fit:
+    a budget between `answer`'s memory and the next size's gives `answer` and its row, at each
+    chunk's edges too, as a prediction of every size from 1 to 4096 does."""
+    every = predictor.predict("resnet18", list(range(1, MAX_SEARCH_BATCH + 1)))
+    memory = every[MEMORY.name].to_numpy()
+    budget = memory[answer - 1] if answer == MAX_SEARCH_BATCH else (memory[answer - 1] + memory[answer]) / 2
+    best = predictor.max_batch_size("resnet18", float(budget))
+    expected = every.iloc[answer - 1]
+    assert best["batch_size"] == answer
+    assert best.drop("batch_size").equals(expected.drop("batch_size"))
 
 
 def test_a_latency_limit_lowers_the_batch_size(predictor: Predictor) -> None:
