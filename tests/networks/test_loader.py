@@ -171,6 +171,21 @@ def test_a_model_file_is_recorded_without_importing_torchvision():
     assert int(layers) > 10 and torchvision_imported == "False"
 
 
+def test_a_model_file_is_traced_once_per_process_until_its_bytes_change(tinynet_file, monkeypatch):
+    """With the disk cache off, a second load of the same file at the same options is this
+    process's own; a file whose bytes changed is another network, traced again."""
+    import perf4sight.networks.loader as loader
+
+    monkeypatch.setenv("PERF4SIGHT_CACHE", "0")
+    path = tinynet_file
+    traced = []
+    monkeypatch.setattr(loader, "trace_architecture", lambda *a, **k: traced.append(a) or trace_architecture(*a, **k))
+    first = load_architecture(str(path), input_size=(3, 16, 16))
+    assert load_architecture(str(path), input_size=(3, 16, 16)) is first and len(traced) == 1
+    path.write_text(path.read_text() + "\n# another version\n")
+    assert load_architecture(str(path), input_size=(3, 16, 16)) == first and len(traced) == 2
+
+
 def test_the_loader_gives_each_source_what_is_needed(tmp_path, tinynet_file):
     """A spec at its own size: its layer table, or its base's trace and recording propagated;
     at another size, and for a model file, the network built and traced, its lifetimes

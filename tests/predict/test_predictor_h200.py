@@ -123,7 +123,7 @@ def test_the_disk_cache_changes_no_prediction(replay_models: Path, monkeypatch: 
     """The replay's predictions with the cache off, with it on and empty (recording), and read
     back from it: of a torchvision name, a pruned spec and a model file."""
     from perf4sight.cache import cache_info
-    from perf4sight.networks.spec import forget_traces
+    from perf4sight.networks import forget_traces
 
     replay = Predictor.load(replay_models)
     model_file = Path(__file__).resolve().parents[2] / "examples" / "model_files" / "mobilenet_like.py"

@@ -8,7 +8,7 @@ from perf4sight.lazy import lazy_exports
 
 __all__, __getattr__, __dir__ = lazy_exports(__name__, {
     ".network_dataset": ("MANIFEST_COLUMNS", "MANIFEST_FILE", "create_network_dataset"),
-    ".loader": ("LoadedNetwork", "load_architecture", "load_network"),
+    ".loader": ("LoadedNetwork", "forget_traces", "load_architecture", "load_network"),
     ".model_writer": ("CHECKED_STACKS", "model_file_source", "write_model_file"),
     ".checks": ("MAX_LEVEL", "MODES"),
     ".pruning": ("ChannelPruner", "PrunedNetwork", "PrunedWidths", "prune_network"),

@@ -10,6 +10,7 @@ from __future__ import annotations
 import copy
 import dataclasses
 import functools
+import json
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -19,6 +20,7 @@ from typing import Any
 from torch import nn
 
 from perf4sight.architecture import Architecture, Detail, check_classes, output_shape, trace_architecture, with_lifetimes
+from perf4sight.architecture.lifetimes import forget_recordings
 from perf4sight.cache import cached_architecture, file_digest
 from perf4sight.device.recipe import DEFAULT_RECIPE, Recipe, check_recipe
 from perf4sight.device.models import spec_shape
@@ -37,12 +39,13 @@ from perf4sight.networks.registry import (
 from perf4sight.networks.spec import (
     architecture_from_spec,
     build_from_spec,
+    forget_base_traces,
     read_spec,
     spec_architecture,
     torchvision_architecture,
 )
 
-__all__ = ["LoadedNetwork", "load_network", "load_architecture"]
+__all__ = ["LoadedNetwork", "forget_traces", "load_network", "load_architecture"]
 
 Source = str | Path | nn.Module
 
@@ -91,10 +94,11 @@ def load_architecture(
     suffices for `Detail.LAYER_TABLE`; else its base network is traced (and its lifetimes
     recorded) once per process and re-propagated to the spec's channel counts, in a
     millisecond. A torchvision network is traced once per process too (for each input
-    size and class count), sharing its recording with the specs cut from it. Those traces and
-    recordings, and a model file's (named by its path), are kept on disk (`perf4sight.cache`)
-    for later processes; a model file whose layers differ from one recorded in this process in
-    their widths alone (another pruning level of it) gets that recording scaled (`with_lifetimes`).
+    size and class count), sharing its recording with the specs cut from it, and a model file
+    once per process for its bytes. Those traces and recordings, and a model file's, are kept on
+    disk (`perf4sight.cache`) for later processes; a model file whose layers differ from one
+    recorded in this process in their widths alone (another pruning level of it) gets that
+    recording scaled (`with_lifetimes`).
     """
     check_num_classes(num_classes)
     check_recipe(recipe)
@@ -119,10 +123,30 @@ def load_architecture(
             raise NetworkError(f"{name}: {text}") from exc
         return dataclasses.replace(arch, name=name)
     else:
-        make = functools.partial(_traced, source, spec, input_size, num_classes, model_desc_dir, stages, recipe)
         key = _model_file_key(source, input_size, num_classes, stages, recipe) if spec is None else None
-        return make() if key is None else cached_architecture(key, make)
+        if key is not None:
+            return _model_file_architecture(json.dumps(key, sort_keys=True), str(source),
+                                            None if input_size is None else tuple(input_size), num_classes,
+                                            None if model_desc_dir is None else str(model_desc_dir), stages, recipe)
+        return _traced(source, spec, input_size, num_classes, model_desc_dir, stages, recipe)
     return with_lifetimes(arch, build, stages)
+
+
+@functools.lru_cache(maxsize=32)
+def _model_file_architecture(key: str, source: str, input_size: tuple[int, ...] | None, num_classes: int | None,
+                             model_desc_dir: str | None, stages: tuple[str, ...], recipe: Recipe) -> Architecture:
+    """A model file traced (with the lifetimes of `stages`) once per process for each `key`
+    (`_model_file_key`: its bytes and the options, as JSON), and kept on disk under it."""
+    make = functools.partial(_traced, source, None, input_size, num_classes, model_desc_dir, stages, recipe)
+    return cached_architecture(json.loads(key), make)
+
+
+def forget_traces() -> None:
+    """Forget the networks this process traced and recorded, as a new process starts (to
+    measure or test a cold start); the disk cache stays."""
+    forget_base_traces()
+    _model_file_architecture.cache_clear()
+    forget_recordings()
 
 
 def _traced(source: Source, spec: dict[str, Any] | None, input_size: Sequence[int] | None,

@@ -36,7 +36,6 @@ from perf4sight.architecture import (
     with_lifetimes,
 )
 from perf4sight.architecture.kinds import CONV2D, LINEAR, layer_kind, module_kind_name
-from perf4sight.architecture.lifetimes import forget_recordings
 from perf4sight.cache import cached_architecture, file_digest
 from perf4sight.device.definitions import input_size_problem, is_positive_int, num_classes_problem
 from perf4sight.device.recipe import DEFAULT_RECIPE, Recipe
@@ -56,7 +55,7 @@ __all__ = [
     "spec_from_module",
     "spec_macs",
     "spec_text",
-    "forget_traces",
+    "forget_base_traces",
 ]
 
 SPEC_KEYS = ("name", "net", "torchvision", "num_classes", "input_size", "out_channels", "layers")
@@ -538,11 +537,9 @@ def torchvision_architecture(
                               lifetimes, recipe)
 
 
-def forget_traces() -> None:
-    """Forget the networks this process traced and recorded, as a new process starts (to
-    measure or test a cold start); the disk cache stays."""
+def forget_base_traces() -> None:
+    """Forget the base networks this process traced and recorded (`loader.forget_traces`)."""
     _base_architecture.cache_clear()
-    forget_recordings()
 
 
 @functools.lru_cache(maxsize=32)
