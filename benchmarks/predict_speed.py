@@ -56,9 +56,8 @@ from perf4sight.device.definitions import QUANTITIES
 from perf4sight.features import FEATURE_SETS
 from perf4sight.features.caching_allocator import replay_peaks
 from perf4sight.fit import fingerprint_device, load_model
-from perf4sight.networks import architecture_from_spec, create_network_dataset, read_spec
+from perf4sight.networks import architecture_from_spec, create_network_dataset, forget_traces, read_spec
 from perf4sight.networks.model_file import build_from_file
-from perf4sight.networks import forget_traces
 from perf4sight.predict import Predictor
 
 TX2 = Path(__file__).resolve().parents[1].parent / "shared" / "datasets" / "tx2"

@@ -19,8 +19,7 @@ from repository_data import H200
 
 from perf4sight import console
 from perf4sight.architecture import lifetimes
-from perf4sight.networks import CHECKED_STACKS, registry
-from perf4sight.networks import forget_traces
+from perf4sight.networks import CHECKED_STACKS, forget_traces, registry
 
 ROOT = Path(__file__).resolve().parents[1]
 # PERF4SIGHT_TX2 points elsewhere (a missing path runs the suite as a clean clone would).

@@ -18,8 +18,7 @@ from perf4sight.architecture import Architecture, Detail
 from perf4sight.cache import cache_dir, cache_info
 from perf4sight.config import NetworkDatasetSettings
 from perf4sight.features.replay import replay_features
-from perf4sight.networks import create_network_dataset, load_architecture, registry
-from perf4sight.networks import forget_traces
+from perf4sight.networks import create_network_dataset, forget_traces, load_architecture, registry
 
 EXAMPLES = Path(__file__).resolve().parents[1] / "examples" / "model_files"
 SMALL = {"input_size": (3, 32, 32), "num_classes": 10}

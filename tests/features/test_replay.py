@@ -22,8 +22,8 @@ from perf4sight.features import FEATURE_SETS
 from perf4sight.features.caching_allocator import replay, replay_peaks, replays
 from perf4sight.features.network import network_features
 from perf4sight.features.replay import replay_features
-from perf4sight.networks import build_from_spec, create_network_dataset, load_architecture, load_network, read_spec
-from perf4sight.networks import forget_traces
+from perf4sight.networks import (build_from_spec, create_network_dataset, forget_traces, load_architecture, load_network,
+                                 read_spec)
 
 MIB = 1 << 20
 INPUT = (3, 16, 16)

@@ -45,7 +45,7 @@ from perf4sight.networks.spec import (
     torchvision_architecture,
 )
 
-__all__ = ["LoadedNetwork", "forget_traces", "load_network", "load_architecture"]
+__all__ = ["LoadedNetwork", "forget_traces", "load_network", "load_architecture", "torchvision_shape"]
 
 Source = str | Path | nn.Module
 
@@ -112,8 +112,7 @@ def load_architecture(
     elif spec is None and not isinstance(source, nn.Module) and is_torchvision_network(str(source)):
         name = str(source)
         network_builder, kwargs = resolve_network(name)
-        size = check_input_size(input_size if input_size is not None else default_input_size(name))
-        classes = num_classes if num_classes is not None else 1000
+        size, classes = torchvision_shape(name, input_size, num_classes)
         try:
             arch = torchvision_architecture(network_builder, kwargs, num_classes=classes, input_size=size,
                                             lifetimes=stages, recipe=recipe)
@@ -165,6 +164,14 @@ def _traced(source: Source, spec: dict[str, Any] | None, input_size: Sequence[in
     build = (functools.partial(copy.deepcopy, source) if isinstance(source, nn.Module)
              else lambda: load().module)
     return with_lifetimes(arch, build, stages)
+
+
+def torchvision_shape(name: str, input_size: Sequence[int] | None,
+                      num_classes: int | None) -> tuple[tuple[int, int, int], int]:
+    """The input size (checked) and classes a torchvision network `name` is loaded at: those
+    given, else the size it is built for and 1000 classes."""
+    size = check_input_size(input_size if input_size is not None else default_input_size(name))
+    return size, num_classes if num_classes is not None else 1000
 
 
 def _model_file_key(source: Source, input_size: Sequence[int] | None, num_classes: int | None,
@@ -224,9 +231,9 @@ def _load(
             check_classes(name, loaded.num_classes, num_classes)
         return loaded
     if is_torchvision_network(text):
-        classes = num_classes if num_classes is not None else 1000
+        size, classes = torchvision_shape(text, input_size, num_classes)
         module = build_torchvision(text, num_classes=classes, device=device)
-        return _finish(module, text, input_size or default_input_size(text), classes, find_classes)
+        return _finish(module, text, size, classes, find_classes)
     if model_desc_dir is not None:
         for candidate in (Path(model_desc_dir) / f"{text}.py", Path(model_desc_dir) / f"{text}.json"):
             if candidate.is_file():

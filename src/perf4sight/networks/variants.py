@@ -19,10 +19,10 @@ from collections.abc import Sequence
 from typing import Any
 
 from perf4sight.cache import cached_value
-from perf4sight.networks.checks import check_input_size, check_level, check_mode, check_seed
-from perf4sight.networks.loader import LoadedNetwork, Source, load_network
+from perf4sight.networks.checks import check_level, check_mode, check_seed
+from perf4sight.networks.loader import LoadedNetwork, Source, load_network, torchvision_shape
 from perf4sight.networks.pruning import ChannelPruner, PrunedNetwork, PrunedWidths
-from perf4sight.networks.registry import default_input_size, is_torchvision_network, resolve_network
+from perf4sight.networks.registry import is_torchvision_network, resolve_network
 
 __all__ = ["NetworkVariants"]
 
@@ -41,8 +41,7 @@ class NetworkVariants:
         self._key: dict[str, Any] | None = None
         if isinstance(network, str) and is_torchvision_network(network):  # as the loader sizes it, unbuilt
             self.name = network
-            self.input_size = check_input_size(input_size or default_input_size(network))
-            self.num_classes = num_classes if num_classes is not None else 1000
+            self.input_size, self.num_classes = torchvision_shape(network, input_size, num_classes)
             if mode == "random":
                 builder, kwargs = resolve_network(network)
                 self._key = {"pruned_widths": builder, "arguments": kwargs, "input_size": list(self.input_size),
